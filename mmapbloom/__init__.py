@@ -1,0 +1,57 @@
+"""mmapbloom: Bloom filters that live in a memory-mapped file, shared by threads and processes.
+
+>>> from mmapbloom import BloomConfig, BloomFilter
+>>> f = BloomFilter(BloomConfig.for_items(1000, 0.01))
+>>> f.add("a"), "a" in f, "b" in f
+(True, True, False)
+"""
+
+from .errors import (
+    BadHeaderError,
+    BadMagicError,
+    ConfigError,
+    ConfigMismatchError,
+    FilterClosedError,
+    FormatError,
+    IncompatibleFiltersError,
+    LengthMismatchError,
+    MmapBloomError,
+    OverCapacityWarning,
+    PaddingError,
+    ReadOnlyFilterError,
+    SaturationWarning,
+    UnknownSchemeError,
+)
+from .filter import BloomFilter
+from .hashing import DEFAULT_STRATEGY, M3KM, HashStrategy, encode_key, get_strategy, register_strategy
+from .sizing import BloomConfig
+from .verify import verify_file
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_STRATEGY",
+    "BadHeaderError",
+    "BadMagicError",
+    "BloomConfig",
+    "BloomFilter",
+    "ConfigError",
+    "ConfigMismatchError",
+    "FilterClosedError",
+    "FormatError",
+    "HashStrategy",
+    "IncompatibleFiltersError",
+    "LengthMismatchError",
+    "M3KM",
+    "MmapBloomError",
+    "OverCapacityWarning",
+    "PaddingError",
+    "ReadOnlyFilterError",
+    "SaturationWarning",
+    "UnknownSchemeError",
+    "__version__",
+    "encode_key",
+    "get_strategy",
+    "register_strategy",
+    "verify_file",
+]

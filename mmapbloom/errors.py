@@ -1,0 +1,155 @@
+"""The exception and warning hierarchy of mmapbloom.
+
+Every exception raised on purpose by the package derives from :class:`MmapBloomError`
+and also from the matching built-in, so callers may catch either::
+
+    MmapBloomError
+    ├── ConfigError(ValueError)              bad sizing input (n, p, m, k)
+    ├── FormatError(ValueError)              a file or byte string is not a sound filter
+    │   ├── BadMagicError                    the first four bytes are not the expected magic
+    │   ├── UnknownSchemeError               the hash-scheme name is not registered
+    │   ├── BadHeaderError                   m = 0, k = 0 or another impossible header field
+    │   ├── LengthMismatchError              truncated or over-long body
+    │   └── PaddingError                     a padding bit past m is set
+    ├── IncompatibleFiltersError(ValueError) union/intersection/merge of different m, k or scheme
+    ├── ConfigMismatchError(ValueError)      open_or_create found a file with another m, k or scheme
+    ├── FilterClosedError(ValueError)        use of a filter after close()
+    └── ReadOnlyFilterError(PermissionError) a write on a filter opened read-only
+
+Operating-system errors (``FileNotFoundError``, ``IsADirectoryError``, ``OSError`` with
+``ENOSPC`` ...) are raised unchanged, as the built-in ``OSError`` subclasses.
+
+All exceptions carry the values they report as attributes and pickle, so they cross
+process boundaries (``multiprocessing``) intact.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "BadHeaderError",
+    "BadMagicError",
+    "ConfigError",
+    "ConfigMismatchError",
+    "FilterClosedError",
+    "FormatError",
+    "IncompatibleFiltersError",
+    "LengthMismatchError",
+    "MmapBloomError",
+    "OverCapacityWarning",
+    "PaddingError",
+    "ReadOnlyFilterError",
+    "SaturationWarning",
+    "UnknownSchemeError",
+]
+
+
+class MmapBloomError(Exception):
+    """Root of every exception mmapbloom raises on purpose."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Subclasses take keyword-free positional arguments; keep their attributes on
+        # unpickling by restoring ``__dict__`` after ``Exception.__init__(*args)``.
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+def _rebuild(cls: type[MmapBloomError], args: tuple[Any, ...], state: dict[str, Any]) -> MmapBloomError:
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, *args)
+    exc.__dict__.update(state)
+    return exc
+
+
+class ConfigError(MmapBloomError, ValueError):
+    """A sizing input (capacity, false-positive rate, num_bits, num_hashes) is out of range."""
+
+
+class FormatError(MmapBloomError, ValueError):
+    """A file or byte string is not a sound mmapbloom filter.
+
+    Attributes:
+        source: the path (``str``) or ``"<bytes>"`` the data came from.
+        expected: what the format requires (any printable value).
+        actual: what was found.
+    """
+
+    def __init__(self, message: str, *, source: str = "<bytes>", expected: Any = None, actual: Any = None):
+        super().__init__(f"{source}: {message}")
+        self.source = source
+        self.expected = expected
+        self.actual = actual
+
+
+class BadMagicError(FormatError):
+    """The first four bytes are not the magic of the expected kind of filter."""
+
+
+class UnknownSchemeError(FormatError):
+    """The header names a hash scheme that is not registered in this process."""
+
+
+class BadHeaderError(FormatError):
+    """A header field is impossible: m = 0, k = 0, or a header shorter than 24 bytes."""
+
+
+class LengthMismatchError(FormatError):
+    """The body is shorter or longer than the header says (``24 + ceil(m / 8)`` bytes)."""
+
+
+class PaddingError(FormatError):
+    """A padding bit past num_bits in the last byte is set; the bit array is damaged."""
+
+
+class IncompatibleFiltersError(MmapBloomError, ValueError):
+    """Two filters differ in num_bits, num_hashes or hash scheme and cannot be combined.
+
+    Attributes:
+        field: ``"num_bits"``, ``"num_hashes"``, ``"scheme"`` or ``"kind"``.
+        left, right: the two differing values.
+    """
+
+    def __init__(self, field: str, left: Any, right: Any, *, where: str = ""):
+        prefix = f"{where}: " if where else ""
+        super().__init__(f"{prefix}incompatible filters: {field} differs ({left!r} != {right!r})")
+        self.field = field
+        self.left = left
+        self.right = right
+
+
+class ConfigMismatchError(MmapBloomError, ValueError):
+    """``open_or_create`` found an existing file whose m, k or scheme differ from the config.
+
+    Attributes:
+        path: the file.
+        field: ``"num_bits"``, ``"num_hashes"`` or ``"scheme"``.
+        expected: the value in the requested config.
+        actual: the value in the file.
+    """
+
+    def __init__(self, path: str, field: str, expected: Any, actual: Any):
+        super().__init__(f"{path}: existing filter has {field} {actual!r}, expected {expected!r}")
+        self.path = path
+        self.field = field
+        self.expected = expected
+        self.actual = actual
+
+
+class FilterClosedError(MmapBloomError, ValueError):
+    """The filter was used after ``close()``."""
+
+
+class ReadOnlyFilterError(MmapBloomError, PermissionError):
+    """A write (add, update, union, ...) on a filter opened with ``readonly=True``."""
+
+
+class OverCapacityWarning(UserWarning):
+    """A filter is past its design point: its expected fill ratio exceeds 0.6.
+
+    Emitted once per handle by ``add``/``update``; the false-positive rate grows quickly
+    from here on. Size a new filter with more capacity and merge, or start a new one.
+    """
+
+
+class SaturationWarning(UserWarning):
+    """A counter of a counting filter reached its maximum and will never be decremented."""

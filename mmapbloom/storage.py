@@ -1,0 +1,248 @@
+"""Storage: the bytes of a filter, in memory (``bytearray``) or in a memory-mapped file.
+
+Both kinds expose the whole image, header included, as one writable buffer ``buf``
+(an ``mmap.mmap`` or a ``bytearray``) so that the filter code is the same for both.
+
+Files are created without ever exposing a partial file at the destination: the image is
+built in a temporary file created exclusively (``O_CREAT | O_EXCL | O_NOFOLLOW``) in the
+destination's directory, space is reserved with ``posix_fallocate`` (unless ``sparse``),
+it is fsynced, then published with ``link`` (never replaces an existing file) or
+``replace`` (atomic rename over it), and the directory is fsynced.
+
+Opening validates the header and the length from a 24-byte ``pread`` and ``fstat`` before
+anything is mapped, so a short or damaged file is refused, never mapped past its end
+(which would raise SIGBUS at the first touch). Opening costs O(1) whatever the size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import mmap
+import os
+import secrets
+import stat
+from typing import Callable, Iterator, Optional, Union
+
+import numpy as np
+import numpy.typing as npt
+
+from .errors import FilterClosedError
+from .locking import WriteLock
+
+__all__ = [
+    "DEFAULT_FILE_MODE",
+    "FileStorage",
+    "MemoryStorage",
+    "Storage",
+    "atomic_file",
+    "fsync_directory",
+]
+
+#: Files are created with this mode, masked by the process umask (like ``open()``).
+DEFAULT_FILE_MODE = 0o666
+
+Buffer = Union[mmap.mmap, bytearray]
+
+_CLOSED = memoryview(b"")
+_CLOSED.release()  # any use raises ValueError
+
+
+class Storage:
+    """Base class: a header+bits image in ``buf`` and the handle's write lock."""
+
+    buf: Buffer
+    readonly: bool
+    path: Optional[str]
+    lock: WriteLock
+    header_size: int
+
+    def view(self, offset: int = 0, count: int = -1) -> npt.NDArray[np.uint8]:
+        """A numpy ``uint8`` view of ``count`` bytes from ``offset`` (zero-copy).
+
+        Read-only when the storage is. The caller must drop the view before ``close()``.
+        """
+        return np.frombuffer(self.buf, dtype=np.uint8, count=count, offset=offset)
+
+    def flush(self) -> None:
+        """Write dirty pages to the file (``msync``); no-op in memory."""
+
+    def close(self) -> None:
+        """Release the buffer (idempotent)."""
+        self.buf = _CLOSED  # type: ignore[assignment]
+
+    @property
+    def closed(self) -> bool:
+        return self.buf is _CLOSED  # type: ignore[comparison-overlap]
+
+
+class MemoryStorage(Storage):
+    """An image held in a ``bytearray``; thread-safe writes through a thread lock only."""
+
+    def __init__(self, image: Union[bytes, bytearray], header_size: int):
+        self.buf = bytearray(image)
+        self.readonly = False
+        self.path = None
+        self.header_size = header_size
+        self.lock = WriteLock(None)
+
+
+class FileStorage(Storage):
+    """A memory-mapped filter file (``MAP_SHARED``): writes are visible to every process
+    that maps the file as soon as they are made, and survive the writer being killed.
+
+    Use :meth:`open` to construct.
+    """
+
+    fd: int
+
+    @classmethod
+    def open(
+        cls,
+        path: Union[str, os.PathLike[str]],
+        *,
+        readonly: bool,
+        header_size: int,
+        validate: Callable[[bytes, int, str], int],
+    ) -> "FileStorage":
+        """Open and map ``path`` after validating its header and length.
+
+        Args:
+            path: the file.
+            readonly: map read-only (``PROT_READ``); writes are refused by the filter.
+            header_size: bytes of header passed to ``validate``.
+            validate: ``validate(header_bytes, file_size, source) -> total_size``; raises a
+                ``FormatError`` if the header or size is wrong. It is called before mapping.
+
+        Raises:
+            OSError: the file cannot be opened (FileNotFoundError, PermissionError,
+                IsADirectoryError, ELOOP ...), or is not a regular file.
+            FormatError: whatever ``validate`` raises.
+        """
+        apath = os.path.abspath(os.fspath(path))
+        flags = (os.O_RDONLY if readonly else os.O_RDWR) | getattr(os, "O_CLOEXEC", 0)
+        # O_NONBLOCK: opening a FIFO must not hang; it has no effect on regular files.
+        fd = os.open(apath, flags | getattr(os, "O_NONBLOCK", 0))
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                if stat.S_ISDIR(st.st_mode):
+                    raise IsADirectoryError(errno.EISDIR, "is a directory, not a filter file", apath)
+                raise OSError(errno.EINVAL, "not a regular file", apath)
+            head = os.pread(fd, header_size, 0)
+            total = validate(head, st.st_size, apath)
+            access = mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE
+            mm = mmap.mmap(fd, total, access=access)
+        except BaseException:
+            os.close(fd)
+            raise
+        self = cls.__new__(cls)
+        self.fd = fd
+        self.buf = mm
+        self.readonly = readonly
+        self.path = apath
+        self.header_size = header_size
+        self.lock = WriteLock(fd, apath)
+        return self
+
+    def flush(self) -> None:
+        if self.closed:
+            raise FilterClosedError(f"{self.path}: filter is closed")
+        if not self.readonly:
+            self.buf.flush()  # msync(MS_SYNC)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        mm = self.buf
+        Storage.close(self)
+        try:
+            mm.close()  # type: ignore[union-attr]
+        finally:
+            self.lock.close()
+            os.close(self.fd)
+
+
+def fsync_directory(path: str) -> None:
+    """fsync a directory so that a rename or link in it survives power loss (POSIX)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover - some file systems refuse fsync on directories
+        pass
+    finally:
+        os.close(fd)
+
+
+def reserve_space(fd: int, size: int, *, sparse: bool) -> None:
+    """Make the file ``size`` bytes long, all zero.
+
+    With ``sparse=False`` the blocks are allocated now (``posix_fallocate``), so a full
+    disk fails here with ``OSError(ENOSPC)`` rather than with SIGBUS at a later write
+    through the mapping. With ``sparse=True`` only the length is set (``ftruncate``).
+    """
+    if sparse or size == 0 or not hasattr(os, "posix_fallocate"):
+        os.ftruncate(fd, size)
+        return
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):  # pragma: no cover
+            os.ftruncate(fd, size)
+        else:
+            raise
+
+
+@contextlib.contextmanager
+def atomic_file(path: Union[str, os.PathLike[str]], *, replace: bool, mode: int = DEFAULT_FILE_MODE) -> Iterator[int]:
+    """Build a file under a temporary name and publish it at ``path`` only when complete.
+
+    Yields a read-write descriptor of an empty temporary file created exclusively in the
+    destination directory (so it never follows a pre-planted symlink, and the final
+    rename/link stays on one file system). On normal exit the file is fsynced and
+    published: with ``replace=False`` by ``os.link`` (raises ``FileExistsError`` and leaves
+    the existing file alone if ``path`` exists), with ``replace=True`` by ``os.replace``
+    (atomic). The directory is then fsynced. On any exception, or if the process dies,
+    nothing appears at ``path``; the temporary file is removed (a SIGKILLed process can
+    leave a ``.NAME.*.tmp`` file behind, never a torn file at ``path``).
+
+    Args:
+        path: destination.
+        replace: whether an existing file at ``path`` is atomically replaced.
+        mode: permission bits for the new file, masked by the umask (default 0o666).
+    """
+    dest = os.path.abspath(os.fspath(path))
+    directory, base = os.path.split(dest)
+    if not replace and os.path.lexists(dest):
+        raise FileExistsError(errno.EEXIST, "file exists", dest)
+    tmp = os.path.join(directory, f".{base}.{secrets.token_hex(6)}.tmp")
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(tmp, flags, mode)
+    try:
+        try:
+            yield fd
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if replace:
+            os.replace(tmp, dest)
+        else:
+            try:
+                os.link(tmp, dest)
+            except OSError as exc:
+                if exc.errno == errno.EEXIST:
+                    raise FileExistsError(errno.EEXIST, "file exists", dest) from None
+                if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+                    raise
+                # File systems without hard links: fall back to a checked rename (a race
+                # with another creator can then replace, but never tear, the file).
+                if os.path.lexists(dest):  # pragma: no cover
+                    raise FileExistsError(errno.EEXIST, "file exists", dest) from None
+                os.rename(tmp, dest)  # pragma: no cover
+        fsync_directory(directory)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
