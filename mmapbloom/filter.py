@@ -627,6 +627,7 @@ class BloomFilter:
         (a ``ValueError``)."""
         if self._storage.closed:
             return
+        self._no_write = True  # add() then reports FilterClosedError before touching the lock
         self._storage.close()
         self._buf = self._storage.buf
 

@@ -157,6 +157,7 @@ class WriteLock:
     def close(self) -> None:
         """Close the descriptor this lock reopened after a fork, if any."""
         _LIVE.discard(self)
+        self._fd = None  # the owner closes it; never flock a reused descriptor number
         if self._own_fd is not None:
             fd, self._own_fd = self._own_fd, None
             os.close(fd)

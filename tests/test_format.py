@@ -1,0 +1,130 @@
+"""The BLM1 format: golden header bytes and one test per kind of damage."""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import pytest
+
+from mmapbloom import (
+    BadHeaderError,
+    BadMagicError,
+    BloomConfig,
+    BloomFilter,
+    FormatError,
+    LengthMismatchError,
+    PaddingError,
+    UnknownSchemeError,
+    verify_file,
+)
+
+CFG = BloomConfig(num_bits=20, num_hashes=3)
+
+
+def test_golden_header_bytes() -> None:
+    f = BloomFilter(CFG)
+    f.add("x")
+    data = f.to_bytes()
+    assert data.hex() == "424c4d314d334b4d1400000000000000030000000100000000a800"
+    assert data[:4] == b"BLM1" and data[4:8] == b"M3KM"
+    assert struct.unpack("<QII", data[8:24]) == (20, 3, 1)
+    assert len(data) == 24 + 3
+
+
+def test_bit_layout() -> None:
+    # bit i lives in byte 24 + (i >> 3) at mask 1 << (i & 7).
+    f = BloomFilter(BloomConfig(num_bits=16, num_hashes=1))
+    pos = f.strategy.positions(b"k", 1, 16)[0]
+    f.add(b"k")
+    data = f.to_bytes()
+    assert data[24 + (pos >> 3)] == 1 << (pos & 7)
+    assert sum(bin(b).count("1") for b in data[24:]) == 1
+
+
+def test_file_equals_bytes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "f.blm"
+    with BloomFilter.create(path, CFG) as f:
+        f.add("x")
+        assert f.to_bytes() == path.read_bytes()
+    assert os.path.getsize(path) == 27
+    assert BloomFilter.from_bytes(path.read_bytes()).to_bytes() == path.read_bytes()
+
+
+def good() -> bytearray:
+    f = BloomFilter(CFG)
+    f.update(["a", "b"])
+    return bytearray(f.to_bytes())
+
+
+def damaged() -> list[tuple[str, bytes, type]]:
+    cases = []
+    b = good(); b[0:4] = b"XXXX"; cases.append(("magic", bytes(b), BadMagicError))
+    b = good(); b[4:8] = b"ZZZZ"; cases.append(("scheme", bytes(b), UnknownSchemeError))
+    b = good(); b[4:8] = b"\xff\xfe\x00\x01"; cases.append(("scheme-nonascii", bytes(b), UnknownSchemeError))
+    b = good(); b[8:16] = bytes(8); cases.append(("m=0", bytes(b), BadHeaderError))
+    b = good(); b[16:20] = bytes(4); cases.append(("k=0", bytes(b), BadHeaderError))
+    b = good(); cases.append(("truncated", bytes(b[:-1]), LengthMismatchError))
+    b = good(); cases.append(("over-long", bytes(b) + b"\0", LengthMismatchError))
+    b = good(); cases.append(("short header", bytes(b[:10]), BadHeaderError))
+    cases.append(("empty", b"", BadHeaderError))
+    b = good(); b[-1] |= 0x80; cases.append(("padding", bytes(b), PaddingError))
+    b = good(); b[8:16] = struct.pack("<Q", 2**64 - 1); cases.append(("huge m", bytes(b), LengthMismatchError))
+    return cases
+
+
+@pytest.mark.parametrize("name, data, error", damaged(), ids=[c[0] for c in damaged()])
+def test_damaged_bytes(name: str, data: bytes, error: type) -> None:
+    with pytest.raises(error) as info:
+        BloomFilter.from_bytes(data)
+    assert isinstance(info.value, FormatError) and isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize("name, data, error", damaged(), ids=[c[0] for c in damaged()])
+@pytest.mark.parametrize("readonly", [False, True])
+def test_damaged_files(tmp_path, name: str, data: bytes, error: type, readonly: bool) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "bad.blm"
+    path.write_bytes(data)
+    with pytest.raises(error) as info:
+        BloomFilter.open(path, readonly=readonly)
+    assert str(path) in str(info.value)
+    with pytest.raises(error):
+        verify_file(path)
+
+
+def test_messages_show_expected_and_actual(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    b = good()
+    with pytest.raises(LengthMismatchError, match=r"header says 27 bytes in all, got 26") as info:
+        BloomFilter.from_bytes(bytes(b[:-1]))
+    assert (info.value.expected, info.value.actual) == (27, 26)
+    b[0:4] = b"NOPE"
+    with pytest.raises(BadMagicError, match=r"expected b'BLM1' \(Bloom filter\), got b'NOPE'"):
+        BloomFilter.from_bytes(bytes(b))
+
+
+def test_not_a_regular_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(IsADirectoryError):
+        BloomFilter.open(tmp_path)
+    with pytest.raises(IsADirectoryError):
+        BloomFilter.open(tmp_path, readonly=True)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError, match="not a regular file"):
+        BloomFilter.open(fifo, readonly=True)  # must not hang
+    loop = tmp_path / "loop"
+    os.symlink(loop, loop)
+    with pytest.raises(OSError):
+        BloomFilter.open(loop)
+    with pytest.raises(FileNotFoundError):
+        BloomFilter.open(tmp_path / "missing.blm")
+
+
+def test_errors_pickle() -> None:
+    import pickle
+
+    try:
+        BloomFilter.from_bytes(bytes(good()[:-1]))
+    except LengthMismatchError as exc:
+        again = pickle.loads(pickle.dumps(exc))
+        assert type(again) is LengthMismatchError
+        assert str(again) == str(exc) and again.expected == 27 and again.actual == 26

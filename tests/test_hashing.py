@@ -1,0 +1,131 @@
+"""Hashing: golden positions of M3KM (part of the file format), encoding, the registry."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import mmh3
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mmapbloom import M3KM, BloomConfig, BloomFilter, UnknownSchemeError, encode_key, register_strategy
+from mmapbloom.hashing import HashStrategy, get_strategy, registered_strategies
+
+GOLDEN = [
+    (b"", 7, 9586, [0, 1, 2, 3, 4, 5, 6]),
+    (b"hello", 7, 9586, [9096, 212, 914, 1616, 2318, 3020, 3722]),
+    (b"https://example.org/", 10, 14377588,
+     [12000834, 14202044, 2025666, 4226876, 6428086, 8629296, 10830506, 13031716, 855338, 3056548]),
+    (b"abc", 3, 1, [0, 0, 0]),
+    (b"abc", 4, 2, [1, 0, 1, 0]),
+    (b"abc", 5, 2**64 - 1, [13012657714217449575, 17309782531854804410, 3160163275782607630,
+                            7457288093419962465, 11754412911057317300]),
+    ("é".encode(), 3, 100, [76, 81, 86]),
+]
+
+
+def reference_positions(key: bytes, k: int, m: int) -> list[int]:
+    """The M3KM definition from the docs, written out independently of the package."""
+    h = mmh3.hash128(key, seed=0, x64arch=True, signed=False)
+    h1, h2 = h % 2**64, h >> 64
+    p0 = h1 % m
+    step = 1 + (h2 % (m - 1)) if m > 1 else 0
+    return [(p0 + i * step) % m for i in range(k)]
+
+
+@pytest.mark.parametrize("key, k, m, expected", GOLDEN)
+def test_golden_positions(key: bytes, k: int, m: int, expected: list[int]) -> None:
+    s = M3KM()
+    assert reference_positions(key, k, m) == expected
+    assert list(s.positions(key, k, m)) == expected
+    assert s.positions_many([key], k, m).tolist() == [expected]
+
+
+def test_strategy_name_frozen() -> None:
+    assert M3KM.name == "M3KM"
+    assert "M3KM" in registered_strategies()
+
+
+@given(keys=st.lists(st.binary(max_size=100), max_size=40),
+       k=st.integers(1, 12),
+       m=st.one_of(st.integers(1, 300), st.integers(1, 2**64 - 1), st.integers(2**63, 2**64 - 1)))
+@settings(max_examples=300, deadline=None)
+def test_batch_equals_per_key(keys: list[bytes], k: int, m: int) -> None:
+    s = M3KM()
+    batch = s.positions_many(keys, k, m)
+    assert batch.shape == (len(keys), k) and batch.dtype == np.uint64
+    for key, row in zip(keys, batch.tolist()):
+        assert row == reference_positions(key, k, m)
+
+
+def test_step_never_zero() -> None:
+    s = M3KM()
+    for i in range(2000):
+        pos = s.positions(str(i).encode(), 2, 97)
+        assert pos[0] != pos[1]
+
+
+def test_encoding() -> None:
+    assert encode_key("é") == "é".encode("utf-8")
+    assert encode_key(b"\xff") == b"\xff"
+    assert encode_key(bytearray(b"ab")) == b"ab"
+    assert encode_key(memoryview(b"ab")) == b"ab"
+    for bad in (1, 1.5, None, ("a",), ["a"], object()):
+        with pytest.raises(TypeError, match="str, bytes"):
+            encode_key(bad)
+
+
+def test_all_paths_encode_alike() -> None:
+    f = BloomFilter(BloomConfig(num_bits=1000, num_hashes=4))
+    f.add("héllo")
+    assert f.might_contain("héllo".encode())
+    assert f.might_contain(bytearray("héllo".encode()))
+    assert f.might_contain(memoryview("héllo".encode()))
+    assert f.contains_many([b"h\xc3\xa9llo"]).tolist() == [True]
+    with pytest.raises(TypeError):
+        f.add(12345)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        f.might_contain(12345)  # type: ignore[arg-type]
+
+
+class XorShift(HashStrategy):
+    """A toy custom strategy (not for production)."""
+
+    name = "TEST"
+
+    def positions(self, key: bytes, num_hashes: int, num_bits: int) -> Sequence[int]:
+        h = sum(key) + 1
+        return [(h * (i + 1)) % num_bits for i in range(num_hashes)]
+
+
+class OtherTest(XorShift):
+    pass
+
+
+def test_registry() -> None:
+    s = register_strategy(XorShift())
+    assert register_strategy(XorShift()) is s  # same name, same class: no-op
+    with pytest.raises(ValueError, match="already registered"):
+        register_strategy(OtherTest())
+    bad = XorShift()
+    bad.name = "TOOLONG"  # type: ignore[misc]
+    with pytest.raises(ValueError, match="4 ASCII"):
+        register_strategy(bad)
+    with pytest.raises(TypeError):
+        register_strategy("M3KM")  # type: ignore[arg-type]
+    with pytest.raises(UnknownSchemeError, match="'NOPE'"):
+        get_strategy("NOPE")
+
+
+def test_custom_strategy_round_trip(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    register_strategy(XorShift())
+    cfg = BloomConfig(num_bits=500, num_hashes=3, strategy=XorShift())
+    with BloomFilter.create(tmp_path / "t.blm", cfg) as f:
+        f.add("abc")
+        f.update(["x", "y"])
+    with BloomFilter.open(tmp_path / "t.blm") as g:
+        assert g.strategy.name == "TEST" and g.config == cfg
+        assert all(g.contains_many(["abc", "x", "y"]))
+        assert g.to_bytes()[4:8] == b"TEST"

@@ -1,0 +1,94 @@
+"""Sizing: the golden table of the design and refused inputs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from mmapbloom import BloomConfig, ConfigError, M3KM
+from mmapbloom.sizing import approx_items, expected_fill_ratio, expected_fp_rate, observed_fp_rate
+
+
+@pytest.mark.parametrize(
+    "n, p, m, k",
+    [
+        (1000, 0.01, 9_586, 7),
+        (1_000_000, 0.01, 9_585_059, 7),
+        (1_000_000, 0.001, 14_377_588, 10),
+        (1e6, 0.01, 9_585_059, 7),  # integral float accepted
+        (1, 0.5, 2, 1),
+        (50_000_000, 0.01, 479_252_919, 7),  # the 57 MiB blocklist of the design,
+    ],
+)
+def test_sizing_table(n: float, p: float, m: int, k: int) -> None:
+    c = BloomConfig.for_items(n, p)
+    assert (c.num_bits, c.num_hashes) == (m, k)
+    assert c.capacity == int(n) and c.fp_rate == p
+    assert c.strategy.name == "M3KM"
+
+
+def test_k_never_below_one() -> None:
+    # p close to 1 gives m/n ln 2 < 0.5, which rounds to 0 without the floor.
+    c = BloomConfig.for_items(1000, 0.9)
+    assert c.num_hashes == 1
+
+
+@pytest.mark.parametrize("n", [0, -1, 1.5, True, False, "10", None, float("nan"), float("inf")])
+def test_bad_capacity_refused(n: object) -> None:
+    with pytest.raises(ConfigError, match=repr(n) if not isinstance(n, float) else "capacity"):
+        BloomConfig.for_items(n, 0.01)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("p", [0, 1, -0.1, 1.5, float("nan"), float("inf"), True, "0.1"])
+def test_bad_fp_rate_refused(p: object) -> None:
+    with pytest.raises(ValueError, match="fp_rate"):
+        BloomConfig.for_items(1000, p)  # type: ignore[arg-type]
+
+
+def test_too_many_bits_refused() -> None:
+    with pytest.raises(ValueError, match="bits"):
+        BloomConfig.for_items(2**62, 1e-9)
+
+
+def test_smallest_fp_rate_fits_header() -> None:
+    # k = round((m / n) ln 2) is about -log2(p) <= 1075 for any float p > 0, so the
+    # k >= 2**32 refusal of for_items cannot trigger; the smallest p is accepted.
+    c = BloomConfig.for_items(1, 5e-324)
+    assert (c.num_bits, c.num_hashes) == (1550, 1074)
+
+
+@pytest.mark.parametrize("m, k", [(0, 1), (1, 0), (2**64, 1), (1, 2**32), (-5, 3), (1.0, 1), (True, 1)])
+def test_explicit_config_range(m: object, k: object) -> None:
+    with pytest.raises(ConfigError):
+        BloomConfig(num_bits=m, num_hashes=k)  # type: ignore[arg-type]
+
+
+def test_explicit_config_bounds_accepted() -> None:
+    c = BloomConfig(num_bits=2**64 - 1, num_hashes=2**32 - 1)
+    assert c.num_bits == 2**64 - 1 and c.num_hashes == 2**32 - 1
+
+
+def test_equality_ignores_capacity() -> None:
+    a = BloomConfig.for_items(1000, 0.01)
+    b = BloomConfig(num_bits=9586, num_hashes=7, strategy=M3KM())
+    assert a == b and hash(a) == hash(b)
+    assert a != BloomConfig(num_bits=9587, num_hashes=7)
+    assert len({a, b}) == 1
+
+
+def test_config_is_frozen() -> None:
+    c = BloomConfig(num_bits=10, num_hashes=2)
+    with pytest.raises(AttributeError):
+        c.num_bits = 11  # type: ignore[misc]
+
+
+def test_formulas() -> None:
+    c = BloomConfig.for_items(1_000_000, 0.01)
+    # At capacity the expected rate is the target (within rounding of m and k).
+    assert expected_fp_rate(1_000_000, c.num_bits, c.num_hashes) == pytest.approx(0.01, rel=0.01)
+    assert expected_fill_ratio(1_000_000, c.num_bits, c.num_hashes) == pytest.approx(0.518, abs=0.001)
+    assert observed_fp_rate(50, 100, 2) == 0.25
+    assert approx_items(0, 100, 3) == 0
+    assert approx_items(100, 100, 3) == math.inf
+    assert approx_items(50, 100, 1) == pytest.approx(-100 * math.log(0.5))
