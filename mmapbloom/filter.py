@@ -15,48 +15,24 @@ Concurrency model (see also the README's guarantees):
 
 from __future__ import annotations
 
-import math
-import os
-import warnings
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Iterable, Union
 
 import numpy as np
 import numpy.typing as npt
 
 from . import format as fmt
-from .errors import (
-    ConfigMismatchError,
-    FilterClosedError,
-    IncompatibleFiltersError,
-    OverCapacityWarning,
-    ReadOnlyFilterError,
-)
-from .hashing import HashStrategy, encode_key, encode_keys
-from .locking import WriteLock
+from .base import CHUNK_BYTES, CHUNK_KEYS, OVERFILL_RATIO, MappedFilter
+from .hashing import encode_key, encode_keys
 from .sizing import BloomConfig
 from .sizing import approx_items as _approx_items
-from .sizing import expected_fill_ratio, expected_fp_rate
-from .storage import DEFAULT_FILE_MODE, FileStorage, MemoryStorage, Storage, atomic_file, reserve_space
+from .sizing import expected_fp_rate
 
 __all__ = ["BloomFilter", "OVERFILL_RATIO", "popcount"]
-
-#: ``add`` warns (OverCapacityWarning, once per handle) past this expected fill ratio.
-#: A filter sized by ``for_items`` with p <= 0.5 is at most about 0.55 full at capacity.
-OVERFILL_RATIO = 0.6
-
-#: Keys hashed per chunk by the batch methods: bounds temporary memory to about
-#: ``CHUNK_KEYS * k * 20`` bytes (positions, byte indices, masks) per call.
-CHUNK_KEYS = 1 << 16
-
-#: Bytes per step when OR/AND-ing or counting bit arrays (bounded temporary memory).
-CHUNK_BYTES = 1 << 24
 
 _HS = fmt.HEADER_SIZE
 _ITEMS = fmt.ITEMS_FIELD
 _ITEMS_OFFSET = fmt.ITEMS_OFFSET
 _MAX_ITEMS = fmt.MAX_ITEMS
-
-PathLike = Union[str, "os.PathLike[str]"]
 
 
 def popcount(view: npt.NDArray[np.uint8]) -> int:
@@ -74,7 +50,7 @@ def popcount(view: npt.NDArray[np.uint8]) -> int:
     return total
 
 
-class BloomFilter:
+class BloomFilter(MappedFilter):
     """A Bloom filter (Bloom 1970) stored in the BLM1 layout, in memory or in a shared file.
 
     Construct with ``BloomFilter(config)`` (in memory), :meth:`create`, :meth:`open`,
@@ -99,246 +75,9 @@ class BloomFilter:
     (True, 1)
     """
 
-    __slots__ = (
-        "_storage", "_buf", "_config", "_m", "_k", "_positions", "_strategy",
-        "_lock", "_no_write", "_warn_at", "_warned", "__weakref__",
-    )
+    __slots__ = ()
 
     _magic = fmt.MAGIC
-    _kind = "Bloom filter"
-
-    # -- construction -------------------------------------------------------------
-    def __init__(self, config: BloomConfig):
-        """An empty in-memory filter for ``config``. Thread-safe; not shared between
-        processes (pickling copies it). Memory: ``24 + ceil(m / 8)`` bytes."""
-        if not isinstance(config, BloomConfig):
-            raise TypeError(f"config must be a BloomConfig, got {type(config).__name__}")
-        image = bytearray(_HS + fmt.body_size(config.num_bits))
-        image[:_HS] = fmt.pack_header(config.strategy.name, config.num_bits, config.num_hashes, 0, self._magic)
-        self._attach(MemoryStorage(image, _HS), config)
-
-    def _attach(self, storage: Storage, config: BloomConfig) -> None:
-        self._storage = storage
-        self._buf = storage.buf
-        self._config = config
-        self._m = config.num_bits
-        self._k = config.num_hashes
-        self._strategy = config.strategy
-        self._positions = config.strategy.positions
-        self._lock: WriteLock = storage.lock
-        self._no_write = storage.readonly
-        # Expected fill 1 - e^(-kn/m) > OVERFILL_RATIO  <=>  n > -(m / k) ln(1 - OVERFILL_RATIO).
-        self._warn_at = -(self._m / self._k) * math.log1p(-OVERFILL_RATIO)
-        self._warned = False
-
-    @classmethod
-    def _from_storage(cls, storage: Storage, config: BloomConfig) -> "BloomFilter":
-        self = cls.__new__(cls)
-        self._attach(storage, config)
-        return self
-
-    @classmethod
-    def _validator(cls):  # type: ignore[no-untyped-def]
-        """A ``validate(head, size, source) -> total`` callback for :class:`FileStorage`."""
-
-        def validate(head: bytes, size: int, source: str) -> int:
-            header = cls._parse(head, source)
-            fmt.check_length(header.total_size, size, source=source)
-            return header.total_size
-
-        return validate
-
-    @classmethod
-    def _parse(cls, head: bytes, source: str) -> fmt.Header:
-        return fmt.parse_header(head, source=source, magic=cls._magic, kind=cls._kind, other_kinds=_KINDS)
-
-    @classmethod
-    def create(cls, path: PathLike, config: BloomConfig, *, sparse: bool = False,
-               mode: int = DEFAULT_FILE_MODE) -> "BloomFilter":
-        """Create a new, empty filter file and open it read-write.
-
-        The file is built under a temporary name in the same directory and published with
-        ``link``, so other processes never see a partial file and an existing file is never
-        truncated or replaced.
-
-        Args:
-            path: where to create it; the file must not exist.
-            config: the filter's shape.
-            sparse: if False (default) the ``24 + ceil(m / 8)`` bytes are reserved now with
-                ``posix_fallocate``, so a full disk fails here with ``OSError(ENOSPC)``. If
-                True the file is sparse: creation is instant and takes no space, but a disk
-                that fills up later makes a write through the mapping fail with SIGBUS,
-                which kills the process. Use it only for filters larger than their disk.
-            mode: permission bits, masked by the umask (default ``0o666``).
-
-        Returns:
-            The open filter (read-write). Close it, or use it as a context manager.
-
-        Raises:
-            FileExistsError: ``path`` exists (it is left untouched).
-            OSError: the directory is missing or not writable, or the disk is full
-                (ENOSPC; nothing is left at ``path``).
-        """
-        if not isinstance(config, BloomConfig):
-            raise TypeError(f"config must be a BloomConfig, got {type(config).__name__}")
-        total = _HS + fmt.body_size(config.num_bits)
-        header = fmt.pack_header(config.strategy.name, config.num_bits, config.num_hashes, 0, cls._magic)
-        with atomic_file(path, replace=False, mode=mode) as fd:
-            reserve_space(fd, total, sparse=sparse)
-            os.pwrite(fd, header, 0)
-        return cls._open_checked(path, readonly=False, config=config)
-
-    @classmethod
-    def open(cls, path: PathLike, readonly: bool = False) -> "BloomFilter":
-        """Open an existing filter file; costs O(1) whatever its size (nothing is read
-        beyond the 24-byte header and the last byte until queried).
-
-        Args:
-            path: the file.
-            readonly: map it read-only; writes then raise :class:`ReadOnlyFilterError`.
-                Needed for files the process may not write.
-
-        Raises:
-            FileNotFoundError, PermissionError, IsADirectoryError, OSError: from the OS.
-            BadMagicError, UnknownSchemeError, BadHeaderError, LengthMismatchError,
-            PaddingError: the file is not a sound filter (all ``FormatError``, a
-            ``ValueError``), with expected and actual values in the message.
-        """
-        return cls._open_checked(path, readonly=readonly, config=None)
-
-    @classmethod
-    def _open_checked(cls, path: PathLike, *, readonly: bool, config: Optional[BloomConfig]) -> "BloomFilter":
-        storage = FileStorage.open(path, readonly=readonly, header_size=_HS, validate=cls._validator())
-        try:
-            header = cls._parse(bytes(storage.buf[:_HS]), storage.path or "")
-            fmt.check_padding(storage.buf[len(storage.buf) - 1], header.num_bits, source=storage.path or "")
-            found = BloomConfig(num_bits=header.num_bits, num_hashes=header.num_hashes, strategy=header.strategy)
-            if config is not None:
-                _check_same(config, found, storage.path or "")
-                found = config
-            return cls._from_storage(storage, found)
-        except BaseException:
-            storage.close()
-            raise
-
-    @classmethod
-    def open_or_create(cls, path: PathLike, config: BloomConfig, *, sparse: bool = False,
-                       mode: int = DEFAULT_FILE_MODE) -> "BloomFilter":
-        """Open ``path`` if it exists, else create it for ``config``; safe when many
-        processes race on the same new path (exactly one file is created, and every
-        process opens that complete file).
-
-        Raises:
-            ConfigMismatchError (a ``ValueError``): the existing file's num_bits,
-                num_hashes or scheme differ from ``config`` (the message names the field).
-            And whatever :meth:`open` and :meth:`create` raise.
-        """
-        for _ in range(100):
-            try:
-                return cls._open_checked(path, readonly=False, config=config)
-            except FileNotFoundError:
-                pass
-            try:
-                return cls.create(path, config, sparse=sparse, mode=mode)
-            except FileExistsError:
-                continue  # another process published it first: open theirs
-        raise FileExistsError(f"{path}: file keeps appearing and disappearing")  # pragma: no cover
-
-    @classmethod
-    def from_bytes(cls, data: Union[bytes, bytearray, memoryview]) -> "BloomFilter":
-        """An in-memory filter from the BLM1 bytes made by :meth:`to_bytes` (or a file's
-        contents). Validates the header before allocating anything proportional to it.
-
-        Raises:
-            TypeError: ``data`` is not bytes-like.
-            FormatError subclasses, as :meth:`open`.
-        """
-        if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise TypeError(f"from_bytes needs bytes, got {type(data).__name__}")
-        mv = memoryview(data).cast("B")
-        header = cls._parse(bytes(mv[:_HS]), "<bytes>")
-        fmt.check_length(header.total_size, mv.nbytes, source="<bytes>")
-        fmt.check_padding(mv[mv.nbytes - 1], header.num_bits, source="<bytes>")
-        config = BloomConfig(num_bits=header.num_bits, num_hashes=header.num_hashes, strategy=header.strategy)
-        return cls._from_storage(MemoryStorage(mv, _HS), config)
-
-    # -- properties -----------------------------------------------------------------
-    @property
-    def config(self) -> BloomConfig:
-        """The filter's :class:`BloomConfig` (m, k, strategy)."""
-        return self._config
-
-    @property
-    def num_bits(self) -> int:
-        """m, the number of bits."""
-        return self._m
-
-    @property
-    def num_hashes(self) -> int:
-        """k, the number of positions per item."""
-        return self._k
-
-    @property
-    def strategy(self) -> HashStrategy:
-        """The hash strategy (its ``name`` is in the file header)."""
-        return self._strategy
-
-    @property
-    def path(self) -> Optional[str]:
-        """Absolute path of the file, or ``None`` in memory."""
-        return self._storage.path
-
-    @property
-    def readonly(self) -> bool:
-        """True if the filter was opened read-only."""
-        return self._storage.readonly
-
-    @property
-    def closed(self) -> bool:
-        """True after :meth:`close`."""
-        return self._storage.closed
-
-    @property
-    def size_bytes(self) -> int:
-        """Bytes of the whole image (file length): ``24 + ceil(m / 8)``."""
-        return _HS + fmt.body_size(self._m)
-
-    @property
-    def items_added(self) -> int:
-        """Number of ``add`` calls that set at least one new bit (re-adds do not count),
-        summed over unions; saturates at ``2**32 - 1``. Read from the header, so it
-        includes other processes' adds."""
-        self._check_open()
-        return int(_ITEMS.unpack_from(self._buf, _ITEMS_OFFSET)[0])
-
-    # -- guards ---------------------------------------------------------------------
-    def _check_open(self) -> None:
-        if self._storage.closed:
-            raise FilterClosedError(f"{self._describe()}: filter is closed")
-
-    def _refuse_write(self) -> None:
-        self._check_open()
-        raise ReadOnlyFilterError(f"{self._describe()}: filter was opened read-only; writes are refused")
-
-    def _describe(self) -> str:
-        return self._storage.path or "<memory>"
-
-    def _bump_items(self, new: int) -> None:
-        """Add ``new`` to items added (saturating); the caller holds the write lock."""
-        count = _ITEMS.unpack_from(self._buf, _ITEMS_OFFSET)[0] + new
-        if count > _MAX_ITEMS:
-            count = _MAX_ITEMS
-        _ITEMS.pack_into(self._buf, _ITEMS_OFFSET, count)
-        if count > self._warn_at and not self._warned:
-            self._warned = True
-            warnings.warn(
-                f"{self._describe()}: filter is past its design point: {count} items in {self._m} bits "
-                f"with k={self._k} gives an expected fill ratio of "
-                f"{expected_fill_ratio(count, self._m, self._k):.3f} > {OVERFILL_RATIO}; "
-                f"false-positive rate about {expected_fp_rate(count, self._m, self._k):.3g}",
-                OverCapacityWarning,
-                stacklevel=3,
-            )
 
     # -- per-item operations ----------------------------------------------------------
     def add(self, item: Union[str, bytes, bytearray, memoryview]) -> bool:
@@ -395,22 +134,6 @@ class BloomFilter:
 
     __contains__ = might_contain
 
-    def write_lock(self) -> WriteLock:
-        """The handle's write lock, as a context manager, for loops that cannot batch::
-
-            with f.write_lock():
-                for url in urls:
-                    if f.add(url): ...
-
-        Inside the block ``add`` re-enters the lock without another ``flock`` call. Other
-        writers (threads, processes) wait until the block ends; readers are not blocked.
-        Raises ReadOnlyFilterError or FilterClosedError when entered on such a handle.
-        """
-        if self._no_write:
-            self._refuse_write()
-        self._check_open()
-        return self._lock
-
     # -- batch operations ----------------------------------------------------------------
     def _byte_masks(self, keys: list[bytes]) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.intp], npt.NDArray[np.uint8]]:
         pos = self._strategy.positions_many(keys, self._k, self._m)
@@ -419,7 +142,8 @@ class BloomFilter:
         return pos, idx, masks
 
     def _bits(self) -> npt.NDArray[np.uint8]:
-        return self._storage.view(_HS, fmt.body_size(self._m))
+        """A numpy ``uint8`` view of the bit array (no copy)."""
+        return self._cells()
 
     def contains_many(self, items: Iterable[Union[str, bytes, bytearray, memoryview]]) -> npt.NDArray[np.bool_]:
         """Vectorised :meth:`might_contain`: a ``bool`` array of shape ``(len(items),)``
@@ -487,21 +211,6 @@ class BloomFilter:
         return int(np.count_nonzero(self.add_many(items)))
 
     # -- set algebra ------------------------------------------------------------------------
-    def _check_compatible(self, other: "BloomFilter") -> None:
-        if not isinstance(other, BloomFilter) or type(other)._magic != self._magic:
-            raise TypeError(f"cannot combine a {type(self).__name__} with {type(other).__name__}")
-        other._check_open()
-        _check_compatible_configs(self._config, other._config)
-
-    def _same_image(self, other: "BloomFilter") -> bool:
-        if other is self:
-            return True
-        a, b = self._storage, other._storage
-        if isinstance(a, FileStorage) and isinstance(b, FileStorage):
-            sa, sb = os.fstat(a.fd), os.fstat(b.fd)
-            return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
-        return False
-
     def _combine(self, other: "BloomFilter", op: Any, union: bool) -> "BloomFilter":
         if self._no_write:
             self._refuse_write()
@@ -556,10 +265,6 @@ class BloomFilter:
         self._check_compatible(other)
         return self.copy().intersection(other)
 
-    def copy(self) -> "BloomFilter":
-        """An in-memory copy (a consistent snapshot, see :meth:`to_bytes`)."""
-        return type(self).from_bytes(self.to_bytes())
-
     # -- statistics --------------------------------------------------------------------
     def count_ones(self) -> int:
         """Number of set bits X (popcount over the whole array; O(m / 8) bytes read)."""
@@ -587,106 +292,3 @@ class BloomFilter:
         """Estimated distinct items ``-(m / k) ln(1 - X / m)`` (Swamidass and Baldi 2007);
         ``math.inf`` when every bit is set."""
         return _approx_items(self.count_ones(), self._m, self._k)
-
-    def is_over_capacity(self) -> bool:
-        """True when the expected fill ratio from items added exceeds ``OVERFILL_RATIO``."""
-        return self.items_added > self._warn_at
-
-    def check(self) -> None:
-        """Verify the invariants of the open image: header fields agree with the config
-        and the padding bits are 0. Raises a ``FormatError`` subclass if not."""
-        self._check_open()
-        source = self._describe()
-        header = self._parse(bytes(self._buf[:_HS]), source)
-        found = BloomConfig(num_bits=header.num_bits, num_hashes=header.num_hashes, strategy=header.strategy)
-        if found != self._config:  # pragma: no cover - the header is never rewritten
-            raise fmt.BadHeaderError(f"header changed under the handle: {found!r}", source=source,
-                                     expected=self._config, actual=found)
-        fmt.check_length(header.total_size, len(self._buf), source=source)
-        fmt.check_padding(self._buf[len(self._buf) - 1], self._m, source=source)
-
-    # -- serialisation and lifecycle ----------------------------------------------------------
-    def to_bytes(self) -> bytes:
-        """The BLM1 image (header and bits), as a consistent snapshot taken under the write
-        lock (so no concurrent add of this or another process is half in it).
-        Memory: ``24 + ceil(m / 8)`` bytes."""
-        self._check_open()
-        with self._lock:
-            return bytes(self._buf[:])
-
-    def flush(self) -> None:
-        """``msync`` the mapping so that everything added so far survives power loss.
-        (Without it, added bits already survive the process being killed.) No-op in memory.
-        Raises FilterClosedError after close."""
-        self._check_open()
-        self._storage.flush()
-
-    def close(self) -> None:
-        """Unmap and close the file (idempotent). Does not flush: call :meth:`flush` first
-        if the data must survive power loss. Later use raises ``FilterClosedError``
-        (a ``ValueError``)."""
-        if self._storage.closed:
-            return
-        self._no_write = True  # add() then reports FilterClosedError before touching the lock
-        self._storage.close()
-        self._buf = self._storage.buf
-
-    def __enter__(self) -> "BloomFilter":
-        self._check_open()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        """A file-backed filter pickles as its absolute path and mode (the receiver opens
-        the same file); an in-memory one pickles as its bytes."""
-        self._check_open()
-        if self._storage.path is not None:
-            return (type(self).open, (self._storage.path, self._storage.readonly))
-        return (type(self).from_bytes, (self.to_bytes(),))
-
-    def __eq__(self, other: object) -> bool:
-        """Same kind, same config, same items added and the same bits."""
-        if not isinstance(other, BloomFilter) or type(other)._magic != self._magic:
-            return NotImplemented
-        if self._config != other._config or self.items_added != other.items_added:
-            return False
-        a, b = self._bits(), other._bits()
-        return all(np.array_equal(a[s:s + CHUNK_BYTES], b[s:s + CHUNK_BYTES]) for s in range(0, a.shape[0], CHUNK_BYTES))
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        where = self._storage.path or "memory"
-        state = "closed" if self.closed else ("read-only" if self.readonly else "read-write")
-        return (f"<{type(self).__name__} {where} m={self._m} k={self._k} "
-                f"scheme={self._strategy.name} {state}>")
-
-
-def _check_compatible_configs(a: BloomConfig, b: BloomConfig, where: str = "") -> None:
-    if a.num_bits != b.num_bits:
-        raise IncompatibleFiltersError("num_bits", a.num_bits, b.num_bits, where=where)
-    if a.num_hashes != b.num_hashes:
-        raise IncompatibleFiltersError("num_hashes", a.num_hashes, b.num_hashes, where=where)
-    if a.strategy.name != b.strategy.name:
-        raise IncompatibleFiltersError("scheme", a.strategy.name, b.strategy.name, where=where)
-
-
-def _check_same(expected: BloomConfig, found: BloomConfig, path: str) -> None:
-    if expected.num_bits != found.num_bits:
-        raise ConfigMismatchError(path, "num_bits", expected.num_bits, found.num_bits)
-    if expected.num_hashes != found.num_hashes:
-        raise ConfigMismatchError(path, "num_hashes", expected.num_hashes, found.num_hashes)
-    if expected.strategy.name != found.strategy.name:
-        raise ConfigMismatchError(path, "scheme", expected.strategy.name, found.strategy.name)
-
-
-#: Magic -> kind, for "wrong kind of filter" messages; the counting module adds itself.
-_KINDS: dict[bytes, str] = {fmt.MAGIC: "Bloom filter"}

@@ -1,4 +1,6 @@
-"""The BLM1 byte format: a 24-byte little-endian header followed by the bit array.
+"""The byte formats: BLM1 (Bloom filter) and BLC1 (counting Bloom filter).
+
+BLM1 is a 24-byte little-endian header followed by the bit array.
 
 ======  ======  =========  ===========================================================
 offset  size    type       field
@@ -16,6 +18,24 @@ in the last byte are always 0. The same bytes are used on disk, by ``to_bytes`` 
 ``from_bytes``. Validation (:func:`parse_header`, :func:`check_length`) looks only at the
 header and the total length, so nothing proportional to m is allocated or mapped before
 the header is known to agree with the length.
+
+BLC1 (counting filter, Fan et al. 2000) shares the first 24 bytes (with magic ``b"BLC1"``
+and m counting cells instead of bits), then:
+
+======  ======  =========  ===========================================================
+offset  size    type       field
+======  ======  =========  ===========================================================
+20      4       u32 LE     items: adds that made some counter non-zero, minus removes
+                           that returned some counter to zero; saturates at 2**32 - 1
+24      1       u8         counter width in bits: 4 or 8
+25      7       zeros      reserved, must be 0
+32      body               counters: 8-bit: cell i is byte ``32 + i``; 4-bit: cell i is
+                           in byte ``32 + (i >> 1)``, the low nibble for even i, the high
+                           nibble for odd i
+======  ======  =========  ===========================================================
+
+The body is ``ceil(m * width / 8)`` bytes; with 4-bit cells and odd m the unused high
+nibble of the last byte is 0.
 """
 
 from __future__ import annotations
@@ -27,8 +47,12 @@ from .errors import BadHeaderError, BadMagicError, LengthMismatchError, PaddingE
 from .hashing import HashStrategy, get_strategy
 
 __all__ = [
+    "COUNTER_WIDTHS",
+    "COUNTING_HEADER_SIZE",
+    "COUNTING_MAGIC",
     "HEADER",
     "HEADER_SIZE",
+    "KINDS",
     "ITEMS_OFFSET",
     "MAGIC",
     "MAX_ITEMS",
@@ -36,12 +60,16 @@ __all__ = [
     "body_size",
     "check_length",
     "check_padding",
+    "pack_counting_header",
     "pack_header",
     "padding_mask",
     "parse_header",
 ]
 
 MAGIC = b"BLM1"
+COUNTING_MAGIC = b"BLC1"
+#: Magic -> human name of every kind of filter, for "wrong kind" messages.
+KINDS = {MAGIC: "Bloom filter", COUNTING_MAGIC: "counting Bloom filter"}
 #: magic, scheme, num_bits, num_hashes, items added.
 HEADER = struct.Struct("<4s4sQII")
 HEADER_SIZE = HEADER.size  # 24
@@ -51,7 +79,12 @@ ITEMS_FIELD = struct.Struct("<I")
 #: Items added saturates here and never wraps.
 MAX_ITEMS = 2**32 - 1
 
-assert HEADER_SIZE == 24
+#: BLC1 extension after the common 24 bytes: counter width (u8) and 7 reserved bytes.
+COUNTING_EXT = struct.Struct("<B7s")
+COUNTING_HEADER_SIZE = HEADER_SIZE + COUNTING_EXT.size  # 32
+COUNTER_WIDTHS = (4, 8)
+
+assert HEADER_SIZE == 24 and COUNTING_HEADER_SIZE == 32
 
 
 @dataclass(frozen=True)
@@ -63,16 +96,19 @@ class Header:
     num_bits: int
     num_hashes: int
     items_added: int
+    #: Bits per cell: 1 for BLM1, the counter width (4 or 8) for BLC1.
+    cell_bits: int = 1
+    header_size: int = HEADER_SIZE
 
     @property
     def total_size(self) -> int:
-        """Bytes of the whole file or byte string: ``24 + ceil(m / 8)``."""
-        return HEADER_SIZE + body_size(self.num_bits)
+        """Bytes of the whole file or byte string: header + ``ceil(m * cell_bits / 8)``."""
+        return self.header_size + body_size(self.num_bits, self.cell_bits)
 
 
-def body_size(num_bits: int) -> int:
-    """Bytes of the bit array, ``ceil(num_bits / 8)``."""
-    return (num_bits + 7) >> 3
+def body_size(num_bits: int, cell_bits: int = 1) -> int:
+    """Bytes of the cell array, ``ceil(num_bits * cell_bits / 8)``."""
+    return (num_bits * cell_bits + 7) >> 3
 
 
 def pack_header(scheme: str, num_bits: int, num_hashes: int, items_added: int, magic: bytes = MAGIC) -> bytes:
@@ -80,32 +116,37 @@ def pack_header(scheme: str, num_bits: int, num_hashes: int, items_added: int, m
     return HEADER.pack(magic, scheme.encode("ascii"), num_bits, num_hashes, min(items_added, MAX_ITEMS))
 
 
-def parse_header(data: bytes, *, source: str = "<bytes>", magic: bytes = MAGIC, kind: str = "Bloom filter",
-                 other_kinds: dict[bytes, str] | None = None) -> Header:
-    """Decode and validate the first 24 bytes of a filter.
+def pack_counting_header(scheme: str, num_bits: int, num_hashes: int, items: int, width: int) -> bytes:
+    """The 32 BLC1 header bytes (see the module table)."""
+    return pack_header(scheme, num_bits, num_hashes, items, COUNTING_MAGIC) + COUNTING_EXT.pack(width, bytes(7))
+
+
+def parse_header(data: bytes, *, source: str = "<bytes>", magic: bytes = MAGIC) -> Header:
+    """Decode and validate the header of a filter of the kind with ``magic``.
 
     Args:
-        data: at least the first 24 bytes (more is ignored).
+        data: at least the header (24 bytes for BLM1, 32 for BLC1; more is ignored).
         source: a path or ``"<bytes>"``, used in error messages.
-        magic: the magic expected for this kind of filter.
-        kind: the human name of that kind, for messages.
-        other_kinds: magic -> name of other known kinds, so that a file of another kind is
-            refused with a message naming both kinds.
+        magic: the magic expected: :data:`MAGIC` or :data:`COUNTING_MAGIC`. A file of the
+            other known kind is refused with a message naming both kinds.
 
     Raises:
-        BadHeaderError: fewer than 24 bytes, m = 0 or k = 0.
+        BadHeaderError: a short header, m = 0, k = 0, or (BLC1) a counter width other
+            than 4 or 8 or non-zero reserved bytes.
         BadMagicError: wrong magic.
         UnknownSchemeError: a scheme name that is not registered.
         (all ``FormatError``, a ``ValueError``)
     """
+    kind = KINDS[magic]
+    need = COUNTING_HEADER_SIZE if magic == COUNTING_MAGIC else HEADER_SIZE
     if len(data) < HEADER_SIZE:
         raise BadHeaderError(
-            f"truncated header: expected at least {HEADER_SIZE} bytes, got {len(data)}",
-            source=source, expected=HEADER_SIZE, actual=len(data),
+            f"truncated header: expected at least {need} bytes, got {len(data)}",
+            source=source, expected=need, actual=len(data),
         )
     got_magic, scheme, m, k, items = HEADER.unpack_from(data, 0)
     if got_magic != magic:
-        known = (other_kinds or {}).get(got_magic)
+        known = KINDS.get(got_magic)
         what = f" (a {known}, not a {kind})" if known else ""
         raise BadMagicError(
             f"bad magic: expected {magic!r} ({kind}), got {got_magic!r}{what}",
@@ -120,7 +161,21 @@ def parse_header(data: bytes, *, source: str = "<bytes>", magic: bytes = MAGIC, 
         raise BadHeaderError("num_bits is 0: expected at least 1", source=source, expected=">= 1", actual=0)
     if k == 0:
         raise BadHeaderError("num_hashes is 0: expected at least 1", source=source, expected=">= 1", actual=0)
-    return Header(got_magic, strategy, m, k, items)
+    if magic != COUNTING_MAGIC:
+        return Header(got_magic, strategy, m, k, items)
+    if len(data) < COUNTING_HEADER_SIZE:
+        raise BadHeaderError(
+            f"truncated header: expected at least {need} bytes, got {len(data)}",
+            source=source, expected=need, actual=len(data),
+        )
+    width, reserved = COUNTING_EXT.unpack_from(data, HEADER_SIZE)
+    if width not in COUNTER_WIDTHS:
+        raise BadHeaderError(f"counter width must be 4 or 8 bits, got {width}", source=source,
+                             expected=COUNTER_WIDTHS, actual=width)
+    if reserved != bytes(7):
+        raise BadHeaderError(f"reserved header bytes 25..31 must be 0, got {reserved.hex()}", source=source,
+                             expected="00" * 7, actual=reserved.hex())
+    return Header(got_magic, strategy, m, k, items, width, COUNTING_HEADER_SIZE)
 
 
 def check_length(header_total: int, actual: int, *, source: str = "<bytes>") -> None:
@@ -137,19 +192,20 @@ def check_length(header_total: int, actual: int, *, source: str = "<bytes>") -> 
         )
 
 
-def padding_mask(num_bits: int) -> int:
-    """Mask of the padding bits in the last byte of the bit array (0 when m % 8 == 0)."""
-    used = num_bits & 7
+def padding_mask(used_bits: int) -> int:
+    """Mask of the padding bits in the last byte of an array of ``used_bits`` bits
+    (``m`` for BLM1, ``m * width`` for BLC1; 0 when that is a multiple of 8)."""
+    used = used_bits & 7
     return 0 if used == 0 else (0xFF << used) & 0xFF
 
 
-def check_padding(last_byte: int, num_bits: int, *, source: str = "<bytes>") -> None:
-    """Refuse a set padding bit past num_bits.
+def check_padding(last_byte: int, num_bits: int, *, source: str = "<bytes>", cell_bits: int = 1) -> None:
+    """Refuse a set padding bit past the last cell.
 
     Raises:
         PaddingError (a ``FormatError``): a padding bit is set.
     """
-    mask = padding_mask(num_bits)
+    mask = padding_mask(num_bits * cell_bits)
     if last_byte & mask:
         raise PaddingError(
             f"padding bits past num_bits {num_bits} must be 0, last byte is 0x{last_byte:02x}",

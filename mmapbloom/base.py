@@ -1,0 +1,481 @@
+"""The filter handle: lifecycle shared by every kind of filter (construction, files,
+locking, pickling, closing), independent of what a cell holds.
+
+:class:`MappedFilter` owns a :class:`~mmapbloom.storage.Storage` (the header+cells image in
+memory or in a shared mapping) and the handle's :class:`~mmapbloom.locking.WriteLock`.
+Subclasses (:class:`~mmapbloom.filter.BloomFilter`,
+:class:`~mmapbloom.counting.CountingBloomFilter`) add the cell operations.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from typing import Any, Optional, TypeVar, Union
+
+import numpy as np
+import numpy.typing as npt
+
+from . import format as fmt
+from .errors import (
+    ConfigMismatchError,
+    FilterClosedError,
+    IncompatibleFiltersError,
+    OverCapacityWarning,
+    ReadOnlyFilterError,
+)
+from .hashing import HashStrategy
+from .locking import WriteLock
+from .sizing import BloomConfig, expected_fill_ratio, expected_fp_rate
+from .storage import DEFAULT_FILE_MODE, FileStorage, MemoryStorage, Storage, atomic_file, reserve_space
+
+__all__ = ["CHUNK_BYTES", "CHUNK_KEYS", "OVERFILL_RATIO", "MappedFilter", "PathLike"]
+
+#: ``add`` warns (OverCapacityWarning, once per handle) past this expected fill ratio.
+#: A filter sized by ``for_items`` with p <= 0.5 is at most about 0.55 full at capacity.
+OVERFILL_RATIO = 0.6
+
+#: Keys hashed per chunk by the batch methods: bounds temporary memory to about
+#: ``CHUNK_KEYS * k * 20`` bytes (positions, byte indices, masks) per call.
+CHUNK_KEYS = 1 << 16
+
+#: Bytes per step when combining or counting cell arrays (bounded temporary memory).
+CHUNK_BYTES = 1 << 24
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+_ITEMS = fmt.ITEMS_FIELD
+_ITEMS_OFFSET = fmt.ITEMS_OFFSET
+_MAX_ITEMS = fmt.MAX_ITEMS
+
+F = TypeVar("F", bound="MappedFilter")
+
+
+class MappedFilter:
+    """Base of the filter kinds: an image (header + cells) in memory or in a shared file.
+
+    Subclasses set ``_magic`` and implement ``_new_header(config, **options)``,
+    ``_options(header)`` and the cell operations.
+    """
+
+    __slots__ = (
+        "_storage", "_buf", "_config", "_m", "_k", "_positions", "_strategy", "_hs", "_cell_bits",
+        "_lock", "_no_write", "_warn_at", "_warned", "__weakref__",
+    )
+
+    _magic: bytes = fmt.MAGIC
+
+    # -- subclass hooks ---------------------------------------------------------------
+    @classmethod
+    def _new_header(cls, config: BloomConfig, **options: Any) -> fmt.Header:
+        return fmt.Header(cls._magic, config.strategy, config.num_bits, config.num_hashes, 0)
+
+    @classmethod
+    def _pack(cls, header: fmt.Header) -> bytes:
+        return fmt.pack_header(header.strategy.name, header.num_bits, header.num_hashes, 0, cls._magic)
+
+    def _after_attach(self) -> None:
+        """Called once the storage is attached (subclasses cache derived values)."""
+
+    # -- construction -------------------------------------------------------------
+    def __init__(self, config: BloomConfig, **options: Any):
+        """An empty in-memory filter for ``config``. Thread-safe; not shared between
+        processes (pickling copies it)."""
+        if not isinstance(config, BloomConfig):
+            raise TypeError(f"config must be a BloomConfig, got {type(config).__name__}")
+        header = self._new_header(config, **options)
+        image = bytearray(header.total_size)
+        image[:header.header_size] = self._pack(header)
+        self._attach(MemoryStorage(image, header.header_size), config, header)
+
+    def _attach(self, storage: Storage, config: BloomConfig, header: fmt.Header) -> None:
+        self._storage = storage
+        self._buf = storage.buf
+        self._config = config
+        self._m = config.num_bits
+        self._k = config.num_hashes
+        self._strategy = config.strategy
+        self._positions = config.strategy.positions
+        self._hs = header.header_size
+        self._cell_bits = header.cell_bits
+        self._lock: WriteLock = storage.lock
+        self._no_write = storage.readonly
+        # Expected fill 1 - e^(-kn/m) > OVERFILL_RATIO  <=>  n > -(m / k) ln(1 - OVERFILL_RATIO).
+        self._warn_at = -(self._m / self._k) * math.log1p(-OVERFILL_RATIO)
+        self._warned = False
+        self._after_attach()
+
+    @classmethod
+    def _from_storage(cls: type[F], storage: Storage, config: BloomConfig, header: fmt.Header) -> F:
+        self = cls.__new__(cls)
+        self._attach(storage, config, header)
+        return self
+
+    @classmethod
+    def _parse(cls, head: bytes, source: str) -> fmt.Header:
+        return fmt.parse_header(head, source=source, magic=cls._magic)
+
+    @classmethod
+    def _header_size(cls) -> int:
+        return fmt.COUNTING_HEADER_SIZE if cls._magic == fmt.COUNTING_MAGIC else fmt.HEADER_SIZE
+
+    @classmethod
+    def _validate(cls, head: bytes, size: int, source: str) -> int:
+        """``FileStorage`` callback: check header and length before anything is mapped."""
+        header = cls._parse(head, source)
+        fmt.check_length(header.total_size, size, source=source)
+        return header.total_size
+
+    @classmethod
+    def create(cls: type[F], path: PathLike, config: BloomConfig, *, sparse: bool = False,
+               mode: int = DEFAULT_FILE_MODE, **options: Any) -> F:
+        """Create a new, empty filter file and open it read-write.
+
+        The file is built under a temporary name in the same directory and published with
+        ``link``, so other processes never see a partial file and an existing file is never
+        truncated or replaced.
+
+        Args:
+            path: where to create it; the file must not exist.
+            config: the filter's shape.
+            sparse: if False (default) the file's bytes are reserved now with
+                ``posix_fallocate``, so a full disk fails here with ``OSError(ENOSPC)``. If
+                True the file is sparse: creation is instant and takes no space, but a disk
+                that fills up later makes a write through the mapping fail with SIGBUS,
+                which kills the process. Use it only for filters larger than their disk.
+            mode: permission bits, masked by the umask (default ``0o666``).
+
+        Returns:
+            The open filter (read-write). Close it, or use it as a context manager.
+
+        Raises:
+            FileExistsError: ``path`` exists (it is left untouched, even if it is a
+                symlink).
+            OSError: the directory is missing or not writable, or the disk is full
+                (ENOSPC; nothing is left at ``path``).
+        """
+        if not isinstance(config, BloomConfig):
+            raise TypeError(f"config must be a BloomConfig, got {type(config).__name__}")
+        header = cls._new_header(config, **options)
+        with atomic_file(path, replace=False, mode=mode) as fd:
+            reserve_space(fd, header.total_size, sparse=sparse)
+            os.pwrite(fd, cls._pack(header), 0)
+        return cls._open_checked(path, readonly=False, config=config, options=options)
+
+    @classmethod
+    def open(cls: type[F], path: PathLike, readonly: bool = False) -> F:
+        """Open an existing filter file; costs O(1) whatever its size (nothing is read
+        beyond the header and the last byte until queried).
+
+        Args:
+            path: the file.
+            readonly: map it read-only; writes then raise :class:`ReadOnlyFilterError`.
+                Needed for files the process may not write.
+
+        Raises:
+            FileNotFoundError, PermissionError, IsADirectoryError, OSError: from the OS
+                (also for a FIFO or device: only regular files are opened).
+            BadMagicError, UnknownSchemeError, BadHeaderError, LengthMismatchError,
+            PaddingError: the file is not a sound filter of this kind (all
+            ``FormatError``, a ``ValueError``), with expected and actual values.
+        """
+        return cls._open_checked(path, readonly=readonly, config=None, options=None)
+
+    @classmethod
+    def _open_checked(cls: type[F], path: PathLike, *, readonly: bool, config: Optional[BloomConfig],
+                      options: Optional[dict[str, Any]]) -> F:
+        storage = FileStorage.open(path, readonly=readonly, header_size=cls._header_size(), validate=cls._validate)
+        source = storage.path or ""
+        try:
+            header = cls._parse(bytes(storage.buf[:storage.header_size]), source)
+            fmt.check_padding(storage.buf[len(storage.buf) - 1], header.num_bits, source=source,
+                              cell_bits=header.cell_bits)
+            found = BloomConfig(num_bits=header.num_bits, num_hashes=header.num_hashes, strategy=header.strategy)
+            if config is not None:
+                _check_same(config, found, source)
+                cls._check_options(header, options or {}, source)
+                found = config
+            return cls._from_storage(storage, found, header)
+        except BaseException:
+            storage.close()
+            raise
+
+    @classmethod
+    def _check_options(cls, header: fmt.Header, options: dict[str, Any], source: str) -> None:
+        """open_or_create: refuse an existing file whose kind-specific options differ."""
+
+    @classmethod
+    def open_or_create(cls: type[F], path: PathLike, config: BloomConfig, *, sparse: bool = False,
+                       mode: int = DEFAULT_FILE_MODE, **options: Any) -> F:
+        """Open ``path`` if it exists, else create it for ``config``; safe when many
+        processes race on the same new path (exactly one file is created, and every
+        process opens that complete file).
+
+        Raises:
+            ConfigMismatchError (a ``ValueError``): the existing file's num_bits,
+                num_hashes or scheme differ from ``config`` (the message names the field).
+            And whatever :meth:`open` and :meth:`create` raise.
+        """
+        for _ in range(100):
+            try:
+                return cls._open_checked(path, readonly=False, config=config, options=options)
+            except FileNotFoundError:
+                pass
+            try:
+                return cls.create(path, config, sparse=sparse, mode=mode, **options)
+            except FileExistsError:
+                if os.path.islink(path) and not os.path.exists(path):
+                    raise  # a dangling symlink: never create through it
+                continue  # another process published it first: open theirs
+        raise FileExistsError(f"{path}: file keeps appearing and disappearing")  # pragma: no cover
+
+    @classmethod
+    def from_bytes(cls: type[F], data: Union[bytes, bytearray, memoryview]) -> F:
+        """An in-memory filter from the bytes made by :meth:`to_bytes` (or a file's
+        contents). Validates the header and length before allocating anything
+        proportional to them.
+
+        Raises:
+            TypeError: ``data`` is not bytes-like.
+            FormatError subclasses, as :meth:`open`.
+        """
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"from_bytes needs bytes, got {type(data).__name__}")
+        mv = memoryview(data).cast("B")
+        header = cls._parse(bytes(mv[:cls._header_size()]), "<bytes>")
+        fmt.check_length(header.total_size, mv.nbytes, source="<bytes>")
+        fmt.check_padding(mv[mv.nbytes - 1], header.num_bits, source="<bytes>", cell_bits=header.cell_bits)
+        config = BloomConfig(num_bits=header.num_bits, num_hashes=header.num_hashes, strategy=header.strategy)
+        return cls._from_storage(MemoryStorage(mv, header.header_size), config, header)
+
+    # -- properties -----------------------------------------------------------------
+    @property
+    def config(self) -> BloomConfig:
+        """The filter's :class:`BloomConfig` (m, k, strategy)."""
+        return self._config
+
+    @property
+    def num_bits(self) -> int:
+        """m, the number of cells (bits of a Bloom filter, counters of a counting one)."""
+        return self._m
+
+    @property
+    def num_hashes(self) -> int:
+        """k, the number of positions per item."""
+        return self._k
+
+    @property
+    def strategy(self) -> HashStrategy:
+        """The hash strategy (its ``name`` is in the file header)."""
+        return self._strategy
+
+    @property
+    def path(self) -> Optional[str]:
+        """Absolute path of the file, or ``None`` in memory."""
+        return self._storage.path
+
+    @property
+    def readonly(self) -> bool:
+        """True if the filter was opened read-only."""
+        return self._storage.readonly
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`."""
+        return self._storage.closed
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes of the whole image (the file's length): header + cells."""
+        return self._hs + fmt.body_size(self._m, self._cell_bits)
+
+    @property
+    def items_added(self) -> int:
+        """The header's item count (see the format docs for each kind); saturates at
+        ``2**32 - 1``. Read from the header, so it includes other processes' adds."""
+        self._check_open()
+        return int(_ITEMS.unpack_from(self._buf, _ITEMS_OFFSET)[0])
+
+    # -- guards ---------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._storage.closed:
+            raise FilterClosedError(f"{self._describe()}: filter is closed")
+
+    def _refuse_write(self) -> None:
+        self._check_open()
+        raise ReadOnlyFilterError(f"{self._describe()}: filter was opened read-only; writes are refused")
+
+    def _describe(self) -> str:
+        return self._storage.path or "<memory>"
+
+    def _set_items(self, count: int) -> None:
+        """Store the item count (clamped to [0, 2**32 - 1]); the caller holds the write lock."""
+        count = 0 if count < 0 else _MAX_ITEMS if count > _MAX_ITEMS else count
+        _ITEMS.pack_into(self._buf, _ITEMS_OFFSET, count)
+        if count > self._warn_at and not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"{self._describe()}: filter is past its design point: {count} items in {self._m} cells "
+                f"with k={self._k} gives an expected fill ratio of "
+                f"{expected_fill_ratio(count, self._m, self._k):.3f} > {OVERFILL_RATIO}; "
+                f"false-positive rate about {expected_fp_rate(count, self._m, self._k):.3g}",
+                OverCapacityWarning,
+                stacklevel=4,
+            )
+
+    def _bump_items(self, new: int) -> None:
+        """Add ``new`` to the item count (saturating); the caller holds the write lock."""
+        self._set_items(_ITEMS.unpack_from(self._buf, _ITEMS_OFFSET)[0] + new)
+
+    def _cells(self) -> npt.NDArray[np.uint8]:
+        """A numpy ``uint8`` view of the cell array (no copy; read-only when the handle is)."""
+        return self._storage.view(self._hs, fmt.body_size(self._m, self._cell_bits))
+
+    def write_lock(self) -> WriteLock:
+        """The handle's write lock, as a context manager, for loops that cannot batch::
+
+            with f.write_lock():
+                for url in urls:
+                    if f.add(url): ...
+
+        Inside the block writes re-enter the lock without another ``flock`` call. Other
+        writers (threads, processes) wait until the block ends; readers are not blocked.
+
+        Raises:
+            ReadOnlyFilterError, FilterClosedError: on such a handle.
+        """
+        if self._no_write:
+            self._refuse_write()
+        return self._lock
+
+    def is_over_capacity(self) -> bool:
+        """True when the expected fill ratio ``1 - e^(-kn/m)`` from the item count exceeds
+        ``OVERFILL_RATIO`` (O(1): no cell is read)."""
+        return self.items_added > self._warn_at
+
+    def check(self) -> None:
+        """Verify the invariants of the open image: the header parses and agrees with the
+        config, the length is right and the padding bits are 0.
+
+        Raises:
+            FormatError subclasses naming what is wrong; FilterClosedError.
+        """
+        self._check_open()
+        source = self._describe()
+        header = self._parse(bytes(self._buf[:self._hs]), source)
+        found = BloomConfig(num_bits=header.num_bits, num_hashes=header.num_hashes, strategy=header.strategy)
+        if found != self._config or header.cell_bits != self._cell_bits:
+            raise fmt.BadHeaderError(f"header changed under the handle: {found!r}", source=source,
+                                     expected=self._config, actual=found)
+        fmt.check_length(header.total_size, len(self._buf), source=source)
+        fmt.check_padding(self._buf[len(self._buf) - 1], self._m, source=source, cell_bits=self._cell_bits)
+
+    # -- combining --------------------------------------------------------------------
+    def _check_compatible(self, other: "MappedFilter") -> None:
+        if type(other) is not type(self) and not (isinstance(other, MappedFilter) and other._magic == self._magic):
+            raise TypeError(f"cannot combine a {type(self).__name__} with {type(other).__name__}")
+        other._check_open()
+        check_compatible(self._config, other._config)
+        if self._cell_bits != other._cell_bits:
+            raise IncompatibleFiltersError("counter_bits", self._cell_bits, other._cell_bits)
+
+    def _same_image(self, other: "MappedFilter") -> bool:
+        if other is self:
+            return True
+        a, b = self._storage, other._storage
+        if isinstance(a, FileStorage) and isinstance(b, FileStorage):
+            sa, sb = os.fstat(a.fd), os.fstat(b.fd)
+            return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+        return False
+
+    # -- serialisation and lifecycle ----------------------------------------------------------
+    def to_bytes(self) -> bytes:
+        """The whole image (header and cells), as a consistent snapshot taken under the
+        write lock (so no concurrent write of this or another process is half in it).
+        Memory: :attr:`size_bytes` bytes."""
+        self._check_open()
+        with self._lock:
+            return bytes(self._buf[:])
+
+    def copy(self: F) -> F:
+        """An in-memory copy (a consistent snapshot, see :meth:`to_bytes`)."""
+        return type(self).from_bytes(self.to_bytes())
+
+    def flush(self) -> None:
+        """``msync`` the mapping so that everything written so far survives power loss.
+        (Without it, writes already survive the process being killed.) No-op in memory.
+        Raises FilterClosedError after close."""
+        self._check_open()
+        self._storage.flush()
+
+    def close(self) -> None:
+        """Unmap and close the file (idempotent). Does not flush: call :meth:`flush` first
+        if the data must survive power loss. Later use raises ``FilterClosedError``
+        (a ``ValueError``)."""
+        if self._storage.closed:
+            return
+        self._no_write = True  # writes then report FilterClosedError before touching the lock
+        self._storage.close()
+        self._buf = self._storage.buf
+
+    def __enter__(self: F) -> F:
+        self._check_open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A file-backed filter pickles as its absolute path and mode (the receiver opens
+        the same file); an in-memory one pickles as its bytes."""
+        self._check_open()
+        if self._storage.path is not None:
+            return (type(self).open, (self._storage.path, self._storage.readonly))
+        return (type(self).from_bytes, (self.to_bytes(),))
+
+    def __eq__(self, other: object) -> bool:
+        """Same kind, same config, same item count and the same cells."""
+        if type(other) is not type(self):
+            return NotImplemented
+        assert isinstance(other, MappedFilter)
+        if self._config != other._config or self._cell_bits != other._cell_bits:
+            return False
+        if self.items_added != other.items_added:
+            return False
+        a, b = self._cells(), other._cells()
+        return all(np.array_equal(a[s:s + CHUNK_BYTES], b[s:s + CHUNK_BYTES]) for s in range(0, a.shape[0], CHUNK_BYTES))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        where = self._storage.path or "memory"
+        state = "closed" if self.closed else ("read-only" if self.readonly else "read-write")
+        return (f"<{type(self).__name__} {where} m={self._m} k={self._k} "
+                f"scheme={self._strategy.name} {state}>")
+
+
+def check_compatible(a: BloomConfig, b: BloomConfig, where: str = "") -> None:
+    """Raise :class:`IncompatibleFiltersError` naming the first of num_bits, num_hashes,
+    scheme that differs between two configs (both values in the message)."""
+    if a.num_bits != b.num_bits:
+        raise IncompatibleFiltersError("num_bits", a.num_bits, b.num_bits, where=where)
+    if a.num_hashes != b.num_hashes:
+        raise IncompatibleFiltersError("num_hashes", a.num_hashes, b.num_hashes, where=where)
+    if a.strategy.name != b.strategy.name:
+        raise IncompatibleFiltersError("scheme", a.strategy.name, b.strategy.name, where=where)
+
+
+def _check_same(expected: BloomConfig, found: BloomConfig, path: str) -> None:
+    if expected.num_bits != found.num_bits:
+        raise ConfigMismatchError(path, "num_bits", expected.num_bits, found.num_bits)
+    if expected.num_hashes != found.num_hashes:
+        raise ConfigMismatchError(path, "num_hashes", expected.num_hashes, found.num_hashes)
+    if expected.strategy.name != found.strategy.name:
+        raise ConfigMismatchError(path, "scheme", expected.strategy.name, found.strategy.name)
