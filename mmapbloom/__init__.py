@@ -22,6 +22,7 @@ from .errors import (
     SaturationWarning,
     UnknownSchemeError,
 )
+from .counting import CountingBloomFilter
 from .filter import BloomFilter
 from .hashing import DEFAULT_STRATEGY, M3KM, HashStrategy, encode_key, get_strategy, register_strategy
 from .sizing import BloomConfig
@@ -37,6 +38,7 @@ __all__ = [
     "BloomFilter",
     "ConfigError",
     "ConfigMismatchError",
+    "CountingBloomFilter",
     "FilterClosedError",
     "FormatError",
     "HashStrategy",

@@ -45,6 +45,19 @@ def open_or_create_and_add(path: str, config: BloomConfig, items: list[str], bar
         return [x for x in items if f.add(x)]
 
 
+def counting_add_remove(path: str, adds: list[str], removes: list[str], barrier: Any) -> int:
+    """Counting filter: add ``adds`` one by one, then remove ``removes`` (a subset)."""
+    from mmapbloom import CountingBloomFilter
+
+    with CountingBloomFilter.open(path) as f:
+        barrier.wait()
+        for x in adds:
+            f.add(x)
+        for x in removes:
+            f.remove(x)
+    return len(adds)
+
+
 def acked_writer(path: str, count: int, batch: int) -> None:
     """Add ``item-0`` .. ``item-{count-1}``; after each add (or batch) returns, print the
     index of the last acknowledged item to stdout (unbuffered). Killed by the test."""

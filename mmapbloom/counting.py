@@ -1,0 +1,339 @@
+"""The counting filter: :class:`CountingBloomFilter`, a Bloom filter that supports removal.
+
+Each of the m cells is a small counter instead of a bit (Fan, Cao, Almeida and Broder
+2000, "Summary cache: a scalable wide-area web cache sharing protocol"). Adding an item
+increments the counters of its distinct cells, removing it decrements them; an item is
+present while all its counters are non-zero.
+
+Counters are 4 bits (two cells per byte; cell i is the low nibble of byte ``i >> 1`` for
+even i and the high nibble for odd i) or 8 bits (one cell per byte); the width is stored
+in the BLC1 header (see :mod:`mmapbloom.format`). Memory: 4 or 8 times a plain filter of
+the same m. With the optimum k, a 4-bit counter overflows with probability about
+1.37e-15 * m (Fan et al. 2000), so 4 bits is the classic choice.
+
+Overflow never causes a false negative: a counter that reaches its maximum saturates and
+is never decremented again (it may then cause extra positives after removals). The
+filter counts saturated counters and warns (:class:`SaturationWarning`) the first time one
+saturates on a handle.
+
+Removing an item that was never added but is a false positive (all its counters happen to
+be non-zero) decrements counters of other items and can cause false negatives for them:
+this is inherent to every counting filter. Only remove items you added.
+
+Same concurrency model as :class:`~mmapbloom.filter.BloomFilter`: writers (add, remove,
+update, union) hold the thread lock and the file's exclusive flock, so add and remove are
+atomic across threads and processes; readers take no lock.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Iterable, Union
+
+import numpy as np
+import numpy.typing as npt
+
+from . import format as fmt
+from .base import CHUNK_BYTES, CHUNK_KEYS, MappedFilter
+from .errors import ConfigError, ConfigMismatchError, SaturationWarning
+from .filter import BloomFilter
+from .hashing import encode_key, encode_keys
+from .sizing import BloomConfig, approx_items, expected_fp_rate
+
+__all__ = ["CountingBloomFilter"]
+
+Item = Union[str, bytes, bytearray, memoryview]
+
+_ITEMS = fmt.ITEMS_FIELD
+_ITEMS_OFFSET = fmt.ITEMS_OFFSET
+_MAX_ITEMS = fmt.MAX_ITEMS
+
+
+def _unpack_counters(chunk: npt.NDArray[np.uint8], width: int) -> npt.NDArray[np.uint8]:
+    """Counter values of a byte chunk, in cell order (4-bit: low nibble first)."""
+    if width == 8:
+        return chunk
+    return np.stack([chunk & 0x0F, chunk >> 4], axis=1).ravel()
+
+
+class CountingBloomFilter(MappedFilter):
+    """A counting Bloom filter in the BLC1 layout, in memory or in a shared file.
+
+    Constructors as :class:`~mmapbloom.filter.BloomFilter` (``CountingBloomFilter(config)``,
+    :meth:`create`, :meth:`open`, :meth:`open_or_create`, :meth:`from_bytes`), each taking
+    ``counter_bits=4`` (default) or ``8`` where a filter is made.
+
+    >>> f = CountingBloomFilter(BloomConfig.for_items(1000, 0.01))
+    >>> f.add("session-abc"), "session-abc" in f
+    (True, True)
+    >>> f.remove("session-abc"); "session-abc" in f
+    False
+    """
+
+    __slots__ = ("_max", "_sat_warned")
+
+    _magic = fmt.COUNTING_MAGIC
+
+    # -- kind-specific header --------------------------------------------------------
+    @classmethod
+    def _new_header(cls, config: BloomConfig, counter_bits: int = 4, **options: Any) -> fmt.Header:
+        if options:
+            raise TypeError(f"unexpected options {sorted(options)}")
+        if isinstance(counter_bits, bool) or counter_bits not in fmt.COUNTER_WIDTHS:
+            raise ConfigError(f"counter_bits must be 4 or 8, got {counter_bits!r}")
+        return fmt.Header(cls._magic, config.strategy, config.num_bits, config.num_hashes, 0,
+                          counter_bits, fmt.COUNTING_HEADER_SIZE)
+
+    @classmethod
+    def _pack(cls, header: fmt.Header) -> bytes:
+        return fmt.pack_counting_header(header.strategy.name, header.num_bits, header.num_hashes, 0, header.cell_bits)
+
+    @classmethod
+    def _check_options(cls, header: fmt.Header, options: dict[str, Any], source: str) -> None:
+        wanted = options.get("counter_bits", 4)
+        if wanted != header.cell_bits:
+            raise ConfigMismatchError(source, "counter_bits", wanted, header.cell_bits)
+
+    def _after_attach(self) -> None:
+        self._max = (1 << self._cell_bits) - 1
+        self._sat_warned = False
+
+    @property
+    def counter_bits(self) -> int:
+        """Width of each counter in bits: 4 or 8."""
+        return self._cell_bits
+
+    @property
+    def max_count(self) -> int:
+        """A counter's saturation value: 15 for 4-bit, 255 for 8-bit counters."""
+        return self._max
+
+    @property
+    def items_added(self) -> int:
+        """Adds that made some counter non-zero minus removes that returned some counter to
+        zero (an estimate of the distinct items present); saturates at ``2**32 - 1`` and is
+        then never decremented."""
+        return super().items_added
+
+    # -- cells ----------------------------------------------------------------------------
+    def _cells_of(self, item: Item) -> list[int]:
+        """The item's distinct cells (duplicate positions count once, for add and remove alike)."""
+        key = item.encode() if type(item) is str else encode_key(item)  # type: ignore[union-attr]
+        return sorted(set(self._positions(key, self._k, self._m)))
+
+    def _get(self, cell: int) -> int:
+        if self._cell_bits == 8:
+            return self._buf[self._hs + cell]
+        return (self._buf[self._hs + (cell >> 1)] >> ((cell & 1) << 2)) & 0x0F
+
+    def _put(self, cell: int, value: int) -> None:
+        if self._cell_bits == 8:
+            self._buf[self._hs + cell] = value
+            return
+        i = self._hs + (cell >> 1)
+        shift = (cell & 1) << 2
+        self._buf[i] = (self._buf[i] & (0xF0 >> shift)) | (value << shift)
+
+    # -- per-item operations --------------------------------------------------------------
+    def add(self, item: Item) -> bool:
+        """Increment the item's counters; return True if it was new (some counter was 0).
+
+        Atomic across threads and processes. Saturated counters stay at their maximum.
+
+        Raises:
+            TypeError: an item that is not str or bytes-like.
+            ReadOnlyFilterError, FilterClosedError.
+        """
+        if self._no_write:
+            self._refuse_write()
+        cells = self._cells_of(item)
+        top = self._max
+        saturated = False
+        with self._lock:
+            new = False
+            for c in cells:
+                v = self._get(c)
+                if v == 0:
+                    new = True
+                if v < top:
+                    self._put(c, v + 1)
+                    saturated |= v + 1 == top
+            if new:
+                self._bump_items(1)
+        if saturated and not self._sat_warned:
+            self._sat_warned = True
+            warnings.warn(f"{self._describe()}: a {self._cell_bits}-bit counter saturated at {top}; it will "
+                          "never be decremented again (extra positives possible, never a false negative)",
+                          SaturationWarning, stacklevel=2)
+        return new
+
+    def remove(self, item: Item) -> None:
+        """Decrement the item's counters (saturated counters are left at their maximum).
+
+        Only remove items that were added: removing a false positive (an item never added
+        whose counters are all non-zero) corrupts other items, as in every counting filter.
+
+        Raises:
+            KeyError: the item is certainly absent (one of its counters is 0); nothing changes.
+            TypeError, ReadOnlyFilterError, FilterClosedError.
+        """
+        if self._no_write:
+            self._refuse_write()
+        cells = self._cells_of(item)
+        top = self._max
+        with self._lock:
+            values = [self._get(c) for c in cells]
+            if 0 in values:
+                raise KeyError(item)
+            emptied = False
+            for c, v in zip(cells, values):
+                if v < top:
+                    self._put(c, v - 1)
+                    emptied |= v == 1
+            if emptied:
+                count = _ITEMS.unpack_from(self._buf, _ITEMS_OFFSET)[0]
+                if count < _MAX_ITEMS:
+                    self._set_items(count - 1)
+
+    def discard(self, item: Item) -> bool:
+        """Remove the item if it might be present; return whether it was removed."""
+        try:
+            self.remove(item)
+        except KeyError:
+            return False
+        return True
+
+    def count(self, item: Item) -> int:
+        """The minimum of the item's counters: an upper bound on how many times it was
+        added (minus removed); 0 means certainly absent. Takes no lock."""
+        self._check_open()
+        return min(self._get(c) for c in self._cells_of(item))
+
+    def might_contain(self, item: Item) -> bool:
+        """True if the item may be present (all its counters non-zero); no lock."""
+        return self.count(item) > 0
+
+    __contains__ = might_contain
+
+    # -- batch operations -------------------------------------------------------------------
+    def update(self, items: Iterable[Item]) -> int:
+        """Add many items in one lock acquisition; return how many were new. Every item is
+        validated before any counter changes. Raises as :meth:`add`."""
+        if self._no_write:
+            self._refuse_write()
+        keys = encode_keys(items)
+        with self._lock:
+            return sum(self.add(key) for key in keys)
+
+    def contains_many(self, items: Iterable[Item]) -> npt.NDArray[np.bool_]:
+        """Vectorised :meth:`might_contain`: a ``bool`` array of shape ``(len(items),)``."""
+        self._check_open()
+        keys = encode_keys(items)
+        out = np.empty(len(keys), dtype=np.bool_)
+        cells = self._cells()
+        for start in range(0, len(keys), CHUNK_KEYS):
+            chunk = keys[start:start + CHUNK_KEYS]
+            pos = self._strategy.positions_many(chunk, self._k, self._m)
+            if self._cell_bits == 8:
+                values = cells[pos.astype(np.intp)]
+            else:
+                shift = ((pos & np.uint64(1)) << np.uint64(2)).astype(np.uint8)
+                values = (cells[(pos >> np.uint64(1)).astype(np.intp)] >> shift) & np.uint8(0x0F)
+            out[start:start + len(chunk)] = (values != 0).all(axis=1)
+        return out
+
+    # -- statistics -----------------------------------------------------------------------
+    def _count_where(self, test: Any) -> int:
+        self._check_open()
+        cells = self._cells()
+        per_chunk = CHUNK_BYTES
+        total = 0
+        for start in range(0, cells.shape[0], per_chunk):
+            values = _unpack_counters(cells[start:start + per_chunk], self._cell_bits)
+            total += int(np.count_nonzero(test(values)))
+        return total
+
+    def nonzero_counters(self) -> int:
+        """Number of non-zero counters X (O(m) cells read)."""
+        return self._count_where(lambda v: v != 0)
+
+    def saturated_counters(self) -> int:
+        """Number of counters at their maximum (they are never decremented again)."""
+        return self._count_where(lambda v: v == self._max)
+
+    def fill_ratio(self) -> float:
+        """Fraction of non-zero counters, X / m."""
+        return self.nonzero_counters() / self._m
+
+    def expected_fp_rate(self) -> float:
+        """``(1 - e^(-k n / m))^k`` with n = :attr:`items_added` (Bloom 1970)."""
+        return expected_fp_rate(self.items_added, self._m, self._k)
+
+    def observed_fp_rate(self) -> float:
+        """``(X / m)^k`` from the non-zero counters (Bloom 1970)."""
+        return (self.nonzero_counters() / self._m) ** self._k
+
+    def approx_items(self) -> float:
+        """Estimated distinct items ``-(m / k) ln(1 - X / m)`` (Swamidass and Baldi 2007)."""
+        return approx_items(self.nonzero_counters(), self._m, self._k)
+
+    # -- combining and conversion -----------------------------------------------------------
+    def union(self, other: "CountingBloomFilter") -> "CountingBloomFilter":
+        """In place: add the other filter's counters, saturating at :attr:`max_count`;
+        the item count becomes the saturating sum. Returns ``self``.
+
+        Unlike a plain filter, a union with itself doubles every counter (it is a multiset
+        sum); a union with another handle on the same file is refused with ``ValueError``.
+
+        Raises:
+            IncompatibleFiltersError: num_bits, num_hashes, scheme or counter_bits differ.
+            TypeError, ReadOnlyFilterError, FilterClosedError.
+        """
+        if self._no_write:
+            self._refuse_write()
+        self._check_open()
+        self._check_compatible(other)
+        if self._same_image(other) and other is not self:
+            raise ValueError(f"{self._describe()}: union with another handle on the same file")
+        source = other.to_bytes()[other._hs:] if other is self else None
+        mine = self._cells()
+        theirs = np.frombuffer(source, dtype=np.uint8) if source is not None else other._cells()
+        with self._lock:
+            for start in range(0, mine.shape[0], CHUNK_BYTES):
+                a, b = mine[start:start + CHUNK_BYTES], theirs[start:start + CHUNK_BYTES]
+                if self._cell_bits == 8:
+                    a[:] = np.minimum(a.astype(np.uint16) + b, 255).astype(np.uint8)
+                else:
+                    lo = np.minimum((a & 0x0F) + (b & 0x0F), 15)
+                    hi = np.minimum((a >> 4) + (b >> 4), 15)
+                    a[:] = lo | (hi << 4)
+            self._set_items(min(self.items_added + other.items_added, _MAX_ITEMS))
+        return self
+
+    def __ior__(self, other: "CountingBloomFilter") -> "CountingBloomFilter":
+        return self.union(other)
+
+    def __or__(self, other: "CountingBloomFilter") -> "CountingBloomFilter":
+        """A new in-memory counting filter: the counter-wise saturating sum."""
+        self._check_compatible(other)
+        return self.copy().union(other)
+
+    def to_bloom(self) -> BloomFilter:
+        """The equivalent plain BLM1 filter, in memory: bit i is set where counter i is
+        non-zero, and items added is this filter's item count. For an add-only history it
+        equals, byte for byte, a ``BloomFilter`` built from the same adds.
+        Cost: O(m) cells read, ``m / 8`` bytes allocated."""
+        self._check_open()
+        out = BloomFilter(self._config)
+        bits = out._bits()
+        cells = self._cells()
+        per_cell_chunk = CHUNK_BYTES * 8 // self._cell_bits  # cells per chunk, a multiple of 8
+        bytes_per_chunk = per_cell_chunk * self._cell_bits // 8
+        for c0 in range(0, self._m, per_cell_chunk):
+            c1 = min(self._m, c0 + per_cell_chunk)
+            b0 = c0 * self._cell_bits // 8
+            values = _unpack_counters(cells[b0:b0 + bytes_per_chunk], self._cell_bits)[:c1 - c0]
+            packed = np.packbits(values != 0, bitorder="little")
+            bits[c0 // 8:c0 // 8 + packed.shape[0]] = packed
+        _ITEMS.pack_into(out._buf, _ITEMS_OFFSET, self.items_added)
+        return out
