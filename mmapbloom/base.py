@@ -78,6 +78,9 @@ class MappedFilter:
     def _after_attach(self) -> None:
         """Called once the storage is attached (subclasses cache derived values)."""
 
+    def _release_views(self) -> None:
+        """Called by :meth:`close` before unmapping: drop buffer views of the image."""
+
     # -- construction -------------------------------------------------------------
     def __init__(self, config: BloomConfig, **options: Any):
         """An empty in-memory filter for ``config``. Thread-safe; not shared between
@@ -416,6 +419,7 @@ class MappedFilter:
         if self._storage.closed:
             return
         self._no_write = True  # writes then report FilterClosedError before touching the lock
+        self._release_views()
         self._storage.close()
         self._buf = self._storage.buf
 

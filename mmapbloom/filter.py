@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from . import format as fmt
 from .base import CHUNK_BYTES, CHUNK_KEYS, OVERFILL_RATIO, MappedFilter
-from .hashing import encode_key, encode_keys
+from .hashing import M3KM, encode_key, encode_keys
 from .sizing import BloomConfig
 from .sizing import approx_items as _approx_items
 from .sizing import expected_fp_rate
@@ -50,6 +50,45 @@ def popcount(view: npt.NDArray[np.uint8]) -> int:
     return total
 
 
+def _test_and_set(bits: npt.NDArray[np.uint8], pos: npt.NDArray[np.uint64], idx: npt.NDArray[np.intp],
+                  masks: npt.NDArray[np.uint8], n: int, k: int) -> "npt.NDArray[np.bool_] | None":
+    """Set the bits of n items (k flattened pairs each, in item order) and return which
+    items were new under sequential semantics, or None if no bit was 0.
+
+    Item j is new exactly when it is the first item (lowest index) of the chunk to hold some
+    bit that was 0 before the chunk: that bit is still 0 at j's turn, and conversely a bit
+    that is 0 at j's turn was 0 before and held by no earlier item. First holders are found
+    without a full sort: each initially-0 pair scatters its item index with ``minimum`` into
+    a hash table of slots (slot = position mod S, S >= 4 x pairs), and a pair that finds its
+    own item there is the first holder of its position (every pair with the same position
+    shares its slot). The few items with no such pair (all their 0-bits lost their slots) are
+    resolved exactly with ``np.unique`` over just the pairs in the slots they touch.
+    The caller holds the write lock.
+    """
+    zero = np.flatnonzero((bits[idx] & masks) == 0)
+    if zero.size == 0:
+        return None
+    zitem = (zero // k).astype(np.int32)
+    zpos = pos[zero]
+    size = 1 << max(10, int(4 * zero.size - 1).bit_length())
+    slot = (zpos & np.uint64(size - 1)).astype(np.intp)
+    owner = np.full(size, np.iinfo(np.int32).max, dtype=np.int32)
+    np.minimum.at(owner, slot, zitem)
+    new = np.zeros(n, dtype=np.bool_)
+    new[zitem[owner[slot] == zitem]] = True
+    undecided = np.zeros(n, dtype=np.bool_)
+    undecided[zitem] = True
+    undecided &= ~new
+    if undecided.any():
+        touched = np.zeros(size, dtype=np.bool_)
+        touched[slot[undecided[zitem]]] = True
+        sub = np.flatnonzero(touched[slot])  # ascending, so item order is kept
+        _, first = np.unique(zpos[sub], return_index=True)
+        new[zitem[sub[first]]] = True
+    np.bitwise_or.at(bits, idx[zero], masks[zero])
+    return new
+
+
 class BloomFilter(MappedFilter):
     """A Bloom filter (Bloom 1970) stored in the BLM1 layout, in memory or in a shared file.
 
@@ -75,9 +114,23 @@ class BloomFilter(MappedFilter):
     (True, 1)
     """
 
-    __slots__ = ()
+    __slots__ = ("_bv", "_pair", "_m1", "_krange")
 
     _magic = fmt.MAGIC
+
+    def _after_attach(self) -> None:
+        # The per-item paths index a memoryview of the bit array directly (no header offset
+        # to add) and, for the default strategy, inline M3KM's double hashing: p0 = h1 mod m,
+        # step = 1 + h2 mod (m - 1), then p += step modulo m (p and step are < m, so one
+        # subtraction reduces). For m = 1 the step is 1 here instead of 0, which gives the
+        # same positions (all 0). tests/test_hashing.py checks both paths against each other.
+        self._bv = memoryview(self._buf)[self._hs:]
+        self._pair = self._strategy.hash_pair if type(self._strategy) is M3KM else None
+        self._m1 = max(self._m - 1, 1)
+        self._krange = range(self._k)
+
+    def _release_views(self) -> None:
+        self._bv.release()
 
     # -- per-item operations ----------------------------------------------------------
     def add(self, item: Union[str, bytes, bytearray, memoryview]) -> bool:
@@ -96,18 +149,40 @@ class BloomFilter(MappedFilter):
         if self._no_write:
             self._refuse_write()
         key = item.encode() if type(item) is str else encode_key(item)  # type: ignore[union-attr]
-        positions = self._positions(key, self._k, self._m)
-        buf = self._buf
-        new = False
+        bv = self._bv
         lock = self._lock
+        new = False
+        if self._pair is not None:
+            h1, h2 = self._pair(key)
+            m = self._m
+            p = h1 % m
+            step = h2 % self._m1 + 1
+            lock.acquire()
+            try:
+                for _ in self._krange:
+                    i = p >> 3
+                    b = 1 << (p & 7)
+                    v = bv[i]
+                    if not v & b:
+                        bv[i] = v | b
+                        new = True
+                    p += step
+                    if p >= m:
+                        p -= m
+                if new:
+                    self._bump_items(1)
+            finally:
+                lock.release()
+            return new
+        positions = self._positions(key, self._k, self._m)
         lock.acquire()
         try:
             for p in positions:
-                i = _HS + (p >> 3)
+                i = p >> 3
                 b = 1 << (p & 7)
-                v = buf[i]
+                v = bv[i]
                 if not v & b:
-                    buf[i] = v | b
+                    bv[i] = v | b
                     new = True
             if new:
                 self._bump_items(1)
@@ -118,25 +193,39 @@ class BloomFilter(MappedFilter):
     def might_contain(self, item: Union[str, bytes, bytearray, memoryview]) -> bool:
         """True if ``item`` may have been added; False only if it certainly was not.
 
-        Takes no lock. Cost: one hash and at most k byte reads. Raises TypeError for an
-        item that is not str or bytes-like, FilterClosedError after close.
+        Takes no lock. Cost: one hash and at most k byte reads (fewer for most absent
+        items). Raises TypeError for an item that is not str or bytes-like,
+        FilterClosedError after close.
         """
         key = item.encode() if type(item) is str else encode_key(item)  # type: ignore[union-attr]
-        buf = self._buf
+        bv = self._bv
         try:
+            if self._pair is not None:
+                h1, h2 = self._pair(key)
+                m = self._m
+                p = h1 % m
+                step = h2 % self._m1 + 1
+                for _ in self._krange:
+                    if not bv[p >> 3] & (1 << (p & 7)):
+                        return False
+                    p += step
+                    if p >= m:
+                        p -= m
+                return True
             for p in self._positions(key, self._k, self._m):
-                if not buf[_HS + (p >> 3)] & (1 << (p & 7)):
+                if not bv[p >> 3] & (1 << (p & 7)):
                     return False
+            return True
         except ValueError:
             self._check_open()
             raise
-        return True
 
     __contains__ = might_contain
 
     # -- batch operations ----------------------------------------------------------------
     def _byte_masks(self, keys: list[bytes]) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.intp], npt.NDArray[np.uint8]]:
-        pos = self._strategy.positions_many(keys, self._k, self._m)
+        """Positions (n, k), their byte indices and bit masks, flattened item by item."""
+        pos = self._strategy.positions_many(keys, self._k, self._m).ravel()
         idx = (pos >> np.uint64(3)).astype(np.intp)
         masks = np.left_shift(np.uint8(1), (pos & np.uint64(7)).astype(np.uint8))
         return pos, idx, masks
@@ -156,10 +245,11 @@ class BloomFilter(MappedFilter):
         keys = encode_keys(items)
         out = np.empty(len(keys), dtype=np.bool_)
         bits = self._bits()
+        k = self._k
         for start in range(0, len(keys), CHUNK_KEYS):
             chunk = keys[start:start + CHUNK_KEYS]
             _, idx, masks = self._byte_masks(chunk)
-            out[start:start + len(chunk)] = (bits[idx] & masks).all(axis=1)
+            out[start:start + len(chunk)] = (bits[idx] & masks).reshape(-1, k).all(axis=1)
         return out
 
     def add_many(self, items: Iterable[Union[str, bytes, bytearray, memoryview]]) -> npt.NDArray[np.bool_]:
@@ -178,29 +268,14 @@ class BloomFilter(MappedFilter):
         keys = encode_keys(items)
         out = np.zeros(len(keys), dtype=np.bool_)
         bits = self._bits()
-        k = self._k
         for start in range(0, len(keys), CHUNK_KEYS):
             chunk = keys[start:start + CHUNK_KEYS]
             pos, idx, masks = self._byte_masks(chunk)
-            flat_pos = pos.ravel()
-            flat_idx = idx.ravel()
-            flat_masks = masks.ravel()
             with self._lock:
-                unset = np.flatnonzero((bits[flat_idx] & flat_masks) == 0)
-                if unset.size == 0:
-                    continue
-                # The first pair (in item order) that touches each unset bit is the one
-                # that sets it; its item is new. np.unique returns first occurrences and
-                # sorted positions, hence bytes in order for the OR-reduction below.
-                uniq, first = np.unique(flat_pos[unset], return_index=True)
-                new_items = np.unique(unset[first] // k)
-                out[start + new_items] = True
-                byte_idx = (uniq >> np.uint64(3)).astype(np.intp)
-                bit_masks = np.left_shift(np.uint8(1), (uniq & np.uint64(7)).astype(np.uint8))
-                starts = np.flatnonzero(np.r_[True, byte_idx[1:] != byte_idx[:-1]])
-                targets = byte_idx[starts]
-                bits[targets] |= np.bitwise_or.reduceat(bit_masks, starts)
-                self._bump_items(int(new_items.size))
+                new = _test_and_set(bits, pos, idx, masks, len(chunk), self._k)
+                if new is not None:
+                    out[start:start + len(chunk)] = new
+                    self._bump_items(int(np.count_nonzero(new)))
         return out
 
     def update(self, items: Iterable[Union[str, bytes, bytearray, memoryview]]) -> int:

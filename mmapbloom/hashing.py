@@ -146,6 +146,11 @@ class M3KM(HashStrategy):
         step = 1 + (h >> 64) % (num_bits - 1)
         return [(p + i * step) % num_bits for i in range(num_hashes)]
 
+    #: ``hash_pair(key) -> (h1, h2)``: the two 64-bit halves of the 128-bit hash, as
+    #: unsigned ints (the same values as ``hash128(..., signed=False)`` split in two);
+    #: used by the filters' per-item fast path.
+    hash_pair = staticmethod(mmh3.mmh3_x64_128_utupledigest)
+
     def hash_pairs(self, keys: Sequence[bytes]) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
         """``(h1, h2)`` for every key as two ``uint64`` arrays of length ``len(keys)``.
 
@@ -158,25 +163,25 @@ class M3KM(HashStrategy):
 
     def positions_many(self, keys: Sequence[bytes], num_hashes: int, num_bits: int) -> npt.NDArray[np.uint64]:
         n = len(keys)
-        out = np.empty((n, num_hashes), dtype=np.uint64)
         if n == 0:
-            return out
+            return np.empty((0, num_hashes), dtype=np.uint64)
         h1, h2 = self.hash_pairs(keys)
         m = np.uint64(num_bits)
-        pos = h1 % m
-        out[:, 0] = pos
-        if num_hashes == 1:
-            return out
+        p0 = h1 % m
         if num_bits == 1:
-            out[:] = 0
-            return out
+            return np.zeros((n, num_hashes), dtype=np.uint64)
         step = h2 % np.uint64(num_bits - 1) + np.uint64(1)
-        # pos + step may exceed 2**64 when m > 2**63, so add modulo m without overflow:
+        if (num_hashes - 1) * (num_bits - 1) + num_bits < 2**64:
+            # p0 + i * step < m + (k - 1)(m - 1) fits in 64 bits: one exact modulo.
+            i = np.arange(num_hashes, dtype=np.uint64)
+            return (p0[:, None] + i[None, :] * step[:, None]) % m
+        out = np.empty((n, num_hashes), dtype=np.uint64)
+        out[:, 0] = pos = p0
+        # pos + step may exceed 2**64 when m is huge, so add modulo m without overflow:
         # pos + step >= m  <=>  pos >= m - step.
         gap = m - step
         for i in range(1, num_hashes):
-            wrap = pos >= gap
-            pos = np.where(wrap, pos - gap, pos + step)
+            pos = np.where(pos >= gap, pos - gap, pos + step)
             out[:, i] = pos
         return out
 

@@ -86,3 +86,44 @@ def test_threads_one_handle_and_own_handles(tmp_path) -> None:  # type: ignore[n
     assert sorted(reported) == sorted(items)  # "new" exactly once per distinct item
     assert shared.contains_many(items).all() and shared.items_added == len(items)
     shared.close()
+
+
+@given(n_distinct=st.integers(1, 3000), n=st.integers(0, 6000), seed=st.integers(0, 2**32 - 1),
+       m=st.one_of(st.integers(1, 5000), st.integers(5000, 2**26)), k=st.integers(1, 10),
+       prefill=st.integers(0, 3000))
+@settings(max_examples=60, deadline=None)
+def test_add_many_equals_sequential_large(n_distinct: int, n: int, seed: int, m: int, k: int, prefill: int) -> None:
+    """Big batches with many in-batch duplicates and slot collisions (the hash-table path
+    of add_many) give exactly the answers and bytes of sequential adds."""
+    import random
+
+    rng = random.Random(seed)
+    cfg = BloomConfig(num_bits=m, num_hashes=k)
+    items = [f"k{rng.randrange(n_distinct)}" for _ in range(n)]
+    a, b = BloomFilter(cfg), BloomFilter(cfg)
+    pre = [f"p{i}" for i in range(prefill)]
+    a.update(pre)
+    b.update(pre)
+    assert b.add_many(items).tolist() == [a.add(x) for x in items]
+    assert a.to_bytes() == b.to_bytes()
+
+
+def test_add_many_across_chunks(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import mmapbloom.filter as filter_module
+
+    monkeypatch.setattr(filter_module, "CHUNK_KEYS", 7)
+    cfg = BloomConfig(num_bits=300, num_hashes=3)
+    items = [f"x{i % 40}" for i in range(200)]
+    a, b = BloomFilter(cfg), BloomFilter(cfg)
+    assert b.add_many(items).tolist() == [a.add(x) for x in items]
+    assert b.contains_many(items).all() and a.to_bytes() == b.to_bytes()
+
+
+@given(key=st.binary(max_size=64))
+def test_hash_pair_is_hash128_split(key: bytes) -> None:
+    import mmh3
+
+    from mmapbloom import M3KM
+
+    h = mmh3.hash128(key, seed=0, x64arch=True, signed=False)
+    assert M3KM.hash_pair(key) == (h % 2**64, h >> 64)
