@@ -82,14 +82,16 @@ class WriteLock:
         if fd is not None:
             st = os.fstat(fd)
             self._ino = (st.st_dev, st.st_ino)
-            _LIVE.add(self)
+        _LIVE.add(self)  # in-memory filters too: their thread lock is reset after fork
 
     # -- fork handling --------------------------------------------------------------
     def _reset_after_fork(self) -> None:
-        # Runs in the child right after fork(), when only the forking thread exists.
+        # Runs in the child right after fork(), when only the forking thread exists. (Forking
+        # while the forking thread itself holds the lock is not supported: the child starts
+        # unlocked, and leaving the ``with`` block there raises RuntimeError.)
         self._tlock = threading.RLock()
         self._depth = 0
-        self._stale = True
+        self._stale = self._fd is not None
 
     def _reopen(self) -> None:
         """Open a new description of the same inode, so our flock excludes the parent's."""
