@@ -73,15 +73,18 @@ __all__ = [
 SKIP_MODULES: frozenset[str] = frozenset({
     "antigravity",      # opens a web browser (xkcd 353) at import
     "this",             # prints the Zen of Python at import
-    "__hello__",        # frozen test module: prints "Hello world!" at import
-    "__phello__",       # frozen test package: prints at import
+    "__hello__",        # frozen test module: prints "Hello world!" at import on 3.10
+    "__phello__",       # frozen test package, same purpose as __hello__
     "idlelib",          # IDLE: some submodules open Tk windows or start the IDE
     "tkinter",          # Tk GUI toolkit (tkinter.__main__ opens a window)
     "turtle",           # Tk turtle graphics
     "turtledemo",       # opens the Tk turtle demo viewer
     "test",             # CPython's regression tests: test.autotest runs the whole suite
-                        # at import, test.regrtest likewise; most others are slow
-    "lib2to3",          # deprecated; generates and writes grammar pickle caches at import
+                        # at import; most other test modules are slow to import
+    "lib2to3",          # deprecated (warns at import); rebuilds and writes its grammar
+                        # pickle files at import when they are missing or stale
+    "threading",        # re-imported in the server's request thread, it replaces that
+                        # thread's end-of-thread lock, so the server can never be stopped
     "site",             # re-import re-runs site.main(): re-executes every .pth file and
                         # edits sys.path and builtins of the server
     "_distutils_hack",  # setuptools' import hook: re-import stacks more meta-path finders
@@ -364,10 +367,6 @@ class PydocServer:
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None
-
-    def stderr_tail(self, lines: int = 10) -> list[str]:
-        """The last ``lines`` lines the server wrote on stderr (import warnings, errors)."""
-        return list(self._stderr)[-lines:]
 
     def __enter__(self) -> "PydocServer":
         self.start()
@@ -755,7 +754,8 @@ def _print_text(report: dict[str, Any]) -> None:
     f = report["filter"]
     lines = [
         f"site                 {report['root_url']}  (pydoc of Python {report['python']})",
-        f"workers              {report['workers']} processes ({report['start_method']}), "
+        f"workers              {report['workers']} process{'es' if report['workers'] != 1 else ''} "
+        f"({report['start_method']}), "
         f"max pages {report['max_pages']}, time limit {report['time_limit']:g} s",
         f"stopped because      {report['stop_reason']}",
         "",
@@ -866,9 +866,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         start or the filter could not be opened; 130 on Ctrl-C; 2 for bad arguments
         (argparse exits).
     """
-    args = build_parser().parse_args(list(argv) if argv is not None else None)
-    t0 = time.perf_counter()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--"]:
+        # ``mmapbloom demo -- --json``: the "--" that gets options past the ``mmapbloom``
+        # parser arrives here; it is not ours.
+        argv = argv[1:]
+    args = build_parser().parse_args(argv)
     server = PydocServer()
+    try:
+        return _run(args, server)
+    except KeyboardInterrupt:  # before or after the crawl (crawl() handles it during)
+        print("mmapbloom demo: interrupted", file=sys.stderr)
+        return 130
+
+
+def _run(args: argparse.Namespace, server: PydocServer) -> int:
+    t0 = time.perf_counter()
     tmpdir: Optional[str] = None
     bloom: Optional[BloomFilter] = None
     result: Optional[CrawlResult] = None
