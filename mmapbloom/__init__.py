@@ -15,6 +15,7 @@ from .errors import (
     FormatError,
     IncompatibleFiltersError,
     LengthMismatchError,
+    MergeError,
     MmapBloomError,
     OverCapacityWarning,
     PaddingError,
@@ -26,7 +27,8 @@ from .counting import CountingBloomFilter
 from .filter import BloomFilter
 from .hashing import DEFAULT_STRATEGY, M3KM, HashStrategy, encode_key, get_strategy, register_strategy
 from .sizing import BloomConfig
-from .verify import verify_file
+from .merge import merge_into, merge_shards
+from .verify import open_any, verify_file
 
 __version__ = "0.1.0"
 
@@ -45,6 +47,7 @@ __all__ = [
     "IncompatibleFiltersError",
     "LengthMismatchError",
     "M3KM",
+    "MergeError",
     "MmapBloomError",
     "OverCapacityWarning",
     "PaddingError",
@@ -54,6 +57,9 @@ __all__ = [
     "__version__",
     "encode_key",
     "get_strategy",
+    "merge_into",
+    "merge_shards",
+    "open_any",
     "register_strategy",
     "verify_file",
 ]

@@ -132,7 +132,7 @@ class MappedFilter:
 
     @classmethod
     def create(cls: type[F], path: PathLike, config: BloomConfig, *, sparse: bool = False,
-               mode: int = DEFAULT_FILE_MODE, **options: Any) -> F:
+               mode: int = DEFAULT_FILE_MODE, overwrite: bool = False, **options: Any) -> F:
         """Create a new, empty filter file and open it read-write.
 
         The file is built under a temporary name in the same directory and published with
@@ -148,20 +148,22 @@ class MappedFilter:
                 that fills up later makes a write through the mapping fail with SIGBUS,
                 which kills the process. Use it only for filters larger than their disk.
             mode: permission bits, masked by the umask (default ``0o666``).
+            overwrite: if True, an existing file at ``path`` is atomically replaced (renamed
+                over: processes that have the old file mapped keep using the old file).
 
         Returns:
             The open filter (read-write). Close it, or use it as a context manager.
 
         Raises:
-            FileExistsError: ``path`` exists (it is left untouched, even if it is a
-                symlink).
+            FileExistsError: ``path`` exists and ``overwrite`` is False (it is left
+                untouched, even if it is a symlink).
             OSError: the directory is missing or not writable, or the disk is full
                 (ENOSPC; nothing is left at ``path``).
         """
         if not isinstance(config, BloomConfig):
             raise TypeError(f"config must be a BloomConfig, got {type(config).__name__}")
         header = cls._new_header(config, **options)
-        with atomic_file(path, replace=False, mode=mode) as fd:
+        with atomic_file(path, replace=overwrite, mode=mode) as fd:
             reserve_space(fd, header.total_size, sparse=sparse)
             os.pwrite(fd, cls._pack(header), 0)
         return cls._open_checked(path, readonly=False, config=config, options=options)

@@ -1,41 +1,422 @@
-"""The ``mmapbloom`` command line (console script and ``python -m mmapbloom``)."""
+"""The ``mmapbloom`` command line (console script and ``python -m mmapbloom``).
+
+Subcommands: ``plan`` (sizing table), ``create``, ``add``, ``check``, ``info``, ``verify``,
+``merge`` (also ``tools/merge_shards.py``) and ``demo`` (the crawler demo). Every
+subcommand has ``--help``.
+
+Exit status: 0 on success; 1 when ``check`` answers "certainly absent" for an item whose
+presence was asked for (or, with ``--absent``, "might be present" for an item whose
+absence was asked for); 2 on bad usage, a damaged or unreadable file, or any other
+expected error, reported as one line on stderr without a traceback. 130 after Ctrl-C.
+
+Key framing, identical for ``add`` and ``check``: input is read as bytes, one item per
+line; the line's terminating ``\\n`` or ``\\r\\n`` is removed and nothing else (no other
+whitespace is stripped, an empty line is the empty item, a last line without a newline is
+an item, a line that is not valid UTF-8 is kept as its bytes). With ``-0``/``--null`` items
+are separated by NUL bytes instead and nothing at all is removed, for binary-safe input
+(``find -print0``). ``check`` prints items back as the same bytes, each followed by ``\\n``
+(or NUL with ``-0``).
+
+Output conventions: query results (``plan``, ``check``, ``info``, ``verify``) go to stdout;
+reports of the write commands (``create``, ``add``, ``merge``), progress bars (only when
+stderr is a terminal), warnings and errors go to stderr.
+"""
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import math
+import os
+import stat
 import sys
-from typing import Optional, Sequence
+import time
+import warnings
+from fractions import Fraction
+from typing import Any, BinaryIO, Callable, Iterator, NoReturn, Optional, Sequence, TextIO
 
+from . import format as fmt
+from .base import MappedFilter
+from .counting import CountingBloomFilter
 from .errors import MmapBloomError
 from .filter import BloomFilter
+from .verify import open_any
+from .sizing import BloomConfig, approx_items, expected_fill_ratio, expected_fp_rate, observed_fp_rate
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main", "merge_main", "parse_count", "parse_fp_rate", "human_bytes"]
+
+#: Items per ``add_many`` / ``contains_many`` call. ``add_many`` takes the write lock once
+#: per 65,536 keys, so each chunk is one lock acquisition (one ``flock``).
+CHUNK_ITEMS = 1 << 16
+
+#: Bytes read from an input per step.
+READ_BYTES = 1 << 22
+
+_SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+
+FRAMING_HELP = (
+    "key framing: one item per line; the terminating \\n or \\r\\n is removed and nothing "
+    "else (no other whitespace is stripped; an empty line is the empty item; bytes that are "
+    "not valid UTF-8 are kept). With -0/--null, items are separated by NUL bytes and nothing "
+    "is removed. Inputs are files, or - for stdin (the default)."
+)
+
+
+# -- parsing helpers ------------------------------------------------------------------------
+def parse_count(text: str) -> int:
+    """Parse a positive whole number written for humans.
+
+    Accepts digits with ``_`` or ``,`` separators (``1_000``, ``1,000``), decimal and
+    scientific notation that comes out whole (``1e6``, ``2.5k``), and the decimal suffixes
+    ``k`` (10^3), ``M`` (10^6), ``G`` (10^9) and ``T`` (10^12), in either case.
+
+    Raises:
+        ValueError: not a number, not whole, or below 1.
+
+    >>> [parse_count(s) for s in ("50M", "1e6", "1_000", "10k", "2.5K", "9,586")]
+    [50000000, 1000000, 1000, 10000, 2500, 9586]
+    """
+    s = text.strip().replace("_", "").replace(",", "")
+    mult = 1
+    if s and s[-1].lower() in _SUFFIXES:
+        mult = _SUFFIXES[s[-1].lower()]
+        s = s[:-1]
+    try:
+        value = Fraction(s) * mult
+    except (ValueError, ZeroDivisionError):
+        raise ValueError(f"not a number: {text!r} (examples: 1000, 1_000, 10k, 50M, 1e6)") from None
+    if value.denominator != 1 or value < 1:
+        raise ValueError(f"expected a whole number >= 1, got {text!r}")
+    return int(value)
+
+
+def parse_fp_rate(text: str) -> float:
+    """Parse a false-positive rate: ``0.01``, ``1e-3``, ``1/1000`` or a percentage ``1%``.
+
+    Raises:
+        ValueError: not a number, or not strictly between 0 and 1.
+
+    >>> [parse_fp_rate(s) for s in ("1%", "0.1%", "0.01", "1e-3", "1/1000")]
+    [0.01, 0.001, 0.01, 0.001, 0.001]
+    """
+    s = text.strip().replace("_", "")
+    scale = Fraction(1)
+    if s.endswith("%"):
+        s, scale = s[:-1], Fraction(1, 100)
+    try:
+        value = Fraction(s.strip()) * scale
+    except (ValueError, ZeroDivisionError):
+        raise ValueError(f"not a rate: {text!r} (examples: 1%, 0.1%, 0.01, 1e-3)") from None
+    if not 0 < value < 1:
+        raise ValueError(f"a false-positive rate must be strictly between 0 and 1 (0% and 100%), got {text!r}")
+    return float(value)
+
+
+def human_bytes(n: float) -> str:
+    """Decimal units, one decimal: ``1223`` -> ``'1.2 KB'``; below 1000, ``'999 B'``.
+
+    >>> human_bytes(1223), human_bytes(1_198_157), human_bytes(999)
+    ('1.2 KB', '1.2 MB', '999 B')
+    """
+    if n < 1000:
+        return f"{int(n)} B"
+    for unit in ("KB", "MB", "GB", "TB", "PB"):
+        n /= 1000
+        if n < 999.95:
+            return f"{n:.1f} {unit}"
+    return f"{n:.1f} EB"
+
+
+def _arg_type(func: Callable[[str], Any]) -> Callable[[str], Any]:
+    def convert(text: str) -> Any:
+        try:
+            return func(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = func.__name__
+    return convert
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error: ``prog: error: message (see 'prog --help')``."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+# -- input framing ---------------------------------------------------------------------------
+def _split_items(stream: BinaryIO, null: bool) -> Iterator[tuple[list[bytes], int]]:
+    """Yield ``(items, bytes_consumed)`` blocks from ``stream`` with the documented framing."""
+    sep = b"\0" if null else b"\n"
+    rest = b""
+    read = getattr(stream, "read1", stream.read)
+    while True:
+        block = read(READ_BYTES)
+        if not block:
+            break
+        data = rest + block if rest else block
+        parts = data.split(sep)
+        rest = parts.pop()
+        if parts and not null and b"\r" in data:
+            parts = [p[:-1] if p[-1:] == b"\r" else p for p in parts]
+        yield parts, len(block)
+    if rest:
+        yield [rest], 0  # a last item without a terminator: nothing is removed
+
+
+def _open_inputs(names: Sequence[str]) -> Iterator[BinaryIO]:
+    """Open the inputs one at a time ('-' is stdin)."""
+    for name in names or ["-"]:
+        if name == "-":
+            yield sys.stdin.buffer
+        else:
+            with open(name, "rb") as f:
+                yield f
+
+
+def _input_size(names: Sequence[str]) -> Optional[int]:
+    """Total bytes of the inputs if all are regular files, else None (for the progress bar)."""
+    total = 0
+    for name in names or ["-"]:
+        try:
+            st = os.stat(name) if name != "-" else os.fstat(sys.stdin.fileno())
+        except (OSError, ValueError):
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        total += st.st_size
+    return total
+
+
+def _item_chunks(names: Sequence[str], null: bool, progress: Any) -> Iterator[list[bytes]]:
+    """Items of all inputs, in chunks of exactly ``CHUNK_ITEMS`` (the last may be shorter)."""
+    pending: list[bytes] = []
+    for stream in _open_inputs(names):
+        for items, nbytes in _split_items(stream, null):
+            if progress is not None:
+                progress.update(nbytes)
+            pending.extend(items)
+            while len(pending) >= CHUNK_ITEMS:
+                yield pending[:CHUNK_ITEMS]
+                del pending[:CHUNK_ITEMS]
+    if pending:
+        yield pending
+
+
+def _progress_bar(names: Sequence[str], desc: str) -> Any:
+    if not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm  # type: ignore[import-untyped]
+
+    return tqdm(total=_input_size(names), unit="B", unit_scale=True, unit_divisor=1024, desc=desc,
+                file=sys.stderr, leave=False)
+
+
+def _rate(count: float, seconds: float) -> str:
+    if seconds <= 0:
+        return "inf"
+    per_s = count / seconds
+    for div, unit in ((1e9, " G"), (1e6, " M"), (1e3, " k")):
+        if per_s >= div:
+            return f"{per_s / div:.2f}{unit}"
+    return f"{per_s:.0f} "
+
+
+# -- subcommands -----------------------------------------------------------------------------
+def _plan(args: argparse.Namespace) -> int:
+    rows = []
+    for n, p in itertools.product(args.n, args.p):
+        cfg = BloomConfig.for_items(n, p)
+        m, k = cfg.num_bits, cfg.num_hashes
+        size = fmt.HEADER_SIZE + fmt.body_size(m)
+        rows.append({
+            "n": n, "p": p, "num_bits": m, "num_hashes": k, "size_bytes": size, "size_human": human_bytes(size),
+            "bits_per_item": m / n, "expected_fp_rate": expected_fp_rate(n, m, k),
+        })
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    header = ("n", "p", "m (bits)", "k", "file bytes", "about", "bits/item", "fp rate at n")
+    table = [header] + [
+        (f"{r['n']:,}", f"{r['p']:.6g}", f"{r['num_bits']:,}", str(r["num_hashes"]), f"{r['size_bytes']:,}",
+         r["size_human"], f"{r['bits_per_item']:.2f}", f"{r['expected_fp_rate']:.4g}")
+        for r in rows
+    ]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        print("  ".join(cell.rjust(w) for cell, w in zip(row, widths)).rstrip())
+    return 0
+
+
+def _config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> BloomConfig:
+    sized = args.n is not None or args.p is not None
+    explicit = args.bits is not None or args.hashes is not None
+    if sized and explicit:
+        parser.error("give either -n and -p, or --bits and --hashes, not both")
+    if sized:
+        if args.n is None or args.p is None:
+            parser.error("-n and -p go together")
+        return BloomConfig.for_items(args.n, args.p)
+    if args.bits is None or args.hashes is None:
+        parser.error("give -n N -p P, or --bits M --hashes K")
+    return BloomConfig(num_bits=args.bits, num_hashes=args.hashes)
+
+
+def _create(args: argparse.Namespace) -> int:
+    cfg = _config_from_args(args, args.parser)
+    try:
+        BloomFilter.create(args.file, cfg, sparse=args.sparse, overwrite=args.force).close()
+    except FileExistsError as exc:
+        raise FileExistsError(exc.errno, "file exists (use --force to replace it)", args.file) from None
+    if not args.quiet:
+        size = fmt.HEADER_SIZE + fmt.body_size(cfg.num_bits)
+        print(f"created {args.file}: m={cfg.num_bits:,} bits, k={cfg.num_hashes}, scheme {cfg.strategy.name}, "
+              f"{size:,} bytes ({human_bytes(size)})", file=sys.stderr)
+    return 0
+
+
+def _add(args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    total = new = 0
+    with BloomFilter.open(args.file) as f:
+        bar = _progress_bar(args.inputs, "add")
+        try:
+            for chunk in _item_chunks(args.inputs, args.null, bar):
+                new += int(f.update(chunk))  # add_many: one lock acquisition per chunk
+                total += len(chunk)
+        finally:
+            if bar is not None:
+                bar.close()
+    seconds = time.perf_counter() - t0
+    if not args.quiet:
+        n_inputs = len(args.inputs) or 1
+        print(f"added {total:,} items from {n_inputs} input{'s' if n_inputs != 1 else ''} to {args.file} "
+              f"in {seconds:.2f} s ({_rate(total, seconds)}items/s): {new:,} new, "
+              f"{total - new:,} already present (duplicates or false positives)", file=sys.stderr)
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    present = absent = 0
+    sep = b"\0" if args.null else b"\n"
+    out = sys.stdout.buffer
+    show = not (args.count or args.quiet)
+    with BloomFilter.open(args.file, readonly=True) as f:
+        bar = _progress_bar(args.inputs, "check")
+        try:
+            for chunk in _item_chunks(args.inputs, args.null, bar):
+                hits = f.contains_many(chunk)
+                n_hits = int(hits.sum())
+                present += n_hits
+                absent += len(chunk) - n_hits
+                if show:
+                    wanted = ~hits if args.absent else hits
+                    selected = [item for item, keep in zip(chunk, wanted.tolist()) if keep]
+                    if selected:
+                        out.write(sep.join(selected) + sep)
+        finally:
+            if bar is not None:
+                bar.close()
+    if args.count and not args.quiet:
+        out.write(f"{present + absent} checked, {present} might be present, {absent} certainly absent\n".encode())
+    out.flush()
+    failed = present if args.absent else absent
+    return 1 if failed else 0
+
+
+def _info_report(f: MappedFilter) -> dict[str, Any]:
+    ones = f.count_ones()  # type: ignore[attr-defined]
+    m, k, n = f.num_bits, f.num_hashes, f.items_added
+    approx = approx_items(ones, m, k)
+    return {
+        "path": f.path,
+        "scheme": f.strategy.name,
+        "num_bits": m,
+        "num_hashes": k,
+        "size_bytes": f.size_bytes,
+        "items_added": n,
+        "approx_items": None if math.isinf(approx) else approx,
+        "fill_ratio": ones / m,
+        "expected_fill_ratio": expected_fill_ratio(n, m, k),
+        "expected_fp_rate": f.expected_fp_rate(),
+        "observed_fp_rate": observed_fp_rate(ones, m, k),
+        "over_capacity": f.is_over_capacity(),
+        "kind": type(f).__name__,
+        "counter_bits": getattr(f, "counter_bits", None),
+        "saturated_counters": f.saturated_counters() if isinstance(f, CountingBloomFilter) else None,
+    }
 
 
 def _info(args: argparse.Namespace) -> int:
-    with BloomFilter.open(args.file, readonly=True) as f:
-        ones = f.count_ones()
-        from .sizing import approx_items, observed_fp_rate
-
-        report = {
-            "path": f.path,
-            "scheme": f.strategy.name,
-            "num_bits": f.num_bits,
-            "num_hashes": f.num_hashes,
-            "size_bytes": f.size_bytes,
-            "items_added": f.items_added,
-            "approx_items": approx_items(ones, f.num_bits, f.num_hashes),
-            "fill_ratio": ones / f.num_bits,
-            "expected_fp_rate": f.expected_fp_rate(),
-            "observed_fp_rate": observed_fp_rate(ones, f.num_bits, f.num_hashes),
-            "over_capacity": f.is_over_capacity(),
-        }
+    with open_any(args.file, readonly=True) as f:
+        report = _info_report(f)
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(json.dumps(report, indent=2, allow_nan=False))
+        return 0
+    approx = report["approx_items"]
+    lines = [
+        ("path", report["path"]),
+        ("kind", report["kind"] + (f" ({report['counter_bits']}-bit counters, {report['saturated_counters']:,} "
+                                   "saturated)" if report["counter_bits"] else "")),
+        ("scheme", report["scheme"]),
+        ("num_bits (m)", f"{report['num_bits']:,}"),
+        ("num_hashes (k)", str(report["num_hashes"])),
+        ("file size", f"{report['size_bytes']:,} bytes ({human_bytes(report['size_bytes'])})"),
+        ("items added", f"{report['items_added']:,}"),
+        ("approx items", "all bits set (unknown)" if approx is None else f"{approx:,.0f} (distinct, from the bits)"),
+        ("fill ratio", f"{report['fill_ratio']:.4f} (expected {report['expected_fill_ratio']:.4f} from items added)"),
+        ("expected fp rate", f"{report['expected_fp_rate']:.4g} (from items added)"),
+        ("observed fp rate", f"{report['observed_fp_rate']:.4g} (from the bits set)"),
+        ("over design point", "yes: expected fill ratio above 0.6" if report["over_capacity"] else "no"),
+    ]
+    width = max(len(name) for name, _ in lines)
+    for name, value in lines:
+        print(f"{name:<{width}}  {value}")
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from .verify import verify_file
+
+    bad = 0
+    for path in args.files:
+        try:
+            f = verify_file(path)
+        except (MmapBloomError, OSError) as exc:
+            bad += 1
+            print(f"mmapbloom verify: FAILED: {_describe_error(exc)}", file=sys.stderr)
+            continue
+        with f:
+            print(f"{path}: OK (m={f.num_bits:,}, k={f.num_hashes}, scheme {f.strategy.name}, "
+                  f"{f.size_bytes:,} bytes)")
+    if len(args.files) > 1 and not bad:
+        print(f"all {len(args.files)} files OK")
+    return 2 if bad else 0
+
+
+def _merge(args: argparse.Namespace) -> int:
+    from .errors import MergeError
+    from .merge import expand_shard_args, merge_into, merge_shards
+
+    chunk = args.chunk_mib * 2**20
+    progress = args.progress  # None: only when stderr is a terminal
+    if args.into is not None:
+        if args.intersection:
+            raise MergeError("--intersection cannot be combined with --into: clearing bits in place would "
+                             "lose items of the filter's users; write a new output instead")
+        shards = expand_shard_args(args.paths)
+        result = merge_into(args.into, shards, chunk_bytes=chunk, progress=progress)
     else:
-        for key, value in report.items():
-            print(f"{key:17} {value}")
+        if len(args.paths) < 2:
+            args.parser.error("give OUT and at least one SHARD (or --into EXISTING SHARD...)")
+        out, *rest = args.paths
+        shards = expand_shard_args(rest)
+        result = merge_shards(out, shards, intersection=args.intersection, replace=args.force,
+                              chunk_bytes=chunk, progress=progress)
+    if not args.quiet:
+        print(result.summary(), file=sys.stderr)
     return 0
 
 
@@ -45,25 +426,203 @@ def _demo(args: argparse.Namespace) -> int:
     return demo_main(args.demo_args)
 
 
+# -- parser ------------------------------------------------------------------------------------
+_MERGE_DESCRIPTION = (
+    "Merge BLM1 shard files (same m, k and scheme) into one filter by bitwise OR (union) or, "
+    "with --intersection, AND. Every shard is validated before anything is written; an "
+    "incompatible one is refused naming the file, the field and both values. Memory is "
+    "bounded (two chunks) and one shard is open at a time, so thousands of shards merge. "
+    "OUT is written atomically (a temporary file in OUT's directory, fsync, rename): a merge "
+    "killed at any moment leaves no OUT or a complete one. With --into EXISTING, the shards "
+    "are ORed into an existing filter in place, chunk by chunk under its write lock, so "
+    "processes using it keep working. Items added of the result is the saturating sum of the "
+    "shards' (for --intersection: their minimum); 'mmapbloom info' shows the approximate "
+    "distinct count."
+)
+
+_MERGE_EPILOG = (
+    "SHARD may be a path, a glob pattern (quoted, e.g. 'shards/*.blm'; ** recurses) or @FILE "
+    "(one path or pattern per line; # comments and empty lines skipped; relative paths are "
+    "relative to the current directory). A summary line (shards, bytes, seconds, GB/s) is "
+    "printed on stderr; a progress bar when stderr is a terminal."
+)
+
+
+def _add_merge_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="+", metavar="OUT SHARD",
+                   help="the output file, then the shards (with --into: only the shards)")
+    p.add_argument("--into", metavar="EXISTING", help="OR the shards into this existing filter file in place")
+    p.add_argument("--intersection", action="store_true", help="AND instead of OR (not with --into)")
+    p.add_argument("--force", action="store_true", help="replace an existing OUT (atomically)")
+    p.add_argument("--chunk-mib", type=_arg_type(parse_count), default=16, metavar="MIB",
+                   help="MiB of each shard combined per step (default 16; memory is about twice this)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--progress", dest="progress", action="store_true", default=None,
+                   help="always show the progress bar (default: only when stderr is a terminal)")
+    g.add_argument("--no-progress", dest="progress", action="store_false", help="never show the progress bar")
+    p.add_argument("-q", "--quiet", action="store_true", help="no summary line")
+    p.set_defaults(func=_merge, parser=p)
+
+
+_MERGE_USAGE = "%(prog)s [options] OUT SHARD... | %(prog)s [options] --into EXISTING SHARD..."
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mmapbloom", description="Bloom filters in memory-mapped files.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("info", help="show a filter file's shape and fill")
+    """The argparse parser of the ``mmapbloom`` command (all subcommands)."""
+    parser = _Parser(
+        prog="mmapbloom",
+        description="Bloom filters in memory-mapped files.",
+        epilog="Exit status: 0 ok; 1 a check found an item absent (see check --help); 2 bad usage, "
+               "a damaged or unreadable file, or another error. Run 'mmapbloom COMMAND --help'.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("plan", help="size a filter: m, k and file size for n items at rate p",
+                       description="Print m (bits), k, the file size, bits per item and the expected "
+                                   "false-positive rate at n, for every combination of the given n and p.")
+    p.add_argument("-n", "--items", dest="n", type=_arg_type(parse_count), nargs="+", action="extend",
+                   required=True, metavar="N", help="expected distinct items: 1000, 1_000, 10k, 50M, 1e6 (repeatable)")
+    p.add_argument("-p", "--fp-rate", dest="p", type=_arg_type(parse_fp_rate), nargs="+", action="extend",
+                   required=True, metavar="P", help="target false-positive rate: 0.01, 1%%, 1e-3 (repeatable)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_plan)
+
+    p = sub.add_parser("create", help="create an empty filter file",
+                       description="Create an empty filter file sized for -n items at rate -p, or with "
+                                   "exactly --bits and --hashes. An existing file is refused unless --force, "
+                                   "which replaces it atomically (processes that have the old file open "
+                                   "keep using the old file).")
+    p.add_argument("file")
+    p.add_argument("-n", "--items", dest="n", type=_arg_type(parse_count), metavar="N",
+                   help="expected distinct items (10k, 50M, 1e6 ...)")
+    p.add_argument("-p", "--fp-rate", dest="p", type=_arg_type(parse_fp_rate), metavar="P",
+                   help="target false-positive rate (1%%, 0.001 ...)")
+    p.add_argument("--bits", type=_arg_type(parse_count), metavar="M", help="number of bits m")
+    p.add_argument("--hashes", type=_arg_type(parse_count), metavar="K", help="number of hashes k")
+    p.add_argument("--force", action="store_true", help="replace an existing file atomically")
+    p.add_argument("--sparse", action="store_true",
+                   help="do not reserve disk space now (a full disk later kills writers with SIGBUS)")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
+    p.set_defaults(func=_create, parser=p)
+
+    p = sub.add_parser("add", help="add items (one per line) from files or stdin",
+                       description="Add items to an existing filter file. Uses the batch API: items are "
+                                   "added in chunks of 65,536, each under one acquisition of the file's "
+                                   "write lock, so other processes may add concurrently. Prints the "
+                                   "throughput and the new and already-present counts on stderr.",
+                       epilog=FRAMING_HELP)
+    p.add_argument("file")
+    p.add_argument("inputs", nargs="*", metavar="INPUT", help="input files; - or none for stdin")
+    p.add_argument("-0", "--null", action="store_true", help="items are NUL-separated; nothing is removed")
+    p.add_argument("-q", "--quiet", action="store_true", help="no summary line")
+    p.set_defaults(func=_add)
+
+    p = sub.add_parser("check", help="print the items that might be present (or --absent)",
+                       description="Check items against a filter (opened read-only). Prints the items that "
+                                   "might be present, each followed by \\n (NUL with -0), as the same bytes "
+                                   "that were read. Exit status 0 if every item got the asked-for answer "
+                                   "(might be present; with --absent: certainly absent), 1 if at least one "
+                                   "did not, 2 on error. Empty input: exit 0.",
+                       epilog=FRAMING_HELP)
+    p.add_argument("file")
+    p.add_argument("inputs", nargs="*", metavar="INPUT", help="input files; - or none for stdin")
+    p.add_argument("-0", "--null", action="store_true", help="items are NUL-separated; nothing is removed")
+    p.add_argument("--absent", action="store_true", help="print the items that are certainly absent instead")
+    p.add_argument("-c", "--count", action="store_true", help="print only the counts")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing; only set the exit status")
+    p.set_defaults(func=_check)
+
+    p = sub.add_parser("info", help="show a filter file's shape and fill",
+                       description="Show scheme, m, k, file size, items added, approximate distinct items "
+                                   "(from the bits), fill ratio, expected and observed false-positive rate "
+                                   "and whether the filter is past its design point.")
     p.add_argument("file")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_info)
+
+    p = sub.add_parser("verify", help="check files' header, length and padding",
+                       description="Check that each file is a sound filter without trusting it (like zip -T): "
+                                   "magic, registered scheme, m >= 1, k >= 1, a length of exactly "
+                                   "24 + ceil(m / 8) bytes and zero padding bits. Exit 0 only if all are sound.")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.set_defaults(func=_verify)
+
+    p = sub.add_parser("merge", help="merge shard files (OR, or AND with --intersection)",
+                       description=_MERGE_DESCRIPTION, epilog=_MERGE_EPILOG, usage=_MERGE_USAGE)
+    _add_merge_arguments(p)
+
     p = sub.add_parser("demo", help="run the crawler demo (see examples/crawl.py)", add_help=False)
     p.add_argument("demo_args", nargs=argparse.REMAINDER)
     p.set_defaults(func=_demo)
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run the command line; returns the exit status (0 ok, 1 absent, 2 usage or bad file)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def _describe_error(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and not isinstance(exc, MmapBloomError) and exc.strerror:
+        where = exc.filename if exc.filename is not None else ""
+        return f"{where}: {exc.strerror}" if where else exc.strerror
+    return str(exc)
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: Optional[TextIO] = None, line: Optional[str] = None) -> None:
+    print(f"mmapbloom: warning: {message}", file=sys.stderr)
+
+
+def _run(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]], prog: str) -> int:
+    return _call(parser.parse_args(argv), prog)
+
+
+def _call(args: argparse.Namespace, prog: str) -> int:
+    """Run ``args.func(args)``; expected errors become one line on stderr and status 2."""
     try:
-        return int(args.func(args))
+        with warnings.catch_warnings():
+            warnings.simplefilter("default")
+            warnings.showwarning = _show_warning
+            return int(args.func(args))
     except (MmapBloomError, OSError) as exc:
-        print(f"mmapbloom: error: {exc}", file=sys.stderr)
+        if isinstance(exc, BrokenPipeError):
+            return _broken_pipe()
+        print(f"{prog}: error: {_describe_error(exc)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _broken_pipe() -> int:
+    # The reader of stdout went away (``| head``): stop quietly, and keep Python from
+    # failing again when it flushes stdout at exit.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return 141  # 128 + SIGPIPE, what a shell reports for a process killed by SIGPIPE
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the ``mmapbloom`` command line.
+
+    Args:
+        argv: the arguments without the program name; default ``sys.argv[1:]``.
+
+    Returns:
+        The exit status: 0 ok, 1 a check answered absent where presence was asked for,
+        2 bad usage or a damaged or unreadable file (one line on stderr), 130 interrupted.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["demo"]:
+        # Hand everything after "demo" to the demo's own parser untouched: argparse would
+        # take a leading option such as "--help" for one of ours.
+        return _call(argparse.Namespace(func=_demo, demo_args=args[1:]), "mmapbloom")
+    return _run(build_parser(), args, "mmapbloom")
+
+
+def merge_main(argv: Optional[Sequence[str]] = None, prog: str = "merge_shards.py") -> int:
+    """The shard merger as a standalone command (``tools/merge_shards.py``): the same
+    arguments and exit status as ``mmapbloom merge``."""
+    parser = _Parser(prog=prog, description=_MERGE_DESCRIPTION, epilog=_MERGE_EPILOG, usage=_MERGE_USAGE)
+    _add_merge_arguments(parser)
+    return _run(parser, argv, prog)

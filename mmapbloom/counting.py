@@ -257,6 +257,11 @@ class CountingBloomFilter(MappedFilter):
         """Number of non-zero counters X (O(m) cells read)."""
         return self._count_where(lambda v: v != 0)
 
+    def count_ones(self) -> int:
+        """Non-zero counters: the number of ones of :meth:`to_bloom` (same as
+        :meth:`nonzero_counters`; the name matches ``BloomFilter.count_ones``)."""
+        return self.nonzero_counters()
+
     def saturated_counters(self) -> int:
         """Number of counters at their maximum (they are never decremented again)."""
         return self._count_where(lambda v: v == self._max)

@@ -12,6 +12,7 @@ and also from the matching built-in, so callers may catch either::
     │   ├── LengthMismatchError              truncated or over-long body
     │   └── PaddingError                     a padding bit past m is set
     ├── IncompatibleFiltersError(ValueError) union/intersection/merge of different m, k or scheme
+    ├── MergeError(ValueError)               a merge request that cannot be carried out as asked
     ├── ConfigMismatchError(ValueError)      open_or_create found a file with another m, k or scheme
     ├── FilterClosedError(ValueError)        use of a filter after close()
     └── ReadOnlyFilterError(PermissionError) a write on a filter opened read-only
@@ -36,6 +37,7 @@ __all__ = [
     "FormatError",
     "IncompatibleFiltersError",
     "LengthMismatchError",
+    "MergeError",
     "MmapBloomError",
     "OverCapacityWarning",
     "PaddingError",
@@ -115,6 +117,22 @@ class IncompatibleFiltersError(MmapBloomError, ValueError):
         self.field = field
         self.left = left
         self.right = right
+
+
+class MergeError(MmapBloomError, ValueError):
+    """A merge (:mod:`mmapbloom.merge`) that cannot be carried out as asked: no shards, a
+    shard named twice, the ``--into`` target among the shards, an in-place intersection,
+    or a shard replaced or resized while it was being read. Raised before anything is
+    published (see :func:`mmapbloom.merge.merge_into` for what an in-place merge that stops
+    midway leaves behind).
+
+    Attributes:
+        path: the file concerned, or ``None``.
+    """
+
+    def __init__(self, message: str, *, path: Any = None):
+        super().__init__(message)
+        self.path = path
 
 
 class ConfigMismatchError(MmapBloomError, ValueError):

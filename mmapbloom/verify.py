@@ -11,7 +11,22 @@ from .base import MappedFilter
 from .counting import CountingBloomFilter
 from .filter import BloomFilter
 
-__all__ = ["verify_file"]
+__all__ = ["open_any", "verify_file"]
+
+
+def open_any(path: Union[str, "os.PathLike[str]"], readonly: bool = False) -> MappedFilter:
+    """Open a filter file of either kind, chosen by its magic: a ``BloomFilter`` for BLM1,
+    a ``CountingBloomFilter`` for BLC1.
+
+    Raises:
+        As ``BloomFilter.open``; ``BadMagicError`` when the magic is neither kind's.
+    """
+    try:
+        return BloomFilter.open(path, readonly=readonly)
+    except BadMagicError as exc:
+        if exc.actual != fmt.COUNTING_MAGIC:
+            raise
+        return CountingBloomFilter.open(path, readonly=readonly)
 
 
 def verify_file(path: Union[str, "os.PathLike[str]"]) -> MappedFilter:
@@ -27,13 +42,7 @@ def verify_file(path: Union[str, "os.PathLike[str]"]) -> MappedFilter:
         FormatError subclasses (``ValueError``) naming what is wrong, with expected and
         actual values; OSError if the file cannot be read.
     """
-    f: MappedFilter
-    try:
-        f = BloomFilter.open(path, readonly=True)
-    except BadMagicError as exc:
-        if exc.actual != fmt.COUNTING_MAGIC:
-            raise
-        f = CountingBloomFilter.open(path, readonly=True)
+    f = open_any(path, readonly=True)
     try:
         f.check()
     except BaseException:

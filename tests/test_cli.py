@@ -1,0 +1,428 @@
+"""The ``mmapbloom`` command line, run as a real subprocess: output, exit codes, framing."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pty
+import struct
+import subprocess
+import sys
+import termios
+
+import pytest
+
+from mmapbloom import BloomConfig, BloomFilter
+from mmapbloom import cli
+from mmapbloom.locking import WriteLock
+from tests.conftest import ROOT
+
+# One BLAS thread: numpy's import then costs a third less CPU in each of the many processes.
+ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+       "OPENBLAS_NUM_THREADS": "1"}
+
+
+def run(*args: str, stdin: bytes = b"", cwd: str | None = None) -> subprocess.CompletedProcess[bytes]:
+    """``python -m mmapbloom ARGS`` in a subprocess (stderr is a pipe, not a terminal)."""
+    return subprocess.run([sys.executable, "-m", "mmapbloom", *args], input=stdin, capture_output=True,
+                          timeout=120, env=ENV, cwd=cwd)
+
+
+def run_all(*calls: tuple[list[str], bytes]) -> list[subprocess.CompletedProcess[bytes]]:
+    """Run several independent ``python -m mmapbloom`` commands concurrently (each a real
+    process); return their results in order."""
+    procs = [subprocess.Popen([sys.executable, "-m", "mmapbloom", *args], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV) for args, _ in calls]
+    results = []
+    for proc, (args, stdin) in zip(procs, calls):
+        out, err = proc.communicate(stdin, timeout=120)
+        results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    return results
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess[bytes], *needles: str) -> str:
+    assert proc.returncode == 2, proc
+    err = proc.stderr.decode()
+    assert "Traceback" not in err
+    assert err.count("\n") == 1 and err.endswith("\n"), err
+    for needle in needles:
+        assert needle in err, (needle, err)
+    return err
+
+
+@pytest.fixture
+def filt(tmp_path):  # type: ignore[no-untyped-def]
+    """A fresh filter file with a tiny false-positive rate, so that "absent" is exact here."""
+    path = str(tmp_path / "f.blm")
+    proc = run("create", path, "-n", "10k", "-p", "1e-9")
+    assert proc.returncode == 0, proc.stderr
+    return path
+
+
+def items_in(path: str, items: list[bytes]) -> list[bool]:
+    with BloomFilter.open(path, readonly=True) as f:
+        return [f.might_contain(x) for x in items]
+
+
+# -- plan --------------------------------------------------------------------------------
+def test_plan_golden_table_and_human_numbers() -> None:
+    proc, text, big = run_all((["plan", "-n", "1_000", "1e6", "-p", "1%", "0.1%", "--json"], b""),
+                              (["plan", "-n", "1M", "-n", "1000", "-p", "0.01"], b""),
+                              (["plan", "-n", "50M", "10k", "-p", "1%"], b""))
+    assert proc.returncode == 0, proc.stderr
+    rows = {(r["n"], r["p"]): r for r in json.loads(proc.stdout)}
+    assert len(rows) == 4
+    assert (rows[1000, 0.01]["num_bits"], rows[1000, 0.01]["num_hashes"], rows[1000, 0.01]["size_human"]) == (9586, 7, "1.2 KB")
+    assert (rows[10**6, 0.01]["num_bits"], rows[10**6, 0.01]["size_human"]) == (9_585_059, "1.2 MB")
+    assert (rows[10**6, 0.001]["num_bits"], rows[10**6, 0.001]["num_hashes"], rows[10**6, 0.001]["size_human"]) == \
+        (14_377_588, 10, "1.8 MB")
+    assert rows[1000, 0.01]["size_bytes"] == 24 + (9586 + 7) // 8
+    assert rows[1000, 0.01]["expected_fp_rate"] == pytest.approx(0.01, rel=0.01)
+    assert rows[1000, 0.01]["bits_per_item"] == pytest.approx(9.586)
+
+    assert text.returncode == 0
+    out = text.stdout.decode()
+    assert "9,585,059" in out and "9,586" in out and "1.2 MB" in out and "1.2 KB" in out
+    assert len(out.strip().splitlines()) == 3  # header and one row per n
+
+    assert big.returncode == 0 and b"50,000,000" in big.stdout and b"10,000 " in big.stdout
+
+
+BAD_USAGE = [
+    (["plan", "-n", "lots", "-p", "1%"], "not a number"),
+    (["plan", "-n", "0", "-p", "1%"], "whole number"),
+    (["plan", "-n", "1.5", "-p", "1%"], "whole number"),
+    (["plan", "-n", "1000", "-p", "100%"], "between 0 and 1"),
+    (["plan", "-n", "1000"], "required"),
+    (["frobnicate"], "invalid choice"),
+    ([], "required"),
+]
+
+
+def test_bad_usage_exit_2_one_line() -> None:
+    for proc, (_, needle) in zip(run_all(*[(args, b"") for args, _ in BAD_USAGE]), BAD_USAGE):
+        assert_one_line_error(proc, needle)
+
+
+# -- create ------------------------------------------------------------------------------
+def test_create_refuses_existing_and_force_replaces_atomically(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = str(tmp_path / "c.blm")
+    proc = run("create", path, "-n", "1000", "-p", "1%")
+    assert proc.returncode == 0, proc.stderr
+    with BloomFilter.open(path) as f:
+        assert f.config == BloomConfig(num_bits=9586, num_hashes=7)
+        f.add("keep me")
+    before = open(path, "rb").read()
+    assert_one_line_error(run("create", path, "--bits", "100", "--hashes", "3"), "exists", "--force")
+    assert open(path, "rb").read() == before  # untouched
+
+    ino = os.stat(path).st_ino
+    with BloomFilter.open(path, readonly=True) as old_reader:
+        proc = run("create", path, "--bits", "1_000", "--hashes", "3", "--force")
+        assert proc.returncode == 0, proc.stderr
+        assert "keep me" in old_reader  # a reader of the old file keeps the old file
+    assert os.stat(path).st_ino != ino  # replaced by rename, not rewritten in place
+    with BloomFilter.open(path) as f:
+        assert (f.num_bits, f.num_hashes, f.items_added, f.count_ones()) == (1000, 3, 0, 0)
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
+
+
+def test_create_bad_usage(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = str(tmp_path / "x.blm")
+    cases = [
+        (["-n", "1000"], "-n and -p"),
+        (["-n", "1000", "-p", "1%", "--bits", "100"], "not both"),
+        ([], "give -n N -p P"),
+        (["--bits", "0", "--hashes", "3"], "whole number"),
+        (["--bits", "10", "--hashes", "3", "--bogus"], "unrecognized arguments"),
+    ]
+    for proc, (_, needle) in zip(run_all(*[(["create", path, *args], b"") for args, _ in cases]), cases):
+        assert_one_line_error(proc, needle)
+    assert not os.path.exists(path)
+
+
+def test_create_in_missing_directory_is_exit_2(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    assert_one_line_error(run("create", str(tmp_path / "no" / "x.blm"), "-n", "10", "-p", "1%"),
+                          "No such file or directory")
+
+
+# -- add and check: framing --------------------------------------------------------------
+def test_add_lf_crlf_invalid_utf8_empty_line_last_line(filt: str) -> None:
+    data = b"plain\ncrlf\r\n  spaced  \n\xff\xfe not utf-8\n\ntab\tinside\r\nlast-no-newline"
+    proc = run("add", filt, stdin=data)
+    assert proc.returncode == 0, proc.stderr
+    expected = [b"plain", b"crlf", b"  spaced  ", b"\xff\xfe not utf-8", b"", b"tab\tinside", b"last-no-newline"]
+    assert all(items_in(filt, expected))
+    # Only the terminator goes: no \r, no stripped whitespace, no added newline.
+    assert not any(items_in(filt, [b"crlf\r", b"spaced", b"tab\tinside\r", b"plain\n", b"last-no-newline\n"]))
+    with BloomFilter.open(filt) as f:
+        assert f.items_added == len(expected)
+    assert "7 new, 0 already present" in proc.stderr.decode()
+
+    # check prints the same bytes back, one per line, in input order; CRLF input matches.
+    proc = run("check", filt, stdin=b"\xff\xfe not utf-8\r\nplain\nnever added\ncrlf\r\n\n")
+    assert proc.returncode == 1  # one item is absent
+    assert proc.stdout == b"\xff\xfe not utf-8\nplain\ncrlf\n\n"
+
+
+def test_add_null_framing(filt: str) -> None:
+    data = b"multi\nline\0with\r\n\0\0trailing-nul-optional"
+    proc = run("add", "-0", filt, stdin=data)
+    assert proc.returncode == 0, proc.stderr
+    assert all(items_in(filt, [b"multi\nline", b"with\r\n", b"", b"trailing-nul-optional"]))
+    assert not any(items_in(filt, [b"multi", b"line", b"with", b"with\r"]))
+    proc = run("check", "-0", filt, stdin=b"with\r\n\0nope\0multi\nline\0")
+    assert (proc.returncode, proc.stdout) == (1, b"with\r\n\0multi\nline\0")
+    proc = run("check", "-0", "--absent", filt, stdin=b"with\r\n\0nope\0")
+    assert (proc.returncode, proc.stdout) == (1, b"nope\0")
+
+
+def test_empty_input(filt: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")
+    proc = run("add", filt, str(empty))
+    assert proc.returncode == 0 and "added 0 items" in proc.stderr.decode()
+    proc = run("check", filt, stdin=b"")
+    assert (proc.returncode, proc.stdout) == (0, b"")
+    proc = run("check", "--count", filt, stdin=b"")
+    assert (proc.returncode, proc.stdout) == (0, b"0 checked, 0 might be present, 0 certainly absent\n")
+    with BloomFilter.open(filt) as f:
+        assert f.items_added == 0 and f.count_ones() == 0
+
+
+def test_add_files_and_stdin_and_duplicate_counts(filt: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_bytes(b"".join(b"a%d\n" % i for i in range(1000)))
+    b.write_bytes(b"".join(b"b%d\n" % i for i in range(500)))
+    proc = run("add", filt, str(a), "-", str(b), stdin=b"s1\ns2\na1\n")
+    assert proc.returncode == 0, proc.stderr
+    err = proc.stderr.decode()
+    assert "added 1,503 items from 3 inputs" in err and "1,502 new, 1 already present" in err
+    assert "items/s" in err
+    proc = run("add", filt, str(a))
+    assert "0 new, 1,000 already present" in proc.stderr.decode()
+    proc = run("check", "--count", filt, str(a), str(b), "-", stdin=b"s2\nzz\n")
+    assert proc.returncode == 1
+    assert proc.stdout == b"1502 checked, 1501 might be present, 1 certainly absent\n"
+
+
+def test_check_exit_status_absent_count_quiet(filt: str) -> None:
+    assert run("add", filt, stdin=b"x\ny\n").returncode == 0
+    present, mixed, absent, all_absent, quiet, quiet_ok, count = run_all(
+        (["check", filt], b"x\ny\n"),
+        (["check", filt], b"x\nnot-there\ny\n"),
+        (["check", "--absent", filt], b"x\nnot-there\n"),
+        (["check", "--absent", filt], b"p\nq\n"),
+        (["check", "-q", filt], b"x\nnot-there\n"),
+        (["check", "--quiet", filt], b"x\n"),
+        (["check", "--count", filt], b"x\nnot-there\ny\n"),
+    )
+    assert (present.returncode, present.stdout) == (0, b"x\ny\n")
+    assert (mixed.returncode, mixed.stdout) == (1, b"x\ny\n")
+    assert (absent.returncode, absent.stdout) == (1, b"not-there\n")  # x answered "might be present"
+    assert (all_absent.returncode, all_absent.stdout) == (0, b"p\nq\n")
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (1, b"", b"")
+    assert (quiet_ok.returncode, quiet_ok.stdout) == (0, b"")
+    assert (count.returncode, count.stdout) == (1, b"3 checked, 2 might be present, 1 certainly absent\n")
+
+
+def test_check_works_on_a_read_only_file(filt: str) -> None:
+    assert run("add", filt, stdin=b"ro\n").returncode == 0
+    os.chmod(filt, 0o444)
+    try:
+        if os.access(filt, os.W_OK):  # root ignores permission bits
+            pytest.skip("running as root: permission bits are not enforced")
+        assert run("check", filt, stdin=b"ro\n").returncode == 0
+        assert_one_line_error(run("add", filt, stdin=b"x\n"), "Permission denied")
+    finally:
+        os.chmod(filt, 0o644)
+
+
+def test_add_takes_the_lock_once_per_chunk(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # In-process on purpose: count the lock acquisitions of one `add` of 200,000 lines.
+    filt = str(tmp_path / "big.blm")
+    BloomFilter.create(filt, BloomConfig.for_items(200_000, 1e-6)).close()
+    src = tmp_path / "many.txt"
+    src.write_bytes(b"".join(b"line-%d\n" % i for i in range(200_000)))
+    calls = []
+    original = WriteLock.acquire
+
+    def counting(self: WriteLock) -> None:
+        calls.append(1)
+        original(self)
+
+    monkeypatch.setattr(WriteLock, "acquire", counting)
+    assert cli.main(["add", "-q", filt, str(src)]) == 0
+    assert len(calls) == 4  # ceil(200,000 / 65,536) chunks, not one per line
+    monkeypatch.undo()
+    with BloomFilter.open(filt) as f:
+        assert f.items_added == 200_000
+        assert f.contains_many([b"line-0", b"line-199999"]).all()
+
+
+def test_check_into_a_closed_pipe_exits_quietly(filt: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    src = tmp_path / "many.txt"
+    src.write_bytes(b"".join(b"line-%d\n" % i for i in range(100_000)))  # > a pipe buffer of output
+    assert run("add", "-q", filt, str(src)).returncode == 0
+    proc = subprocess.Popen([sys.executable, "-m", "mmapbloom", "check", filt, str(src)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline() == b"line-0\n"
+    proc.stdout.close()  # like `| head -1`
+    err = proc.stderr.read()
+    assert proc.wait(60) == 141
+    assert err == b""
+
+
+def test_add_progress_bar_only_on_a_terminal(filt: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"".join(b"p%d\n" % i for i in range(1000)))
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a real terminal has a size
+    proc = subprocess.Popen([sys.executable, "-m", "mmapbloom", "add", filt, str(src)], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=slave, env=ENV)
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(master)
+    assert proc.wait(60) == 0
+    text = seen.decode(errors="replace")
+    assert "add:" in text and "B/s" in text and "added 1,000 items" in text, text  # tqdm over bytes, then the summary
+    piped = run("add", filt, str(src))  # stderr is a pipe: the summary line only
+    assert piped.stderr.decode().count("\n") == 1 and "add:" not in piped.stderr.decode()
+
+
+# -- info and verify -------------------------------------------------------------------------
+def test_info_json_and_text(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = str(tmp_path / "i.blm")
+    assert run("create", path, "-n", "1000", "-p", "1%").returncode == 0
+    assert run("add", path, stdin=b"".join(b"k%d\n" % i for i in range(1000))).returncode == 0
+    proc, text = run_all((["info", path, "--json"], b""), (["info", path], b""))
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert (info["scheme"], info["num_bits"], info["num_hashes"], info["size_bytes"]) == ("M3KM", 9586, 7, 1223)
+    assert info["items_added"] in range(985, 1001)  # a few adds may set no new bit
+    assert info["approx_items"] == pytest.approx(1000, rel=0.05)
+    assert info["fill_ratio"] == pytest.approx(0.5, abs=0.02)
+    assert info["expected_fp_rate"] == pytest.approx(0.01, rel=0.1)
+    assert info["observed_fp_rate"] == pytest.approx(0.01, rel=0.2)
+    assert info["over_capacity"] is False
+    out = text.stdout.decode()
+    assert text.returncode == 0
+    for needle in ("M3KM", "9,586", "1,223 bytes (1.2 KB)", "approx items", "over design point  no"):
+        assert needle in out, out
+
+
+def test_info_over_design_point_and_warning_is_one_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = str(tmp_path / "small.blm")
+    assert run("create", path, "-n", "100", "-p", "1%").returncode == 0
+    proc = run("add", "-q", path, stdin=b"".join(b"k%d\n" % i for i in range(1000)))
+    assert proc.returncode == 0
+    err = proc.stderr.decode()
+    assert err.startswith("mmapbloom: warning: ") and err.count("\n") == 1, err
+    as_json, as_text = run_all((["info", "--json", path], b""), (["info", path], b""))
+    assert json.loads(as_json.stdout)["over_capacity"] is True
+    assert "over design point  yes" in as_text.stdout.decode()
+
+
+def damaged_files(tmp_path) -> dict[str, tuple[str, str]]:  # type: ignore[no-untyped-def]
+    """name -> (path, expected words in the error)."""
+    good = BloomFilter(BloomConfig(num_bits=100, num_hashes=3))
+    good.add("x")
+    image = good.to_bytes()  # 24 + 13 bytes; bits 100..103 of the last byte are padding
+    variants = {
+        "truncated": (image[:-1], "truncated"),
+        "overlong": (image + b"\0", "over-long"),
+        "magic": (b"XXXX" + image[4:], "bad magic"),
+        "scheme": (image[:4] + b"NOPE" + image[8:], "unknown hash scheme"),
+        "zero_k": (image[:16] + b"\0\0\0\0" + image[20:], "num_hashes is 0"),
+        "padding": (image[:-1] + bytes([image[-1] | 0x80]), "padding"),
+        "short_header": (image[:10], "truncated header"),
+        "empty": (b"", "truncated header"),
+    }
+    out = {}
+    for name, (data, words) in variants.items():
+        p = tmp_path / f"{name}.blm"
+        p.write_bytes(data)
+        out[name] = (str(p), words)
+    return out
+
+
+def test_verify_good_and_each_kind_of_damage(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    good = str(tmp_path / "good.blm")
+    assert run("create", good, "--bits", "100", "--hashes", "3").returncode == 0
+    damaged = damaged_files(tmp_path)
+    ok, bad_one, everything = run_all(
+        (["verify", good], b""),
+        (["verify", damaged["padding"][0]], b""),
+        (["verify", good, *[p for p, _ in damaged.values()], str(tmp_path / "missing.blm"), str(tmp_path)], b""),
+    )
+    assert ok.returncode == 0 and ok.stdout == f"{good}: OK (m=100, k=3, scheme M3KM, 37 bytes)\n".encode()
+    assert_one_line_error(bad_one, "FAILED", "padding", "padding.blm")
+    assert everything.returncode == 2
+    assert everything.stdout.decode().count(": OK") == 1
+    lines = everything.stderr.decode().splitlines()
+    assert len(lines) == len(damaged) + 2 and all("FAILED" in line for line in lines)
+    for (path, words), line in zip(damaged.values(), lines):
+        assert path in line and words in line, (path, words, line)
+    assert "missing.blm: No such file" in lines[-2] and "directory" in lines[-1]
+
+
+def test_damaged_or_missing_file_is_exit_2_without_traceback(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path, words = damaged_files(tmp_path)["truncated"]
+    missing = str(tmp_path / "nope.blm")
+    calls = [(["info", path], b""), (["add", path], b"x\n"), (["check", path], b"x\n"),
+             (["info", missing], b""), (["add", missing], b"x\n"), (["check", str(tmp_path)], b"x\n")]
+    info, add, check, info_missing, add_missing, check_dir = run_all(*calls)
+    for proc in (info, add, check):
+        assert_one_line_error(proc, words, path)
+    assert_one_line_error(info_missing, "No such file", missing)
+    assert_one_line_error(add_missing, "No such file", missing)
+    assert_one_line_error(check_dir, "directory")
+
+
+# -- merge, demo, entry points ------------------------------------------------------------------
+def test_merge_subcommand_and_tools_script_agree(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    cfg = BloomConfig.for_items(1000, 0.01)
+    shards = []
+    for i in range(3):
+        p = str(tmp_path / f"s{i}.blm")
+        with BloomFilter.create(p, cfg) as f:
+            f.update(f"{i}-{j}" for j in range(200))
+        shards.append(p)
+    a = run("merge", str(tmp_path / "a.blm"), *shards)
+    assert a.returncode == 0, a.stderr
+    assert "merged 3 shards (OR)" in a.stderr.decode() and "GB/s" in a.stderr.decode()
+    tool = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "merge_shards.py"), str(tmp_path / "b.blm"),
+                           str(tmp_path / "s*.blm")], capture_output=True, timeout=120, env=ENV)
+    assert tool.returncode == 0, tool.stderr
+    assert (tmp_path / "a.blm").read_bytes() == (tmp_path / "b.blm").read_bytes()
+    bad = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "merge_shards.py"), str(tmp_path / "c.blm")],
+                         capture_output=True, timeout=120, env=ENV)
+    assert_one_line_error(bad, "merge_shards.py: error:")
+
+
+def test_help_on_every_subcommand() -> None:
+    subs = ("plan", "create", "add", "check", "info", "verify", "merge", "demo")
+    for sub, proc in zip(subs, run_all(*[([sub, "--help"], b"") for sub in subs])):
+        assert proc.returncode == 0, (sub, proc.stderr)
+        assert proc.stdout.startswith(b"usage: mmapbloom " + sub.encode()), sub
+        if sub in ("add", "check"):
+            framing = proc.stdout.decode()
+            assert "\\r\\n" in framing and "NUL" in framing and "nothing" in framing
+
+
+def test_console_script() -> None:
+    script = os.path.join(os.path.dirname(sys.executable), "mmapbloom")
+    if not os.path.exists(script):
+        pytest.skip("package not installed with its console script")
+    proc = subprocess.run([script, "plan", "-n", "1000", "-p", "1%"], capture_output=True, timeout=60)
+    assert proc.returncode == 0 and b"9,586" in proc.stdout
