@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from . import format as fmt
 from .errors import (
+    BadHeaderError,
     ConfigMismatchError,
     FilterClosedError,
     IncompatibleFiltersError,
@@ -354,6 +355,15 @@ class MappedFilter:
             self._refuse_write()
         return self._lock
 
+    def expected_fp_rate(self) -> float:
+        """``(1 - e^(-k n / m))^k`` with n = :attr:`items_added` (Bloom 1970).
+
+        Understates the rate of an overfilled filter or one built with unions of
+        overlapping sets, because n counts adds, not distinct items; prefer
+        ``observed_fp_rate()`` there.
+        """
+        return expected_fp_rate(self.items_added, self._m, self._k)
+
     def is_over_capacity(self) -> bool:
         """True when the expected fill ratio ``1 - e^(-kn/m)`` from the item count exceeds
         ``OVERFILL_RATIO`` (O(1): no cell is read)."""
@@ -371,7 +381,7 @@ class MappedFilter:
         header = self._parse(bytes(self._buf[:self._hs]), source)
         found = BloomConfig(num_bits=header.num_bits, num_hashes=header.num_hashes, strategy=header.strategy)
         if found != self._config or header.cell_bits != self._cell_bits:
-            raise fmt.BadHeaderError(f"header changed under the handle: {found!r}", source=source,
+            raise BadHeaderError(f"header changed under the handle: {found!r}", source=source,
                                      expected=self._config, actual=found)
         fmt.check_length(header.total_size, len(self._buf), source=source)
         fmt.check_padding(self._buf[len(self._buf) - 1], self._m, source=source, cell_bits=self._cell_bits)

@@ -38,7 +38,7 @@ from .base import CHUNK_BYTES, CHUNK_KEYS, MappedFilter
 from .errors import ConfigError, ConfigMismatchError, SaturationWarning
 from .filter import BloomFilter
 from .hashing import encode_key, encode_keys
-from .sizing import BloomConfig, approx_items, expected_fp_rate
+from .sizing import BloomConfig, approx_items
 
 __all__ = ["CountingBloomFilter"]
 
@@ -118,7 +118,7 @@ class CountingBloomFilter(MappedFilter):
     # -- cells ----------------------------------------------------------------------------
     def _cells_of(self, item: Item) -> list[int]:
         """The item's distinct cells (duplicate positions count once, for add and remove alike)."""
-        key = item.encode() if type(item) is str else encode_key(item)  # type: ignore[union-attr]
+        key = item.encode() if type(item) is str else encode_key(item)
         return sorted(set(self._positions(key, self._k, self._m)))
 
     def _get(self, cell: int) -> int:
@@ -269,10 +269,6 @@ class CountingBloomFilter(MappedFilter):
     def fill_ratio(self) -> float:
         """Fraction of non-zero counters, X / m."""
         return self.nonzero_counters() / self._m
-
-    def expected_fp_rate(self) -> float:
-        """``(1 - e^(-k n / m))^k`` with n = :attr:`items_added` (Bloom 1970)."""
-        return expected_fp_rate(self.items_added, self._m, self._k)
 
     def observed_fp_rate(self) -> float:
         """``(X / m)^k`` from the non-zero counters (Bloom 1970)."""

@@ -622,7 +622,7 @@ def crawl(root: str, bloom: BloomFilter, *, workers: int = DEFAULT_WORKERS, max_
     Raises:
         ValueError: ``bloom`` is in memory or read-only, or ``root`` is not ``http``.
     """
-    from tqdm import tqdm
+    from tqdm import tqdm  # type: ignore[import-untyped]
 
     if bloom.path is None or bloom.readonly:
         raise ValueError("crawl needs a read-write, file-backed filter")
@@ -634,7 +634,7 @@ def crawl(root: str, bloom: BloomFilter, *, workers: int = DEFAULT_WORKERS, max_
     if progress is None:
         progress = sys.stderr.isatty()
 
-    ctx = multiprocessing.get_context(start_method or "spawn")
+    ctx: Any = multiprocessing.get_context(start_method or "spawn")
     tasks = ctx.Queue()
     results = ctx.Queue()
     pending = ctx.Value("q", 0)

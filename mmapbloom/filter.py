@@ -23,9 +23,7 @@ import numpy.typing as npt
 from . import format as fmt
 from .base import CHUNK_BYTES, CHUNK_KEYS, OVERFILL_RATIO, MappedFilter
 from .hashing import M3KM, encode_key, encode_keys
-from .sizing import BloomConfig
 from .sizing import approx_items as _approx_items
-from .sizing import expected_fp_rate
 
 __all__ = ["BloomFilter", "OVERFILL_RATIO", "popcount"]
 
@@ -107,6 +105,7 @@ class BloomFilter(MappedFilter):
     systems whose ``flock`` is not coherent (NFS), nor against another program truncating
     the file.
 
+    >>> from mmapbloom import BloomConfig
     >>> f = BloomFilter(BloomConfig.for_items(1000, 0.01))
     >>> f.add("https://example.org/"), f.add("https://example.org/")
     (True, False)
@@ -148,7 +147,7 @@ class BloomFilter(MappedFilter):
         """
         if self._no_write:
             self._refuse_write()
-        key = item.encode() if type(item) is str else encode_key(item)  # type: ignore[union-attr]
+        key = item.encode() if type(item) is str else encode_key(item)
         bv = self._bv
         lock = self._lock
         new = False
@@ -197,7 +196,7 @@ class BloomFilter(MappedFilter):
         items). Raises TypeError for an item that is not str or bytes-like,
         FilterClosedError after close.
         """
-        key = item.encode() if type(item) is str else encode_key(item)  # type: ignore[union-attr]
+        key = item.encode() if type(item) is str else encode_key(item)
         bv = self._bv
         try:
             if self._pair is not None:
@@ -349,15 +348,6 @@ class BloomFilter(MappedFilter):
     def fill_ratio(self) -> float:
         """Fraction of bits set, X / m, in [0, 1]."""
         return self.count_ones() / self._m
-
-    def expected_fp_rate(self) -> float:
-        """``(1 - e^(-k n / m))^k`` with n = items added (Bloom 1970).
-
-        Understates the rate of an overfilled filter or one built with unions of
-        overlapping sets, because n counts adds, not distinct items; prefer
-        :meth:`observed_fp_rate` there.
-        """
-        return expected_fp_rate(self.items_added, self._m, self._k)
 
     def observed_fp_rate(self) -> float:
         """``(X / m)^k`` from the bits actually set (Bloom 1970); O(m / 8) bytes read."""

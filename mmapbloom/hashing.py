@@ -62,7 +62,7 @@ def encode_key(item: object) -> bytes:
         UnicodeEncodeError (a ``ValueError``): a str with lone surrogates.
     """
     if type(item) is bytes:
-        return item  # type: ignore[return-value]
+        return item
     if isinstance(item, str):
         return item.encode("utf-8")
     if isinstance(item, (bytes, bytearray, memoryview)):
@@ -79,9 +79,9 @@ def encode_keys(items: Iterable[object]) -> list[bytes]:
     append = out.append
     for item in items:
         if type(item) is bytes:
-            append(item)  # type: ignore[arg-type]
+            append(item)
         elif type(item) is str:
-            append(item.encode("utf-8"))  # type: ignore[union-attr]
+            append(item.encode("utf-8"))
         else:
             append(encode_key(item))
     return out
@@ -176,13 +176,14 @@ class M3KM(HashStrategy):
             i = np.arange(num_hashes, dtype=np.uint64)
             return (p0[:, None] + i[None, :] * step[:, None]) % m
         out = np.empty((n, num_hashes), dtype=np.uint64)
-        out[:, 0] = pos = p0
+        pos = p0
+        out[:, 0] = pos
         # pos + step may exceed 2**64 when m is huge, so add modulo m without overflow:
         # pos + step >= m  <=>  pos >= m - step.
         gap = m - step
-        for i in range(1, num_hashes):
+        for j in range(1, num_hashes):
             pos = np.where(pos >= gap, pos - gap, pos + step)
-            out[:, i] = pos
+            out[:, j] = pos
         return out
 
 

@@ -103,7 +103,7 @@ class WriteLock:
         elif self._path is not None:
             new = os.open(self._path, flags)
         else:  # pragma: no cover
-            raise OSError(f"cannot reopen the lock descriptor after fork: no /proc and no path")
+            raise OSError("cannot reopen the lock descriptor after fork: no /proc and no path")
         st = os.fstat(new)
         if (st.st_dev, st.st_ino) != self._ino:
             os.close(new)
@@ -130,7 +130,7 @@ class WriteLock:
                 if _DIRECT_FLOCK:
                     _FLOCK(self._own_fd if self._own_fd is not None else self._fd, _LOCK_EX)
                 else:  # pragma: no cover - non-POSIX
-                    portalocker.lock(self._own_fd if self._own_fd is not None else self._fd,  # type: ignore[arg-type]
+                    portalocker.lock(self._own_fd if self._own_fd is not None else self._fd,
                                      portalocker.LockFlags.EXCLUSIVE)
             except BaseException:
                 self._tlock.release()
@@ -145,7 +145,7 @@ class WriteLock:
                 if _DIRECT_FLOCK:
                     _FLOCK(self._own_fd if self._own_fd is not None else self._fd, _LOCK_UN)
                 else:  # pragma: no cover - non-POSIX
-                    portalocker.unlock(self._own_fd if self._own_fd is not None else self._fd)  # type: ignore[arg-type]
+                    portalocker.unlock(self._own_fd if self._own_fd is not None else self._fd)
             finally:
                 self._tlock.release()
         else:

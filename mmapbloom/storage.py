@@ -79,7 +79,7 @@ class Storage:
 class MemoryStorage(Storage):
     """An image held in a ``bytearray``; thread-safe writes through a thread lock only."""
 
-    def __init__(self, image: Union[bytes, bytearray], header_size: int):
+    def __init__(self, image: Union[bytes, bytearray, memoryview], header_size: int):
         self.buf = bytearray(image)
         self.readonly = False
         self.path = None
@@ -149,6 +149,7 @@ class FileStorage(Storage):
         if self.closed:
             raise FilterClosedError(f"{self.path}: filter is closed")
         if not self.readonly:
+            assert isinstance(self.buf, mmap.mmap)
             self.buf.flush()  # msync(MS_SYNC)
 
     def close(self) -> None:

@@ -6,7 +6,6 @@ import collections
 import multiprocessing as mp
 import pickle
 import random
-import struct
 import warnings
 
 import pytest
