@@ -26,12 +26,12 @@ from .errors import (
     OverCapacityWarning,
     ReadOnlyFilterError,
 )
-from .hashing import HashStrategy
+from .hashing import M3KM, HashStrategy
 from .locking import WriteLock
 from .sizing import BloomConfig, expected_fill_ratio, expected_fp_rate
 from .storage import DEFAULT_FILE_MODE, FileStorage, MemoryStorage, Storage, atomic_file, reserve_space
 
-__all__ = ["CHUNK_BYTES", "CHUNK_KEYS", "OVERFILL_RATIO", "MappedFilter", "PathLike"]
+__all__ = ["CHUNK_BYTES", "CHUNK_KEYS", "CHUNK_PAIRS", "OVERFILL_RATIO", "MappedFilter", "PathLike"]
 
 #: ``add`` warns (OverCapacityWarning, once per handle) past this expected fill ratio.
 #: A filter sized by ``for_items`` with p <= 0.5 is at most about 0.55 full at capacity.
@@ -40,6 +40,9 @@ OVERFILL_RATIO = 0.6
 #: Keys hashed per chunk by the batch methods: bounds temporary memory to about
 #: ``CHUNK_KEYS * k * 20`` bytes (positions, byte indices, masks) per call.
 CHUNK_KEYS = 1 << 16
+
+#: Positions per chunk (keys x probes): bounds batch memory when k is large.
+CHUNK_PAIRS = 1 << 19
 
 #: Bytes per step when combining or counting cell arrays (bounded temporary memory).
 CHUNK_BYTES = 1 << 24
@@ -61,7 +64,7 @@ class MappedFilter:
     """
 
     __slots__ = (
-        "_storage", "_buf", "_config", "_m", "_k", "_positions", "_strategy", "_hs", "_cell_bits",
+        "_storage", "_buf", "_config", "_m", "_k", "_probes", "_chunk_keys", "_positions", "_strategy", "_hs", "_cell_bits",
         "_lock", "_no_write", "_warn_at", "_warned", "__weakref__",
     )
 
@@ -99,6 +102,13 @@ class MappedFilter:
         self._config = config
         self._m = config.num_bits
         self._k = config.num_hashes
+        # With double hashing the positions repeat with a period dividing m
+        # (p_{i+m} = p_i + m * step = p_i mod m), so the first min(k, m) positions are all
+        # the distinct ones: probing only those gives identical answers and bounds the cost
+        # of a query on an untrusted file whose header claims a huge k. Custom strategies
+        # are probed k times.
+        self._probes = min(self._k, self._m) if type(config.strategy) is M3KM else self._k
+        self._chunk_keys = max(1, min(CHUNK_KEYS, CHUNK_PAIRS // self._probes))
         self._strategy = config.strategy
         self._positions = config.strategy.positions
         self._hs = header.header_size
@@ -336,7 +346,11 @@ class MappedFilter:
 
     def _cells(self) -> npt.NDArray[np.uint8]:
         """A numpy ``uint8`` view of the cell array (no copy; read-only when the handle is)."""
-        return self._storage.view(self._hs, fmt.body_size(self._m, self._cell_bits))
+        try:
+            return self._storage.view(self._hs, fmt.body_size(self._m, self._cell_bits))
+        except ValueError:  # closed by another thread since the caller's check
+            self._check_open()
+            raise
 
     def write_lock(self) -> WriteLock:
         """The handle's write lock, as a context manager, for loops that cannot batch::

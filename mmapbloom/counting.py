@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import format as fmt
-from .base import CHUNK_BYTES, CHUNK_KEYS, MappedFilter
+from .base import CHUNK_BYTES, MappedFilter
 from .errors import ConfigError, ConfigMismatchError, SaturationWarning
 from .filter import BloomFilter
 from .hashing import encode_key, encode_keys
@@ -119,7 +119,7 @@ class CountingBloomFilter(MappedFilter):
     def _cells_of(self, item: Item) -> list[int]:
         """The item's distinct cells (duplicate positions count once, for add and remove alike)."""
         key = item.encode() if type(item) is str else encode_key(item)
-        return sorted(set(self._positions(key, self._k, self._m)))
+        return sorted(set(self._positions(key, self._probes, self._m)))
 
     def _get(self, cell: int) -> int:
         if self._cell_bits == 8:
@@ -231,9 +231,10 @@ class CountingBloomFilter(MappedFilter):
         keys = encode_keys(items)
         out = np.empty(len(keys), dtype=np.bool_)
         cells = self._cells()
-        for start in range(0, len(keys), CHUNK_KEYS):
-            chunk = keys[start:start + CHUNK_KEYS]
-            pos = self._strategy.positions_many(chunk, self._k, self._m)
+        step = self._chunk_keys
+        for start in range(0, len(keys), step):
+            chunk = keys[start:start + step]
+            pos = self._strategy.positions_many(chunk, self._probes, self._m)
             if self._cell_bits == 8:
                 values = cells[pos.astype(np.intp)]
             else:

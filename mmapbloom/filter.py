@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import format as fmt
-from .base import CHUNK_BYTES, CHUNK_KEYS, OVERFILL_RATIO, MappedFilter
+from .base import CHUNK_BYTES, OVERFILL_RATIO, MappedFilter
 from .hashing import M3KM, encode_key, encode_keys
 from .sizing import approx_items as _approx_items
 
@@ -126,7 +126,7 @@ class BloomFilter(MappedFilter):
         self._bv = memoryview(self._buf)[self._hs:]
         self._pair = self._strategy.hash_pair if type(self._strategy) is M3KM else None
         self._m1 = max(self._m - 1, 1)
-        self._krange = range(self._k)
+        self._krange = range(self._probes)
 
     def _release_views(self) -> None:
         self._bv.release()
@@ -173,7 +173,7 @@ class BloomFilter(MappedFilter):
             finally:
                 lock.release()
             return new
-        positions = self._positions(key, self._k, self._m)
+        positions = self._positions(key, self._probes, self._m)
         lock.acquire()
         try:
             for p in positions:
@@ -211,7 +211,7 @@ class BloomFilter(MappedFilter):
                     if p >= m:
                         p -= m
                 return True
-            for p in self._positions(key, self._k, self._m):
+            for p in self._positions(key, self._probes, self._m):
                 if not bv[p >> 3] & (1 << (p & 7)):
                     return False
             return True
@@ -224,7 +224,7 @@ class BloomFilter(MappedFilter):
     # -- batch operations ----------------------------------------------------------------
     def _byte_masks(self, keys: list[bytes]) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.intp], npt.NDArray[np.uint8]]:
         """Positions (n, k), their byte indices and bit masks, flattened item by item."""
-        pos = self._strategy.positions_many(keys, self._k, self._m).ravel()
+        pos = self._strategy.positions_many(keys, self._probes, self._m).ravel()
         idx = (pos >> np.uint64(3)).astype(np.intp)
         masks = np.left_shift(np.uint8(1), (pos & np.uint64(7)).astype(np.uint8))
         return pos, idx, masks
@@ -236,7 +236,8 @@ class BloomFilter(MappedFilter):
     def contains_many(self, items: Iterable[Union[str, bytes, bytearray, memoryview]]) -> npt.NDArray[np.bool_]:
         """Vectorised :meth:`might_contain`: a ``bool`` array of shape ``(len(items),)``
         with exactly the per-item answers. Takes no lock. Hashes in chunks of
-        ``CHUNK_KEYS`` keys (bounded temporary memory).
+        ``CHUNK_KEYS`` keys, fewer when k is large (about ``CHUNK_PAIRS`` positions per
+        chunk, so temporary memory is bounded).
 
         Raises TypeError (bad item; checked for every item first), FilterClosedError.
         """
@@ -244,9 +245,10 @@ class BloomFilter(MappedFilter):
         keys = encode_keys(items)
         out = np.empty(len(keys), dtype=np.bool_)
         bits = self._bits()
-        k = self._k
-        for start in range(0, len(keys), CHUNK_KEYS):
-            chunk = keys[start:start + CHUNK_KEYS]
+        k = self._probes
+        step = self._chunk_keys
+        for start in range(0, len(keys), step):
+            chunk = keys[start:start + step]
             _, idx, masks = self._byte_masks(chunk)
             out[start:start + len(chunk)] = (bits[idx] & masks).reshape(-1, k).all(axis=1)
         return out
@@ -256,7 +258,7 @@ class BloomFilter(MappedFilter):
         answers of sequential :meth:`add` calls (a duplicate within the batch is new once).
 
         Every item is validated before any bit is set, so a bad item leaves the filter
-        unchanged. The write lock is taken once per chunk of ``CHUNK_KEYS`` keys, so
+        unchanged. The write lock is taken once per chunk of keys (as in :meth:`contains_many`), so
         another writer may interleave between chunks (each chunk is atomic).
 
         Raises TypeError, ReadOnlyFilterError, FilterClosedError.
@@ -267,11 +269,12 @@ class BloomFilter(MappedFilter):
         keys = encode_keys(items)
         out = np.zeros(len(keys), dtype=np.bool_)
         bits = self._bits()
-        for start in range(0, len(keys), CHUNK_KEYS):
-            chunk = keys[start:start + CHUNK_KEYS]
+        step = self._chunk_keys
+        for start in range(0, len(keys), step):
+            chunk = keys[start:start + step]
             pos, idx, masks = self._byte_masks(chunk)
             with self._lock:
-                new = _test_and_set(bits, pos, idx, masks, len(chunk), self._k)
+                new = _test_and_set(bits, pos, idx, masks, len(chunk), self._probes)
                 if new is not None:
                     out[start:start + len(chunk)] = new
                     self._bump_items(int(np.count_nonzero(new)))

@@ -46,13 +46,20 @@ __all__ = ["WriteLock"]
 _LIVE: "weakref.WeakSet[WriteLock]" = weakref.WeakSet()
 
 
+def _before_fork() -> None:
+    # Runs in the forking thread: remember how deep *it* holds each lock, so that in the
+    # child it can still leave its ``with`` blocks (see WriteLock.release).
+    for lock in list(_LIVE):
+        lock._forker_depth = lock._depth if lock._tlock._is_owned() else 0  # type: ignore[attr-defined]
+
+
 def _after_fork_in_child() -> None:
     for lock in list(_LIVE):
         lock._reset_after_fork()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 class WriteLock:
@@ -69,7 +76,8 @@ class WriteLock:
     Fork-safe as described in the module docstring.
     """
 
-    __slots__ = ("_tlock", "_depth", "_fd", "_own_fd", "_stale", "_path", "_ino", "__weakref__")
+    __slots__ = ("_tlock", "_depth", "_fd", "_own_fd", "_stale", "_path", "_ino", "_forker_depth", "_inherited",
+                 "__weakref__")
 
     def __init__(self, fd: Optional[int], path: Optional[str] = None):
         self._tlock = threading.RLock()
@@ -77,6 +85,8 @@ class WriteLock:
         self._fd = fd
         self._own_fd: Optional[int] = None
         self._stale = False
+        self._forker_depth = 0
+        self._inherited = 0
         self._path = path
         self._ino: Optional[tuple[int, int]] = None
         if fd is not None:
@@ -86,11 +96,16 @@ class WriteLock:
 
     # -- fork handling --------------------------------------------------------------
     def _reset_after_fork(self) -> None:
-        # Runs in the child right after fork(), when only the forking thread exists. (Forking
-        # while the forking thread itself holds the lock is not supported: the child starts
-        # unlocked, and leaving the ``with`` block there raises RuntimeError.)
+        # Runs in the child right after fork(), when only the forking thread exists. The
+        # child holds nothing: not the thread lock (a fresh one) and not the flock (it is the
+        # parent's; the child reopens its own description before locking). If the forking
+        # thread was inside ``with lock:`` blocks, leaving them in the child is a no-op
+        # (``_inherited``); a write inside them takes the lock for real, waiting for the
+        # parent to leave its block.
         self._tlock = threading.RLock()
         self._depth = 0
+        self._inherited = self._forker_depth
+        self._forker_depth = 0
         self._stale = self._fd is not None
 
     def _reopen(self) -> None:
@@ -139,6 +154,9 @@ class WriteLock:
 
     def release(self) -> None:
         """Release one level; the file lock is dropped when the outermost level is."""
+        if not self._depth and self._inherited:
+            self._inherited -= 1  # leaving a block entered before fork(), in the child
+            return
         self._depth -= 1
         if not self._depth and self._fd is not None:
             try:

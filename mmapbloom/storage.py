@@ -158,7 +158,13 @@ class FileStorage(Storage):
         mm = self.buf
         Storage.close(self)
         try:
-            mm.close()  # type: ignore[union-attr]
+            assert isinstance(mm, mmap.mmap)
+            mm.close()
+        except BufferError:
+            # Another thread still holds a numpy view (a batch query in flight). The
+            # mapping stays valid for it and is unmapped when the last view is dropped and
+            # the mmap object is collected; this handle is closed either way.
+            pass
         finally:
             self.lock.close()
             os.close(self.fd)

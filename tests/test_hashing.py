@@ -129,3 +129,12 @@ def test_custom_strategy_round_trip(tmp_path) -> None:  # type: ignore[no-untype
         assert g.strategy.name == "TEST" and g.config == cfg
         assert all(g.contains_many(["abc", "x", "y"]))
         assert g.to_bytes()[4:8] == b"TEST"
+
+
+@given(key=st.binary(max_size=30), m=st.integers(1, 64), extra=st.integers(0, 200))
+def test_positions_repeat_with_period_m(key: bytes, m: int, extra: int) -> None:
+    """Double-hashing positions repeat with a period dividing m, so probing min(k, m)
+    of them (what the filters do for M3KM) tests exactly the same bits as all k."""
+    s = M3KM()
+    k = m + extra
+    assert set(s.positions(key, k, m)) == set(s.positions(key, min(k, m), m))

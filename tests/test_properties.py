@@ -109,9 +109,9 @@ def test_add_many_equals_sequential_large(n_distinct: int, n: int, seed: int, m:
 
 
 def test_add_many_across_chunks(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    import mmapbloom.filter as filter_module
+    import mmapbloom.base as base_module
 
-    monkeypatch.setattr(filter_module, "CHUNK_KEYS", 7)
+    monkeypatch.setattr(base_module, "CHUNK_KEYS", 7)
     cfg = BloomConfig(num_bits=300, num_hashes=3)
     items = [f"x{i % 40}" for i in range(200)]
     a, b = BloomFilter(cfg), BloomFilter(cfg)
