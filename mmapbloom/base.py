@@ -29,7 +29,7 @@ from .errors import (
 from .hashing import M3KM, HashStrategy
 from .locking import WriteLock
 from .sizing import BloomConfig, expected_fill_ratio, expected_fp_rate
-from .storage import DEFAULT_FILE_MODE, FileStorage, MemoryStorage, Storage, atomic_file, reserve_space
+from .storage import DEFAULT_FILE_MODE, FileStorage, MemoryStorage, Storage, create_file
 
 __all__ = ["CHUNK_BYTES", "CHUNK_KEYS", "CHUNK_PAIRS", "OVERFILL_RATIO", "MappedFilter", "PathLike"]
 
@@ -174,10 +174,13 @@ class MappedFilter:
         if not isinstance(config, BloomConfig):
             raise TypeError(f"config must be a BloomConfig, got {type(config).__name__}")
         header = cls._new_header(config, **options)
-        with atomic_file(path, replace=overwrite, mode=mode) as fd:
-            reserve_space(fd, header.total_size, sparse=sparse)
-            os.pwrite(fd, cls._pack(header), 0)
-        return cls._open_checked(path, readonly=False, config=config, options=options)
+        fd, apath = create_file(path, cls._pack(header), header.total_size, sparse=sparse, replace=overwrite,
+                                mode=mode)
+        # Map the descriptor we created, never the path again (someone may have replaced it,
+        # and mode may deny the owner write permission).
+        storage = FileStorage.from_fd(fd, apath, readonly=False, header_size=header.header_size,
+                                      validate=cls._validate)
+        return cls._from_storage(storage, config, header)
 
     @classmethod
     def open(cls: type[F], path: PathLike, readonly: bool = False) -> F:

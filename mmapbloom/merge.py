@@ -23,7 +23,7 @@ How it runs, and what it promises:
   output's directory (:func:`mmapbloom.storage.atomic_file`), fsyncs it and publishes it
   with ``link`` (or ``rename`` over an existing file with ``replace=True``), then fsyncs
   the directory. A merge killed at any moment leaves either no output (or the old one) or
-  the complete new one, never a torn file; a SIGKILLed merge can leave a ``.NAME.*.tmp``
+  the complete new one, never a torn file; a SIGKILLed merge can leave a ``.mmapbloom-*.tmp``
   file behind in that directory.
 * **In place.** :func:`merge_into` ORs the shards into an existing filter file through its
   shared mapping, each chunk under the filter's write lock, so processes using that filter
@@ -397,7 +397,7 @@ def merge_shards(output: PathLike, shards: Sequence[PathLike], *, intersection: 
         MergeError, IncompatibleFiltersError, FormatError, OSError: as
             :func:`inspect_shards`, before anything is written; and ``MergeError`` if a shard
             changes while it is read. Nothing appears at ``output`` in any of these cases,
-            nor if the process is killed (a ``.NAME.*.tmp`` file may be left after SIGKILL).
+            nor if the process is killed (a ``.mmapbloom-*.tmp`` file may be left after SIGKILL).
         OSError: writing failed, e.g. ``ENOSPC`` (nothing is published).
 
     Thread and process safety: shards may be read by other processes meanwhile, and even

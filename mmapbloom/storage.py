@@ -32,6 +32,9 @@ from .locking import WriteLock
 
 __all__ = [
     "DEFAULT_FILE_MODE",
+    "absolute_path",
+    "create_file",
+    "reserve_space",
     "FileStorage",
     "MemoryStorage",
     "Storage",
@@ -119,18 +122,25 @@ class FileStorage(Storage):
                 IsADirectoryError, ELOOP ...), or is not a regular file.
             FormatError: whatever ``validate`` raises.
         """
-        apath = os.path.abspath(os.fspath(path))
+        apath = absolute_path(path)
         flags = (os.O_RDONLY if readonly else os.O_RDWR) | getattr(os, "O_CLOEXEC", 0)
         # O_NONBLOCK: opening a FIFO must not hang; it has no effect on regular files.
         fd = os.open(apath, flags | getattr(os, "O_NONBLOCK", 0))
+        return cls.from_fd(fd, apath, readonly=readonly, header_size=header_size, validate=validate)
+
+    @classmethod
+    def from_fd(cls, fd: int, path: str, *, readonly: bool, header_size: int,
+                validate: Callable[[bytes, int, str], int]) -> "FileStorage":
+        """Map an open descriptor (taking ownership of it: it is closed on error and by
+        :meth:`close`) after the checks of :meth:`open`. ``path`` is for messages."""
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 if stat.S_ISDIR(st.st_mode):
-                    raise IsADirectoryError(errno.EISDIR, "is a directory, not a filter file", apath)
-                raise OSError(errno.EINVAL, "not a regular file", apath)
+                    raise IsADirectoryError(errno.EISDIR, "is a directory, not a filter file", path)
+                raise OSError(errno.EINVAL, "not a regular file", path)
             head = os.pread(fd, header_size, 0)
-            total = validate(head, st.st_size, apath)
+            total = validate(head, st.st_size, path)
             access = mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE
             mm = mmap.mmap(fd, total, access=access)
         except BaseException:
@@ -140,9 +150,9 @@ class FileStorage(Storage):
         self.fd = fd
         self.buf = mm
         self.readonly = readonly
-        self.path = apath
+        self.path = path
         self.header_size = header_size
-        self.lock = WriteLock(fd, apath)
+        self.lock = WriteLock(fd, path)
         return self
 
     def flush(self) -> None:
@@ -203,6 +213,85 @@ def reserve_space(fd: int, size: int, *, sparse: bool) -> None:
             raise
 
 
+def absolute_path(path: Union[str, "os.PathLike[str]"]) -> str:
+    """``path`` made absolute by prefixing the working directory, *without* normalising it:
+    ``..`` and a trailing ``/`` are left for the OS to resolve, as ``open()`` would (a
+    lexical ``os.path.abspath`` gets ``link/../f`` wrong when ``link`` is a symlink).
+    The empty path stays empty (the OS then reports FileNotFoundError)."""
+    p = os.fspath(path)
+    if not p or os.path.isabs(p):
+        return p
+    return os.path.join(os.getcwd(), p)
+
+
+def _temp_name(directory: str) -> str:
+    # Short and fixed-length, so that any legal destination name works (NAME_MAX).
+    return os.path.join(directory, f".mmapbloom-{secrets.token_hex(8)}.tmp")
+
+
+_CREATE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+
+
+def _publish(tmp: str, dest: str, *, replace: bool) -> None:
+    """Make the complete temporary file visible at ``dest``: ``os.replace`` (atomic) or
+    ``os.link`` (never replaces: FileExistsError)."""
+    if replace:
+        os.replace(tmp, dest)
+        return
+    try:
+        os.link(tmp, dest)
+    except OSError as exc:
+        if exc.errno == errno.EEXIST:
+            raise FileExistsError(errno.EEXIST, "file exists", dest) from None
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+            raise
+        # File systems without hard links: fall back to a checked rename (a race with
+        # another creator can then replace, but never tear, the file).
+        if os.path.lexists(dest):  # pragma: no cover
+            raise FileExistsError(errno.EEXIST, "file exists", dest) from None
+        os.rename(tmp, dest)  # pragma: no cover
+
+
+def create_file(path: Union[str, "os.PathLike[str]"], header: bytes, size: int, *, sparse: bool, replace: bool,
+                mode: int = DEFAULT_FILE_MODE) -> tuple[int, str]:
+    """Create a zero-filled file of ``size`` bytes starting with ``header``, atomically, and
+    return ``(fd, absolute path)`` with ``fd`` open read-write on the published file.
+
+    The creator keeps the descriptor it made, so it can write the file even when ``mode``
+    leaves the owner no write permission, and never reopens a path that someone may have
+    replaced meanwhile. Steps: a temporary file created exclusively in the destination's
+    directory, space reserved (see :func:`reserve_space`), header written, fsync, publish
+    (link, or replace when ``replace``), fsync of the directory. On any error nothing is
+    left at ``path`` and the temporary file is removed.
+
+    Raises:
+        FileExistsError: ``path`` exists and ``replace`` is False.
+        OSError: ENOSPC and every other OS error.
+    """
+    dest = absolute_path(path)
+    directory, base = os.path.split(dest)
+    if not base:
+        raise IsADirectoryError(errno.EISDIR, "a filter path must name a file, not a directory", dest)
+    if not replace and os.path.lexists(dest):
+        raise FileExistsError(errno.EEXIST, "file exists", dest)
+    tmp = _temp_name(directory)
+    fd = os.open(tmp, _CREATE_FLAGS, mode)
+    try:
+        try:
+            reserve_space(fd, size, sparse=sparse)
+            os.pwrite(fd, header, 0)
+            os.fsync(fd)
+            _publish(tmp, dest, replace=replace)
+            fsync_directory(directory or ".")
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, dest
+
+
 @contextlib.contextmanager
 def atomic_file(path: Union[str, os.PathLike[str]], *, replace: bool, mode: int = DEFAULT_FILE_MODE) -> Iterator[int]:
     """Build a file under a temporary name and publish it at ``path`` only when complete.
@@ -214,42 +303,29 @@ def atomic_file(path: Union[str, os.PathLike[str]], *, replace: bool, mode: int 
     the existing file alone if ``path`` exists), with ``replace=True`` by ``os.replace``
     (atomic). The directory is then fsynced. On any exception, or if the process dies,
     nothing appears at ``path``; the temporary file is removed (a SIGKILLed process can
-    leave a ``.NAME.*.tmp`` file behind, never a torn file at ``path``).
+    leave a ``.mmapbloom-*.tmp`` file behind, never a torn file at ``path``).
 
     Args:
         path: destination.
         replace: whether an existing file at ``path`` is atomically replaced.
         mode: permission bits for the new file, masked by the umask (default 0o666).
     """
-    dest = os.path.abspath(os.fspath(path))
+    dest = absolute_path(path)
     directory, base = os.path.split(dest)
+    if not base:
+        raise IsADirectoryError(errno.EISDIR, "a filter path must name a file, not a directory", dest)
     if not replace and os.path.lexists(dest):
         raise FileExistsError(errno.EEXIST, "file exists", dest)
-    tmp = os.path.join(directory, f".{base}.{secrets.token_hex(6)}.tmp")
-    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
-    fd = os.open(tmp, flags, mode)
+    tmp = _temp_name(directory)
+    fd = os.open(tmp, _CREATE_FLAGS, mode)
     try:
         try:
             yield fd
             os.fsync(fd)
         finally:
             os.close(fd)
-        if replace:
-            os.replace(tmp, dest)
-        else:
-            try:
-                os.link(tmp, dest)
-            except OSError as exc:
-                if exc.errno == errno.EEXIST:
-                    raise FileExistsError(errno.EEXIST, "file exists", dest) from None
-                if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
-                    raise
-                # File systems without hard links: fall back to a checked rename (a race
-                # with another creator can then replace, but never tear, the file).
-                if os.path.lexists(dest):  # pragma: no cover
-                    raise FileExistsError(errno.EEXIST, "file exists", dest) from None
-                os.rename(tmp, dest)  # pragma: no cover
-        fsync_directory(directory)
+        _publish(tmp, dest, replace=replace)
+        fsync_directory(directory or ".")
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)

@@ -327,7 +327,7 @@ def test_sigkill_leaves_no_torn_output(tmp_path) -> None:  # type: ignore[no-unt
                 f.write(old_bytes)
         args = ["merge", "--chunk-mib", "1", "-q", *(["--force"] if replace else []), out, *shards]
         proc = subprocess.Popen(_argv(args), env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        prefix = f".out-{trial}.blm."
+        prefix = ".mmapbloom-"  # the temporary output (one merge at a time here)
         writing = False
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and proc.poll() is None:
