@@ -31,6 +31,8 @@ _HS = fmt.HEADER_SIZE
 _ITEMS = fmt.ITEMS_FIELD
 _ITEMS_OFFSET = fmt.ITEMS_OFFSET
 _MAX_ITEMS = fmt.MAX_ITEMS
+_unpack_items = _ITEMS.unpack_from
+_pack_items = _ITEMS.pack_into
 
 
 def popcount(view: npt.NDArray[np.uint8]) -> int:
@@ -55,35 +57,40 @@ def _test_and_set(bits: npt.NDArray[np.uint8], pos: npt.NDArray[np.uint64], idx:
 
     Item j is new exactly when it is the first item (lowest index) of the chunk to hold some
     bit that was 0 before the chunk: that bit is still 0 at j's turn, and conversely a bit
-    that is 0 at j's turn was 0 before and held by no earlier item. First holders are found
-    without a full sort: each initially-0 pair scatters its item index with ``minimum`` into
-    a hash table of slots (slot = position mod S, S >= 4 x pairs), and a pair that finds its
-    own item there is the first holder of its position (every pair with the same position
-    shares its slot). The few items with no such pair (all their 0-bits lost their slots) are
-    resolved exactly with ``np.unique`` over just the pairs in the slots they touch.
-    The caller holds the write lock.
+    that is 0 at j's turn was 0 before and held by no earlier item.
+
+    Without a full sort: the initially-0 pairs are counted per slot of a hash table on their
+    *byte* index (``np.bincount``, slot = byte mod S, S >= 2 x pairs). A pair alone in its
+    slot is the only 0-pair on its byte, so it is the first holder of its bit (its item is
+    new) and its byte can be written by a plain fancy assignment (no other pair writes it).
+    The remaining pairs are set with ``np.bitwise_or.at``; items that have 0-pairs but none
+    alone are resolved exactly with ``np.unique`` over the pairs in the slots they touch
+    (every pair sharing a bit with them shares their slot). The caller holds the write lock.
     """
     zero = np.flatnonzero((bits[idx] & masks) == 0)
     if zero.size == 0:
         return None
-    zitem = (zero // k).astype(np.int32)
-    zpos = pos[zero]
-    size = 1 << max(10, int(4 * zero.size - 1).bit_length())
-    slot = (zpos & np.uint64(size - 1)).astype(np.intp)
-    owner = np.full(size, np.iinfo(np.int32).max, dtype=np.int32)
-    np.minimum.at(owner, slot, zitem)
+    zidx = idx[zero]
+    zmask = masks[zero]
+    zitem = zero // k
+    size = 1 << max(10, int(2 * zero.size - 1).bit_length())
+    slot = zidx & (size - 1)
+    alone = np.bincount(slot, minlength=size)[slot] == 1
     new = np.zeros(n, dtype=np.bool_)
-    new[zitem[owner[slot] == zitem]] = True
-    undecided = np.zeros(n, dtype=np.bool_)
-    undecided[zitem] = True
-    undecided &= ~new
-    if undecided.any():
-        touched = np.zeros(size, dtype=np.bool_)
-        touched[slot[undecided[zitem]]] = True
-        sub = np.flatnonzero(touched[slot])  # ascending, so item order is kept
-        _, first = np.unique(zpos[sub], return_index=True)
-        new[zitem[sub[first]]] = True
-    np.bitwise_or.at(bits, idx[zero], masks[zero])
+    new[zitem[alone]] = True
+    bits[zidx[alone]] |= zmask[alone]
+    shared = np.flatnonzero(~alone)
+    if shared.size:
+        undecided = np.zeros(n, dtype=np.bool_)
+        undecided[zitem[shared]] = True
+        undecided &= ~new
+        if undecided.any():
+            touched = np.zeros(size, dtype=np.bool_)
+            touched[slot[shared[undecided[zitem[shared]]]]] = True
+            sub = shared[touched[slot[shared]]]  # ascending, so item order is kept
+            _, first = np.unique(pos[zero[sub]], return_index=True)
+            new[zitem[sub[first]]] = True
+        np.bitwise_or.at(bits, zidx[shared], zmask[shared])
     return new
 
 
@@ -168,8 +175,12 @@ class BloomFilter(MappedFilter):
                     p += step
                     if p >= m:
                         p -= m
-                if new:
-                    self._bump_items(1)
+                if new:  # items added += 1, saturating (inlined _bump_items: hot path)
+                    count = _unpack_items(self._buf, _ITEMS_OFFSET)[0]
+                    if count < _MAX_ITEMS:
+                        _pack_items(self._buf, _ITEMS_OFFSET, count + 1)
+                        if count >= self._warn_at and not self._warned:
+                            self._set_items(count + 1)  # emits the OverCapacityWarning once
             finally:
                 lock.release()
             return new

@@ -73,11 +73,18 @@ def encode_key(item: object) -> bytes:
 def encode_keys(items: Iterable[object]) -> list[bytes]:
     """Encode many items with :func:`encode_key`; validates all of them before returning.
 
-    Returns a new list of bytes in the same order. Raises as :func:`encode_key`.
+    Returns a new list of bytes in the same order. Raises as :func:`encode_key`. Batches of
+    only ``str`` or only ``bytes`` are encoded by C-level ``map`` calls (no Python loop).
     """
+    seq = items if isinstance(items, (list, tuple)) else list(items)
+    kinds = set(map(type, seq))
+    if kinds == {str}:
+        return list(map(str.encode, seq))  # type: ignore[arg-type]
+    if kinds <= {bytes}:
+        return list(seq)  # type: ignore[arg-type]
     out: list[bytes] = []
     append = out.append
-    for item in items:
+    for item in seq:
         if type(item) is bytes:
             append(item)
         elif type(item) is str:
