@@ -79,9 +79,9 @@ def encode_keys(items: Iterable[object]) -> list[bytes]:
     seq = items if isinstance(items, (list, tuple)) else list(items)
     kinds = set(map(type, seq))
     if kinds == {str}:
-        return list(map(str.encode, seq))  # type: ignore[arg-type]
+        return list(map(str.encode, seq))
     if kinds <= {bytes}:
-        return list(seq)  # type: ignore[arg-type]
+        return list(seq)
     out: list[bytes] = []
     append = out.append
     for item in seq:
