@@ -15,7 +15,7 @@ Concurrency model (see also the README's guarantees):
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Union
+from typing import Any, Iterable, Sequence, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -233,7 +233,7 @@ class BloomFilter(MappedFilter):
     __contains__ = might_contain
 
     # -- batch operations ----------------------------------------------------------------
-    def _byte_masks(self, keys: list[bytes]) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.intp], npt.NDArray[np.uint8]]:
+    def _byte_masks(self, keys: Sequence[bytes]) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.intp], npt.NDArray[np.uint8]]:
         """Positions (n, k), their byte indices and bit masks, flattened item by item."""
         pos = self._strategy.positions_many(keys, self._probes, self._m).ravel()
         idx = (pos >> np.uint64(3)).astype(np.intp)
@@ -253,15 +253,48 @@ class BloomFilter(MappedFilter):
         Raises TypeError (bad item; checked for every item first), FilterClosedError.
         """
         self._check_open()
-        keys = encode_keys(items)
+        seq = items if isinstance(items, (list, tuple)) else list(items)
+        # All-str batches are encoded lazily, chunk by chunk, inside the hashing map (no
+        # list of encoded keys); anything else is validated and encoded up front.
+        lazy = self._pair is not None and set(map(type, seq)) == {str}
+        keys: Sequence[Any] = seq if lazy else encode_keys(seq)
         out = np.empty(len(keys), dtype=np.bool_)
         bits = self._bits()
         k = self._probes
         step = self._chunk_keys
         for start in range(0, len(keys), step):
             chunk = keys[start:start + step]
+            if self._pair is not None:
+                out[start:start + len(chunk)] = self._contains_m3km(
+                    bits, map(str.encode, chunk) if lazy else chunk, len(chunk))
+                continue
             _, idx, masks = self._byte_masks(chunk)
             out[start:start + len(chunk)] = (bits[idx] & masks).reshape(-1, k).all(axis=1)
+        return out
+
+    def _contains_m3km(self, bits: npt.NDArray[np.uint8], keys: Iterable[bytes], n: int) -> npt.NDArray[np.bool_]:
+        """M3KM membership probe by probe, keeping only the keys still possibly present
+        (the vector form of the per-item early exit): an absent key usually drops out after
+        one or two probes, so absent-heavy batches do about 2 probes per key instead of k.
+        Positions follow the M3KM definition exactly (p += step modulo m, overflow-free)."""
+        assert isinstance(self._strategy, M3KM)
+        h1, h2 = self._strategy.hash_pairs(keys)
+        m = np.uint64(self._m)
+        p = h1 % m
+        step = h2 % np.uint64(self._m1) + np.uint64(1)
+        alive = np.arange(n)
+        out = np.zeros(n, dtype=np.bool_)
+        for i in range(self._probes):
+            hit = (bits[(p >> np.uint64(3)).astype(np.intp)] >> (p & np.uint64(7)).astype(np.uint8)) & np.uint8(1)
+            if not hit.all():
+                keep = hit.astype(np.bool_)
+                alive, p, step = alive[keep], p[keep], step[keep]
+                if alive.size == 0:
+                    return out
+            if i + 1 < self._probes:
+                gap = m - step  # p + step >= m  <=>  p >= m - step (no 64-bit overflow)
+                p = np.where(p >= gap, p - gap, p + step)
+        out[alive] = True
         return out
 
     def add_many(self, items: Iterable[Union[str, bytes, bytearray, memoryview]]) -> npt.NDArray[np.bool_]:

@@ -158,8 +158,8 @@ class M3KM(HashStrategy):
     #: used by the filters' per-item fast path.
     hash_pair = staticmethod(mmh3.mmh3_x64_128_utupledigest)
 
-    def hash_pairs(self, keys: Sequence[bytes]) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
-        """``(h1, h2)`` for every key as two ``uint64`` arrays of length ``len(keys)``.
+    def hash_pairs(self, keys: Iterable[bytes]) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
+        """``(h1, h2)`` for every key (any iterable of bytes) as two ``uint64`` arrays.
 
         ``mmh3_x64_128_digest`` returns the 128-bit hash as 16 little-endian bytes, the
         same value as ``hash128(key, seed=0, x64arch=True, signed=False)``.

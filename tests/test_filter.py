@@ -336,3 +336,21 @@ def test_repr_and_eq() -> None:
     assert a != b
     with pytest.raises(TypeError):
         hash(a)
+
+
+def test_unencodable_str_refused_everywhere() -> None:
+    f = BloomFilter(BloomConfig.for_items(100, 0.01))
+    before = f.to_bytes()
+    for op in (lambda: f.add("\ud800"), lambda: f.might_contain("\ud800"), lambda: f.update(["a", "\ud800"]),
+               lambda: f.contains_many(["a", "\ud800"]), lambda: f.add_many(["\ud800"])):
+        with pytest.raises(UnicodeEncodeError):
+            op()
+    assert f.to_bytes() == before
+
+
+def test_contains_many_accepts_iterables_and_mixed_kinds() -> None:
+    f = BloomFilter(BloomConfig.for_items(100, 0.01))
+    f.update(["a", b"b"])
+    assert f.contains_many(iter(["a", "b", "c"])).tolist() == [True, True, False]
+    assert f.contains_many(("a", b"a", bytearray(b"b"), memoryview(b"c"))).tolist() == [True, True, True, False]
+    assert f.contains_many([]).shape == (0,)
