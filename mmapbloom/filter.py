@@ -233,9 +233,14 @@ class BloomFilter(MappedFilter):
     __contains__ = might_contain
 
     # -- batch operations ----------------------------------------------------------------
-    def _byte_masks(self, keys: Sequence[bytes]) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.intp], npt.NDArray[np.uint8]]:
-        """Positions (n, k), their byte indices and bit masks, flattened item by item."""
-        pos = self._strategy.positions_many(keys, self._probes, self._m).ravel()
+    def _byte_masks(self, keys: Iterable[bytes]) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.intp], npt.NDArray[np.uint8]]:
+        """Positions (n, k), their byte indices and bit masks, flattened item by item.
+        ``keys`` may be a lazy iterable (a ``map``) for the default strategy."""
+        if isinstance(self._strategy, M3KM):
+            h1, h2 = self._strategy.hash_pairs(keys)
+            pos = self._strategy.positions_from_pairs(h1, h2, self._probes, self._m).ravel()
+        else:
+            pos = self._strategy.positions_many(list(keys), self._probes, self._m).ravel()
         idx = (pos >> np.uint64(3)).astype(np.intp)
         masks = np.left_shift(np.uint8(1), (pos & np.uint64(7)).astype(np.uint8))
         return pos, idx, masks
@@ -310,13 +315,17 @@ class BloomFilter(MappedFilter):
         if self._no_write:
             self._refuse_write()
         self._check_open()
-        keys = encode_keys(items)
+        seq = items if isinstance(items, (list, tuple)) else list(items)
+        # All-ASCII str batches cannot fail to encode, so they are encoded lazily inside the
+        # hashing map; anything else is validated and encoded before any bit is set.
+        lazy = self._pair is not None and set(map(type, seq)) == {str} and all(map(str.isascii, seq))
+        keys: Sequence[Any] = seq if lazy else encode_keys(seq)
         out = np.zeros(len(keys), dtype=np.bool_)
         bits = self._bits()
         step = self._chunk_keys
         for start in range(0, len(keys), step):
             chunk = keys[start:start + step]
-            pos, idx, masks = self._byte_masks(chunk)
+            pos, idx, masks = self._byte_masks(map(str.encode, chunk) if lazy else chunk)
             with self._lock:
                 new = _test_and_set(bits, pos, idx, masks, len(chunk), self._probes)
                 if new is not None:

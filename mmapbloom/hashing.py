@@ -169,10 +169,15 @@ class M3KM(HashStrategy):
         return raw[:, 0].astype(np.uint64, copy=False), raw[:, 1].astype(np.uint64, copy=False)
 
     def positions_many(self, keys: Sequence[bytes], num_hashes: int, num_bits: int) -> npt.NDArray[np.uint64]:
-        n = len(keys)
-        if n == 0:
+        if len(keys) == 0:
             return np.empty((0, num_hashes), dtype=np.uint64)
         h1, h2 = self.hash_pairs(keys)
+        return self.positions_from_pairs(h1, h2, num_hashes, num_bits)
+
+    def positions_from_pairs(self, h1: npt.NDArray[np.uint64], h2: npt.NDArray[np.uint64], num_hashes: int,
+                             num_bits: int) -> npt.NDArray[np.uint64]:
+        """Positions, shape ``(n, num_hashes)``, from the hash halves of :meth:`hash_pairs`."""
+        n = h1.shape[0]
         m = np.uint64(num_bits)
         p0 = h1 % m
         if num_bits == 1:
