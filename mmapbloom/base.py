@@ -33,8 +33,9 @@ from .storage import DEFAULT_FILE_MODE, FileStorage, MemoryStorage, Storage, cre
 
 __all__ = ["CHUNK_BYTES", "CHUNK_KEYS", "CHUNK_PAIRS", "OVERFILL_RATIO", "MappedFilter", "PathLike"]
 
-#: ``add`` warns (OverCapacityWarning, once per handle) past this expected fill ratio.
-#: A filter sized by ``for_items`` with p <= 0.5 is at most about 0.55 full at capacity.
+#: ``add`` warns (OverCapacityWarning, once per handle) past this expected fill ratio
+#: ``1 - e^(-kn/m)`` (Bloom 1970). A filter sized by ``for_items`` stays below it at its
+#: capacity for every p except about 0.351 to 0.36 (k = 2; fill up to 0.603).
 OVERFILL_RATIO = 0.6
 
 #: Keys hashed per chunk by the batch methods: bounds temporary memory to about
@@ -65,7 +66,7 @@ class MappedFilter:
 
     __slots__ = (
         "_storage", "_buf", "_config", "_m", "_k", "_probes", "_chunk_keys", "_positions", "_strategy", "_hs", "_cell_bits",
-        "_lock", "_no_write", "_warn_at", "_warned", "__weakref__",
+        "_lock", "_no_write", "_warn_at", "_warned", "_warn_msg", "__weakref__",
     )
 
     _magic: bytes = fmt.MAGIC
@@ -73,6 +74,8 @@ class MappedFilter:
     # -- subclass hooks ---------------------------------------------------------------
     @classmethod
     def _new_header(cls, config: BloomConfig, **options: Any) -> fmt.Header:
+        if options:
+            raise TypeError(f"{cls.__name__} takes no options {sorted(options)}")
         return fmt.Header(cls._magic, config.strategy, config.num_bits, config.num_hashes, 0)
 
     @classmethod
@@ -118,6 +121,7 @@ class MappedFilter:
         # Expected fill 1 - e^(-kn/m) > OVERFILL_RATIO  <=>  n > -(m / k) ln(1 - OVERFILL_RATIO).
         self._warn_at = -(self._m / self._k) * math.log1p(-OVERFILL_RATIO)
         self._warned = False
+        self._warn_msg: Optional[str] = None
         self._after_attach()
 
     @classmethod
@@ -223,6 +227,8 @@ class MappedFilter:
     @classmethod
     def _check_options(cls, header: fmt.Header, options: dict[str, Any], source: str) -> None:
         """open_or_create: refuse an existing file whose kind-specific options differ."""
+        cls._new_header(BloomConfig(num_bits=header.num_bits, num_hashes=header.num_hashes,
+                                    strategy=header.strategy), **options)  # TypeError on unknown options
 
     @classmethod
     def open_or_create(cls: type[F], path: PathLike, config: BloomConfig, *, sparse: bool = False,
@@ -333,15 +339,23 @@ class MappedFilter:
         count = 0 if count < 0 else _MAX_ITEMS if count > _MAX_ITEMS else count
         _ITEMS.pack_into(self._buf, _ITEMS_OFFSET, count)
         if count > self._warn_at and not self._warned:
+            # Recorded here, under the lock; emitted by _flush_warning once the write is
+            # complete and the lock released (so ``-W error`` cannot interrupt a write).
             self._warned = True
-            warnings.warn(
+            self._warn_msg = (
                 f"{self._describe()}: filter is past its design point: {count} items in {self._m} cells "
                 f"with k={self._k} gives an expected fill ratio of "
                 f"{expected_fill_ratio(count, self._m, self._k):.3f} > {OVERFILL_RATIO}; "
-                f"false-positive rate about {expected_fp_rate(count, self._m, self._k):.3g}",
-                OverCapacityWarning,
-                stacklevel=4,
+                f"false-positive rate about {expected_fp_rate(count, self._m, self._k):.3g}"
             )
+
+    def _flush_warning(self, stacklevel: int = 3) -> None:
+        """Emit the OverCapacityWarning recorded by :meth:`_set_items`, if any. Call after
+        releasing the lock; ``stacklevel`` 3 points at the caller of the public method that
+        calls this directly."""
+        msg, self._warn_msg = self._warn_msg, None
+        if msg is not None:
+            warnings.warn(msg, OverCapacityWarning, stacklevel=stacklevel)
 
     def _bump_items(self, new: int) -> None:
         """Add ``new`` to the item count (saturating); the caller holds the write lock."""

@@ -47,7 +47,7 @@ from .sizing import BloomConfig, approx_items, expected_fill_ratio, expected_fp_
 __all__ = ["build_parser", "main", "merge_main", "parse_count", "parse_fp_rate", "human_bytes"]
 
 #: Items per ``add_many`` / ``contains_many`` call. ``add_many`` takes the write lock once
-#: per 65,536 keys, so each chunk is one lock acquisition (one ``flock``).
+#: per chunk of min(65,536, 524,288 / k) keys (one ``flock`` each), never per line.
 CHUNK_ITEMS = 1 << 16
 
 #: Bytes read from an input per step.
@@ -507,7 +507,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("add", help="add items (one per line) from files or stdin",
                        description="Add items to an existing filter file. Uses the batch API: items are "
-                                   "added in chunks of 65,536, each under one acquisition of the file's "
+                                   "added in chunks of 65,536 lines, each under one or a few acquisitions of the file's "
                                    "write lock, so other processes may add concurrently. Prints the "
                                    "throughput and the new and already-present counts on stderr.",
                        epilog=FRAMING_HELP)

@@ -90,6 +90,7 @@ class CountingBloomFilter(MappedFilter):
 
     @classmethod
     def _check_options(cls, header: fmt.Header, options: dict[str, Any], source: str) -> None:
+        super()._check_options(header, options, source)  # TypeError on unknown options
         wanted = options.get("counter_bits", 4)
         if wanted != header.cell_bits:
             raise ConfigMismatchError(source, "counter_bits", wanted, header.cell_bits)
@@ -147,25 +148,34 @@ class CountingBloomFilter(MappedFilter):
         if self._no_write:
             self._refuse_write()
         cells = self._cells_of(item)
-        top = self._max
-        saturated = False
         with self._lock:
-            new = False
-            for c in cells:
-                v = self._get(c)
-                if v == 0:
-                    new = True
-                if v < top:
-                    self._put(c, v + 1)
-                    saturated |= v + 1 == top
-            if new:
-                self._bump_items(1)
+            new, saturated = self._add_cells(cells)
+        self._flush_warnings(saturated, stacklevel=3)
+        return new
+
+    def _add_cells(self, cells: list[int]) -> tuple[bool, bool]:
+        """Increment the cells; return (new, some counter saturated now). Caller holds the lock."""
+        top = self._max
+        new = saturated = False
+        for c in cells:
+            v = self._get(c)
+            if v == 0:
+                new = True
+            if v < top:
+                self._put(c, v + 1)
+                saturated |= v + 1 == top
+        if new:
+            self._bump_items(1)
+        return new, saturated
+
+    def _flush_warnings(self, saturated: bool, stacklevel: int) -> None:
+        """Emit pending warnings once the write is complete and the lock released."""
+        self._flush_warning(stacklevel + 1)
         if saturated and not self._sat_warned:
             self._sat_warned = True
-            warnings.warn(f"{self._describe()}: a {self._cell_bits}-bit counter saturated at {top}; it will "
-                          "never be decremented again (extra positives possible, never a false negative)",
-                          SaturationWarning, stacklevel=2)
-        return new
+            warnings.warn(f"{self._describe()}: a {self._cell_bits}-bit counter saturated at {self._max}; it "
+                          "will never be decremented again (extra positives possible, never a false negative)",
+                          SaturationWarning, stacklevel=stacklevel)
 
     def remove(self, item: Item) -> None:
         """Decrement the item's counters (saturated counters are left at their maximum).
@@ -222,8 +232,15 @@ class CountingBloomFilter(MappedFilter):
         if self._no_write:
             self._refuse_write()
         keys = encode_keys(items)
+        new = 0
+        saturated = False
         with self._lock:
-            return sum(self.add(key) for key in keys)
+            for key in keys:
+                n, s = self._add_cells(self._cells_of(key))
+                new += n
+                saturated |= s
+        self._flush_warnings(saturated, stacklevel=3)
+        return new
 
     def contains_many(self, items: Iterable[Item]) -> npt.NDArray[np.bool_]:
         """Vectorised :meth:`might_contain`: a ``bool`` array of shape ``(len(items),)``."""
@@ -284,8 +301,8 @@ class CountingBloomFilter(MappedFilter):
         """In place: add the other filter's counters, saturating at :attr:`max_count`;
         the item count becomes the saturating sum. Returns ``self``.
 
-        Unlike a plain filter, a union with itself doubles every counter (it is a multiset
-        sum); a union with another handle on the same file is refused with ``ValueError``.
+        Unlike a plain filter, a union with itself (or another handle on the same file)
+        doubles every counter: it is a multiset sum, taken from a snapshot of ``other``.
 
         Raises:
             IncompatibleFiltersError: num_bits, num_hashes, scheme or counter_bits differ.
@@ -295,9 +312,7 @@ class CountingBloomFilter(MappedFilter):
             self._refuse_write()
         self._check_open()
         self._check_compatible(other)
-        if self._same_image(other) and other is not self:
-            raise ValueError(f"{self._describe()}: union with another handle on the same file")
-        source = other.to_bytes()[other._hs:] if other is self else None
+        source = other.to_bytes()[other._hs:] if self._same_image(other) else None
         mine = self._cells()
         theirs = np.frombuffer(source, dtype=np.uint8) if source is not None else other._cells()
         with self._lock:
@@ -310,6 +325,7 @@ class CountingBloomFilter(MappedFilter):
                     hi = np.minimum((a >> 4) + (b >> 4), 15)
                     a[:] = lo | (hi << 4)
             self._set_items(min(self.items_added + other.items_added, _MAX_ITEMS))
+        self._flush_warning()
         return self
 
     def __ior__(self, other: "CountingBloomFilter") -> "CountingBloomFilter":

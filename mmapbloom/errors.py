@@ -92,11 +92,13 @@ class UnknownSchemeError(FormatError):
 
 
 class BadHeaderError(FormatError):
-    """A header field is impossible: m = 0, k = 0, or a header shorter than 24 bytes."""
+    """A header field is impossible: m = 0, k = 0, a header shorter than 24 bytes (32 for
+    BLC1), or (BLC1) a counter width other than 4 or 8 or non-zero reserved bytes."""
 
 
 class LengthMismatchError(FormatError):
-    """The body is shorter or longer than the header says (``24 + ceil(m / 8)`` bytes)."""
+    """The image is shorter or longer than the header says (``24 + ceil(m / 8)`` bytes for
+    BLM1, ``32 + ceil(m * width / 8)`` for BLC1)."""
 
 
 class PaddingError(FormatError):
@@ -107,7 +109,7 @@ class IncompatibleFiltersError(MmapBloomError, ValueError):
     """Two filters differ in num_bits, num_hashes or hash scheme and cannot be combined.
 
     Attributes:
-        field: ``"num_bits"``, ``"num_hashes"``, ``"scheme"`` or ``"kind"``.
+        field: ``"num_bits"``, ``"num_hashes"``, ``"scheme"`` or ``"counter_bits"``.
         left, right: the two differing values.
     """
 
@@ -140,7 +142,7 @@ class ConfigMismatchError(MmapBloomError, ValueError):
 
     Attributes:
         path: the file.
-        field: ``"num_bits"``, ``"num_hashes"`` or ``"scheme"``.
+        field: ``"num_bits"``, ``"num_hashes"``, ``"scheme"`` or ``"counter_bits"``.
         expected: the value in the requested config.
         actual: the value in the file.
     """

@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import format as fmt
-from .base import CHUNK_BYTES, OVERFILL_RATIO, MappedFilter
+from .base import CHUNK_BYTES, CHUNK_PAIRS, OVERFILL_RATIO, MappedFilter
 from .hashing import M3KM, encode_key, encode_keys
 from .sizing import approx_items as _approx_items
 
@@ -129,7 +129,8 @@ class BloomFilter(MappedFilter):
         # to add) and, for the default strategy, inline M3KM's double hashing: p0 = h1 mod m,
         # step = 1 + h2 mod (m - 1), then p += step modulo m (p and step are < m, so one
         # subtraction reduces). For m = 1 the step is 1 here instead of 0, which gives the
-        # same positions (all 0). tests/test_hashing.py checks both paths against each other.
+        # same positions (all 0). tests/test_properties.py checks the per-item and batch
+        # paths against each other and tests/test_hashing.py pins the positions.
         self._bv = memoryview(self._buf)[self._hs:]
         self._pair = self._strategy.hash_pair if type(self._strategy) is M3KM else None
         self._m1 = max(self._m - 1, 1)
@@ -158,7 +159,9 @@ class BloomFilter(MappedFilter):
         bv = self._bv
         lock = self._lock
         new = False
-        if self._pair is not None:
+        try:
+            if self._pair is None:
+                return self._add_positions(self._positions(key, self._probes, self._m))
             h1, h2 = self._pair(key)
             m = self._m
             p = h1 % m
@@ -180,13 +183,21 @@ class BloomFilter(MappedFilter):
                     if count < _MAX_ITEMS:
                         _pack_items(self._buf, _ITEMS_OFFSET, count + 1)
                         if count >= self._warn_at and not self._warned:
-                            self._set_items(count + 1)  # emits the OverCapacityWarning once
+                            self._set_items(count + 1)  # records the OverCapacityWarning
             finally:
                 lock.release()
-            return new
-        positions = self._positions(key, self._probes, self._m)
-        lock.acquire()
-        try:
+        except ValueError:  # e.g. closed by another thread meanwhile
+            self._check_open()
+            raise
+        if self._warn_msg is not None:
+            self._flush_warning()
+        return new
+
+    def _add_positions(self, positions: Iterable[int]) -> bool:
+        """``add`` for a custom strategy: test-and-set the given positions under the lock."""
+        bv = self._bv
+        new = False
+        with self._lock:
             for p in positions:
                 i = p >> 3
                 b = 1 << (p & 7)
@@ -196,8 +207,8 @@ class BloomFilter(MappedFilter):
                     new = True
             if new:
                 self._bump_items(1)
-        finally:
-            lock.release()
+        if self._warn_msg is not None:
+            self._flush_warning(stacklevel=4)
         return new
 
     def might_contain(self, item: Union[str, bytes, bytearray, memoryview]) -> bool:
@@ -236,7 +247,8 @@ class BloomFilter(MappedFilter):
     def _byte_masks(self, keys: Iterable[bytes]) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.intp], npt.NDArray[np.uint8]]:
         """Positions (n, k), their byte indices and bit masks, flattened item by item.
         ``keys`` may be a lazy iterable (a ``map``) for the default strategy."""
-        if isinstance(self._strategy, M3KM):
+        if self._pair is not None:  # exactly M3KM (a subclass may redefine positions)
+            assert isinstance(self._strategy, M3KM)
             h1, h2 = self._strategy.hash_pairs(keys)
             pos = self._strategy.positions_from_pairs(h1, h2, self._probes, self._m).ravel()
         else:
@@ -320,7 +332,19 @@ class BloomFilter(MappedFilter):
         # hashing map; anything else is validated and encoded before any bit is set.
         lazy = self._pair is not None and set(map(type, seq)) == {str} and all(map(str.isascii, seq))
         keys: Sequence[Any] = seq if lazy else encode_keys(seq)
+        out = self._add_many(keys, lazy)
+        self._flush_warning()
+        return out
+
+    def _add_many(self, keys: Sequence[Any], lazy: bool) -> npt.NDArray[np.bool_]:
         out = np.zeros(len(keys), dtype=np.bool_)
+        if self._probes > CHUNK_PAIRS:
+            # A (forged) huge k: position arrays would not fit; add one by one, each in O(1)
+            # memory (min(k, m) probes per key).
+            with self._lock:
+                for i, key in enumerate(keys):
+                    out[i] = self.add(key)
+            return out
         bits = self._bits()
         step = self._chunk_keys
         for start in range(0, len(keys), step):
@@ -338,7 +362,14 @@ class BloomFilter(MappedFilter):
 
         Raises as :meth:`add_many`.
         """
-        return int(np.count_nonzero(self.add_many(items)))
+        if self._no_write:
+            self._refuse_write()
+        self._check_open()
+        seq = items if isinstance(items, (list, tuple)) else list(items)
+        lazy = self._pair is not None and set(map(type, seq)) == {str} and all(map(str.isascii, seq))
+        new = int(np.count_nonzero(self._add_many(seq if lazy else encode_keys(seq), lazy)))
+        self._flush_warning()
+        return new
 
     # -- set algebra ------------------------------------------------------------------------
     def _combine(self, other: "BloomFilter", op: Any, union: bool) -> "BloomFilter":

@@ -146,6 +146,7 @@ class M3KM(HashStrategy):
     name = "M3KM"
 
     def positions(self, key: bytes, num_hashes: int, num_bits: int) -> list[int]:
+        """The M3KM positions of ``key`` (definition in the module docstring)."""
         h = mmh3.hash128(key, seed=0, x64arch=True, signed=False)
         p = (h & _MASK64) % num_bits
         if num_bits == 1:
@@ -169,6 +170,9 @@ class M3KM(HashStrategy):
         return raw[:, 0].astype(np.uint64, copy=False), raw[:, 1].astype(np.uint64, copy=False)
 
     def positions_many(self, keys: Sequence[bytes], num_hashes: int, num_bits: int) -> npt.NDArray[np.uint64]:
+        """Vectorised :meth:`positions` (numpy, exact 64-bit arithmetic)."""
+        if type(self).positions is not M3KM.positions:  # a subclass redefined the positions
+            return super().positions_many(keys, num_hashes, num_bits)
         if len(keys) == 0:
             return np.empty((0, num_hashes), dtype=np.uint64)
         h1, h2 = self.hash_pairs(keys)

@@ -54,7 +54,7 @@ import numpy.typing as npt
 from . import format as fmt
 from .errors import IncompatibleFiltersError, MergeError
 from .filter import BloomFilter
-from .storage import DEFAULT_FILE_MODE, atomic_file, reserve_space
+from .storage import DEFAULT_FILE_MODE, absolute_path, atomic_file, reserve_space
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
@@ -214,7 +214,7 @@ def _open_shard(path: str) -> int:
 
 
 def _inspect_one(path: PathLike) -> ShardInfo:
-    apath = os.path.abspath(os.fspath(path))
+    apath = absolute_path(path)
     fd = _open_shard(apath)
     try:
         header, st = _read_shard_header(fd, apath)
@@ -348,7 +348,7 @@ def _accumulate(shards: Sequence[ShardInfo], start: int, acc: npt.NDArray[np.uin
 
 def _check_chunk_bytes(chunk_bytes: int) -> int:
     if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 1:
-        raise ValueError(f"chunk_bytes must be a positive integer, got {chunk_bytes!r}")
+        raise MergeError(f"chunk_bytes must be a positive integer, got {chunk_bytes!r}")
     return (chunk_bytes + 7) & ~7  # whole 64-bit words
 
 
@@ -406,7 +406,7 @@ def merge_shards(output: PathLike, shards: Sequence[PathLike], *, intersection: 
     """
     t0 = time.perf_counter()
     chunk = _check_chunk_bytes(chunk_bytes)
-    dest = os.path.abspath(os.fspath(output))
+    dest = absolute_path(output)
     if not replace and os.path.lexists(dest):
         raise FileExistsError(17, "file exists (replace it with --force)", dest)
     infos = inspect_shards(shards)
@@ -471,8 +471,8 @@ def merge_into(target: PathLike, shards: Sequence[PathLike], *, chunk_bytes: int
     if not shards:
         raise MergeError("no shards to merge")
     with BloomFilter.open(target) as f:
-        tpath = f.path or os.path.abspath(os.fspath(target))
-        tst = os.stat(tpath)
+        tpath = f.path or absolute_path(target)
+        tst = os.fstat(f._storage.fd)  # type: ignore[attr-defined]
         mine = ShardInfo(tpath, f.num_bits, f.num_hashes, f.strategy.name, 0, f.size_bytes,
                          tst.st_dev, tst.st_ino)
         infos = inspect_shards(shards)

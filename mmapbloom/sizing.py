@@ -89,13 +89,15 @@ class BloomConfig:
     Args:
         num_bits: m, the number of bits, ``1 <= m < 2**64``.
         num_hashes: k, the number of bit positions per item, ``1 <= k < 2**32``.
-        strategy: a :class:`~mmapbloom.hashing.HashStrategy`; ``None`` means the default
+        strategy: a :class:`~mmapbloom.hashing.HashStrategy` registered with
+            :func:`~mmapbloom.hashing.register_strategy`; ``None`` means the default
             ``M3KM`` (MurmurHash3 x64 128 with Kirsch-Mitzenmacher double hashing).
         capacity: the expected number of items n the filter was sized for, or ``None``.
         fp_rate: the target false-positive rate at ``capacity``, or ``None``.
 
     Raises:
-        ConfigError (a ``ValueError``): m or k out of range or not an integer.
+        ConfigError (a ``ValueError``): m or k out of range or not an integer, or a
+            strategy that is not the one registered under its name.
 
     >>> c = BloomConfig.for_items(1000, 0.01)
     >>> (c.num_bits, c.num_hashes, c.strategy.name)
@@ -111,7 +113,7 @@ class BloomConfig:
     fp_rate: Optional[float] = None
 
     def __post_init__(self) -> None:
-        from .hashing import DEFAULT_STRATEGY, HashStrategy
+        from .hashing import DEFAULT_STRATEGY, HashStrategy, registered_strategies
 
         object.__setattr__(self, "num_bits", _check_int("num_bits", self.num_bits, 1, MAX_NUM_BITS))
         object.__setattr__(self, "num_hashes", _check_int("num_hashes", self.num_hashes, 1, MAX_NUM_HASHES))
@@ -119,6 +121,14 @@ class BloomConfig:
             object.__setattr__(self, "strategy", DEFAULT_STRATEGY)
         elif not isinstance(self.strategy, HashStrategy):
             raise ConfigError(f"strategy must be a HashStrategy instance, got {self.strategy!r}")
+        else:
+            # Files name their scheme; a config must use the class registered under that
+            # name, or readers (other processes) would hash differently: false negatives.
+            registered = registered_strategies().get(getattr(self.strategy, "name", None))  # type: ignore[arg-type]
+            if registered is None or type(registered) is not type(self.strategy):
+                raise ConfigError(
+                    f"strategy {self.strategy!r} is not the one registered under its name "
+                    f"(registered: {registered!r}); call register_strategy() first")
 
     @classmethod
     def for_items(cls, capacity: float, fp_rate: float, strategy: "Optional[HashStrategy]" = None) -> "BloomConfig":

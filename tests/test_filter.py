@@ -354,3 +354,68 @@ def test_contains_many_accepts_iterables_and_mixed_kinds() -> None:
     assert f.contains_many(iter(["a", "b", "c"])).tolist() == [True, True, False]
     assert f.contains_many(("a", b"a", bytearray(b"b"), memoryview(b"c"))).tolist() == [True, True, True, False]
     assert f.contains_many([]).shape == (0,)
+
+
+def test_warning_as_error_never_interrupts_a_write() -> None:
+    """With warnings turned into errors, the OverCapacityWarning is raised only after the
+    write is complete (and the lock released): no item is half-added."""
+    f = BloomFilter(BloomConfig.for_items(50, 0.01))
+    items = urls(400)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", OverCapacityWarning)
+        with pytest.raises(OverCapacityWarning):
+            f.update(items)
+    assert f.contains_many(items).all()  # the whole batch went in
+    g = BloomFilter(BloomConfig.for_items(50, 0.01))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", OverCapacityWarning)
+        for x in items:
+            try:
+                g.add(x)
+            except OverCapacityWarning:
+                assert x in g  # raised after the add completed
+                break
+        else:
+            raise AssertionError("never warned")
+    with g.write_lock():  # the lock was released despite the exception
+        pass
+
+
+def test_unknown_options_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    cfg = BloomConfig.for_items(100, 0.01)
+    with pytest.raises(TypeError, match="spares"):
+        BloomFilter.create(tmp_path / "o.blm", cfg, spares=True)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        BloomFilter(cfg, counter_bits=8)  # type: ignore[call-arg]
+    assert not os.path.exists(tmp_path / "o.blm")
+
+
+@pytest.mark.filterwarnings("ignore::mmapbloom.OverCapacityWarning")
+def test_huge_k_batch_falls_back_to_single_adds(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import mmapbloom.base as base_module
+
+    monkeypatch.setattr(base_module, "CHUNK_PAIRS", 16)  # so min(k, m) = 64 probes is "huge"
+    cfg = BloomConfig(num_bits=64, num_hashes=1000)
+    a, b = BloomFilter(cfg), BloomFilter(cfg)
+    items = ["a", "b", "a", "c"]
+    assert b.add_many(items).tolist() == [a.add(x) for x in items]
+    assert a.to_bytes() == b.to_bytes() and b.contains_many(items).all()
+
+
+def test_m3km_subclass_uses_its_own_positions() -> None:
+    from mmapbloom import M3KM, register_strategy
+
+    class Reversed(M3KM):
+        name = "REVS"
+
+        def positions(self, key: bytes, num_hashes: int, num_bits: int) -> list[int]:
+            return super().positions(key[::-1], num_hashes, num_bits)
+
+    register_strategy(Reversed())
+    f = BloomFilter(BloomConfig(num_bits=1000, num_hashes=4, strategy=Reversed()))
+    f.add("hello")
+    f.update(["world"])
+    assert f.contains_many(["hello", "world"]).tolist() == [True, True]
+    assert f.might_contain("world")
+    g = BloomFilter(BloomConfig(num_bits=1000, num_hashes=4, strategy=Reversed()))
+    assert g.add_many(["hello", "world"]).tolist() == [True, True] and g.to_bytes() == f.to_bytes()

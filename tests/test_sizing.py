@@ -92,3 +92,20 @@ def test_formulas() -> None:
     assert approx_items(0, 100, 3) == 0
     assert approx_items(100, 100, 3) == math.inf
     assert approx_items(50, 100, 1) == pytest.approx(-100 * math.log(0.5))
+
+
+def test_strategy_must_be_the_registered_one() -> None:
+    from mmapbloom.hashing import M3KM, HashStrategy
+
+    class Unregistered(HashStrategy):
+        name = "UNRG"
+
+        def positions(self, key: bytes, num_hashes: int, num_bits: int) -> list[int]:
+            return [0] * num_hashes
+
+    class FakeM3KM(M3KM):  # reuses the name of the default scheme: readers would hash differently
+        pass
+
+    for bad in (Unregistered(), FakeM3KM()):
+        with pytest.raises(ConfigError, match="register"):
+            BloomConfig(num_bits=100, num_hashes=3, strategy=bad)
