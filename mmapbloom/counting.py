@@ -220,8 +220,23 @@ class CountingBloomFilter(MappedFilter):
         return min(self._get(c) for c in self._cells_of(item))
 
     def might_contain(self, item: Item) -> bool:
-        """True if the item may be present (all its counters non-zero); no lock."""
-        return self.count(item) > 0
+        """True if the item may be present (all its counters non-zero); False only if it
+        is certainly absent. Takes no lock; stops at the first zero counter."""
+        key = item.encode() if type(item) is str else encode_key(item)
+        buf, hs = self._buf, self._hs
+        try:
+            if self._cell_bits == 8:
+                for c in self._positions(key, self._probes, self._m):
+                    if not buf[hs + c]:
+                        return False
+            else:
+                for c in self._positions(key, self._probes, self._m):
+                    if not (buf[hs + (c >> 1)] >> ((c & 1) << 2)) & 0x0F:
+                        return False
+        except ValueError:
+            self._check_open()
+            raise
+        return True
 
     __contains__ = might_contain
 
