@@ -12,14 +12,21 @@ checked. The file system is unmounted afterwards.
   it without SIGBUS (README: "Space is reserved at creation").
 * ``sparse=True`` is documented to skip the reservation: a write into a hole on a full disk
   kills the process with SIGBUS. The test pins that documented non-promise.
-
-TODO(merge): a merge into a full disk fails cleanly and leaves the destination untouched.
+* A merge (``merge_shards`` and ``mmapbloom merge``, into a new file or ``--force`` over an
+  existing one) whose output does not fit, or finds no free inode, fails cleanly: OSError
+  (ENOSPC) from the library, exit status 2 and one line on stderr from the CLI; the
+  destination is untouched (absent, or the old file byte for byte), no temporary is left
+  and the space is free again. On a nearly full disk a merge that fits succeeds.
+* ``merge_into`` (and ``merge --into``) a target created before the disk filled up works
+  without SIGBUS: its space was reserved at creation.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import faulthandler
+import io
 import os
 import shutil
 import signal
@@ -31,6 +38,8 @@ from typing import Any, Iterator
 import pytest
 
 from mmapbloom import BloomConfig, BloomFilter, verify_file
+from mmapbloom.cli import main as cli_main
+from mmapbloom.merge import merge_into, merge_shards
 from tests.torture_support import run_forked
 
 MB = 2**20
@@ -167,3 +176,119 @@ def test_sparse_filter_on_a_full_disk_dies_with_sigbus(tmpfs_1m: str) -> None:
             os._exit(0)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == -signal.SIGBUS
+
+
+# -- merges on a full disk ---------------------------------------------------------------------------
+
+
+def make_shards(directory: Any, body: int, n: int = 2) -> tuple[list[str], list[str]]:
+    """n shard files of ``body`` bytes of bits (on the real disk); returns them and their items."""
+    config = BloomConfig(num_bits=8 * body, num_hashes=3)
+    paths, items = [], []
+    for i in range(n):
+        part = [f"shard{i}-{j}" for j in range(2000)]
+        f = BloomFilter(config)
+        f.update(part)
+        path = os.path.join(str(directory), f"shard-{i}.blm")
+        with open(path, "wb") as fh:
+            fh.write(f.to_bytes())
+        paths.append(path)
+        items += part
+    return paths, items
+
+
+def run_merge(how: str, out: str, shards: list[str], *, replace: bool = False, into: bool = False) -> tuple[int, str]:
+    """Run a merge through the library or the CLI's ``main``; return (status, stderr). The
+    library's OSError is re-raised (the caller checks it), the CLI's is its exit status."""
+    if how == "library":
+        if into:
+            merge_into(out, shards, chunk_bytes=64 * 1024, progress=False)
+        else:
+            merge_shards(out, shards, replace=replace, chunk_bytes=64 * 1024, progress=False)
+        return 0, ""
+    err = io.StringIO()
+    args = ["merge", "-q", "--no-progress", *(["--force"] if replace else []),
+            *(["--into"] if into else []), out, *shards]
+    with contextlib.redirect_stderr(err):
+        code = cli_main(args)
+    return code, err.getvalue()
+
+
+def assert_merge_refused_cleanly(how: str, out: str, shards: list[str], replace: bool) -> None:
+    if how == "library":
+        with pytest.raises(OSError) as info:
+            run_merge(how, out, shards, replace=replace)
+        assert info.value.errno == errno.ENOSPC, info.value
+    else:
+        code, err = run_merge(how, out, shards, replace=replace)
+        assert code == 2, err
+        assert err.count("\n") == 1 and "No space left on device" in err, err
+
+
+@pytest.mark.parametrize("how", ["library", "cli"])
+@pytest.mark.parametrize("dest", ["new", "replace"])
+def test_merge_larger_than_free_space(tmpfs_1m: str, tmp_path: Any, how: str, dest: str) -> None:
+    """Two 2 MiB shards merged onto a 1 MB file system: refused with ENOSPC; the old output
+    (when replacing) is untouched, no temporary is left, the space is free again."""
+    shards, _ = make_shards(tmp_path, 2 * MB)
+    out = os.path.join(tmpfs_1m, "out.blm")
+    old = b""
+    if dest == "replace":
+        with BloomFilter.create(out, BloomConfig(num_bits=8 * 64 * 1024, num_hashes=3)) as f:
+            f.update(["old-1", "old-2"])
+            old = f.to_bytes()
+    before = free_bytes(tmpfs_1m)
+    assert_merge_refused_cleanly(how, out, shards, replace=dest == "replace")
+    if dest == "new":
+        assert os.listdir(tmpfs_1m) == []  # no output and no temporary
+    else:
+        assert os.listdir(tmpfs_1m) == ["out.blm"]
+        with open(out, "rb") as fh:
+            assert fh.read() == old, "the destination was changed"
+    assert free_bytes(tmpfs_1m) == before  # no unlinked temporary still holding blocks
+
+
+@pytest.mark.parametrize("how", ["library", "cli"])
+def test_merge_on_a_nearly_full_disk(tmpfs_1m: str, tmp_path: Any, how: str) -> None:
+    """About 256 kB free: a merge of 512 kB shards fails cleanly, one of 64 kB shards fits."""
+    with open(os.path.join(tmpfs_1m, "filler"), "wb") as fh:
+        fh.write(b"\0" * (free_bytes(tmpfs_1m) - 256 * 1024))
+    (tmp_path / "big").mkdir()
+    (tmp_path / "small").mkdir()
+    big, _ = make_shards(tmp_path / "big", 512 * 1024)
+    small, items = make_shards(tmp_path / "small", 64 * 1024, n=3)
+    out = os.path.join(tmpfs_1m, "out.blm")
+    before = free_bytes(tmpfs_1m)
+    assert_merge_refused_cleanly(how, out, big, replace=False)
+    assert os.listdir(tmpfs_1m) == ["filler"] and free_bytes(tmpfs_1m) == before
+    assert run_merge(how, out, small)[0] == 0
+    assert sorted(os.listdir(tmpfs_1m)) == ["filler", "out.blm"]
+    with verify_file(out) as f:
+        assert f.contains_many(items).all()
+
+
+def test_merge_out_of_inodes(tmpfs_no_inodes: str, tmp_path: Any) -> None:
+    shards, _ = make_shards(tmp_path, 4096)
+    for how in ("library", "cli"):
+        assert_merge_refused_cleanly(how, os.path.join(tmpfs_no_inodes, "out.blm"), shards, replace=False)
+        assert os.listdir(tmpfs_no_inodes) == []
+
+
+@pytest.mark.parametrize("how", ["library", "cli"])
+def test_merge_into_a_reserved_target_on_a_full_disk(tmpfs_1m: str, tmp_path: Any, how: str) -> None:
+    """The target's space was reserved at creation: merging into it after the disk filled up
+    writes every page of it without SIGBUS (in a child, so a SIGBUS fails the test)."""
+    target = os.path.join(tmpfs_1m, "live.blm")
+    with BloomFilter.create(target, BloomConfig(num_bits=8 * 256 * 1024, num_hashes=3)) as f:
+        f.update(["mine-1", "mine-2"])
+    assert fill(tmpfs_1m) > 0
+    shards, items = make_shards(tmp_path, 256 * 1024, n=3)
+
+    def merge() -> int:
+        return run_merge(how, target, shards, into=True)[0]
+
+    assert run_forked(merge) == 0
+    with verify_file(target) as f:
+        assert f.contains_many(items + ["mine-1", "mine-2"]).all()
+        body = f.to_bytes()[24:]
+        assert all(any(body[i:i + 4096]) for i in range(0, len(body), 4096))  # bits in every page

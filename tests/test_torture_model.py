@@ -1,12 +1,14 @@
 """Torture (issue 6): random operation sequences against an exact model.
 
-A hypothesis ``RuleBasedStateMachine`` drives tiny filters (m in 1..200 bits, k in 1..8,
+A hypothesis ``RuleBasedStateMachine`` drives tiny filters (m in 1..200 cells, k in 1..8,
 so collisions and saturation are common) through create / open / open read-only /
 open_or_create / add / update / add_many / might_contain / contains_many / union /
 intersection / ``|`` / ``&`` / copy / flush / close / reopen / pickle and byte round trips
 / fork-and-add in a child, on several handles of the same files at once. After every
-step each open handle is checked against :class:`tests.torture_support.BloomModel`, an
-exact model written from docs/FORMAT.md alone:
+step each open handle is checked against an exact model written from docs/FORMAT.md
+alone (:class:`tests.torture_support.BloomModel`, or for the counting filter
+:class:`tests.torture_support.CountingModel`, which keeps every counter and the multiset
+of items added and not removed):
 
 * the whole image (header and bits) equals the model's, byte for byte, through every
   handle and on disk, so no bit is lost or invented and the header is consistent;
@@ -16,11 +18,18 @@ exact model written from docs/FORMAT.md alone:
 * writes on read-only or closed handles raise ReadOnlyFilterError / FilterClosedError and
   change nothing; a bad item in a batch changes nothing.
 
-CI runs 60 sequences of up to 40 steps (about 2,400 steps, each followed by the full check);
-``--torture`` runs 1000 sequences of up to 60 steps.
+The counting filter (4- and 8-bit counters, mixed, so that a width mismatch is refused
+too) also gets remove / discard (of items of the multiset, and of certainly absent items,
+which raise KeyError and change nothing; a false positive is never removed, README),
+count, to_bloom and fork-add-and-remove rules, union and ``|`` with itself or another
+handle on the same file (a multiset sum: every counter doubles), and
+after every step: every item with a positive multiplicity is found, ``count(x)`` equals
+the model's counter minimum and is at least ``min(multiplicity, max_count)`` (a
+saturated counter stays at its maximum, so this holds with saturation too), and
+``saturated_counters()`` / ``nonzero_counters()`` equal the model's.
 
-TODO(counting): a kind for CountingBloomFilter with a multiset model and remove / discard /
-count rules (see tests.torture_support.KINDS).
+CI runs 60 sequences of up to 40 steps per kind (about 2,400 steps each, each followed by
+the full check); ``--torture`` runs 1000 sequences of up to 60 steps per kind.
 """
 
 from __future__ import annotations
@@ -28,7 +37,6 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
-import struct
 import tempfile
 from typing import Any, Optional
 
@@ -55,10 +63,11 @@ from mmapbloom import (
     ReadOnlyFilterError,
     verify_file,
 )
-from tests.torture_support import KINDS, Forked, Kind, join_all, key_bytes, torture_enabled
+from tests.torture_support import KINDS, CountingModel, Forked, Kind, blank_image, join_all, key_bytes, torture_enabled
 
-# Tiny filters are over capacity on purpose.
-pytestmark = pytest.mark.filterwarnings("ignore::mmapbloom.OverCapacityWarning")
+# Tiny filters are over capacity, and their counters saturate, on purpose.
+pytestmark = [pytest.mark.filterwarnings("ignore::mmapbloom.OverCapacityWarning"),
+              pytest.mark.filterwarnings("ignore::mmapbloom.SaturationWarning")]
 
 MAX_HANDLES = 10
 MAX_FILES = 4
@@ -74,8 +83,11 @@ batches = st.lists(items_st, max_size=12)
 # Mostly a few sizes, so that independent filters are often compatible (union, &).
 sizes_m = st.one_of(st.sampled_from([1, 7, 8, 20, 64]), st.integers(1, 200))
 sizes_k = st.one_of(st.sampled_from([1, 3]), st.integers(1, 8))
+# Which of the kind's option sets (counting: 4- or 8-bit counters); ignored by BLM1.
+option_index = st.integers(0, 1)
 # None: the machine's own shape (drawn once per run), so most filters are compatible.
-shapes = st.one_of(st.none(), st.none(), st.tuples(sizes_m, sizes_k))
+shapes = st.one_of(st.none(), st.none(), st.tuples(sizes_m, sizes_k, option_index))
+Shape = tuple[int, int, dict[str, Any]]
 
 
 class Handle:
@@ -91,7 +103,8 @@ class Handle:
     def __repr__(self) -> str:
         state = "closed" if self.closed else ("ro" if self.readonly else "rw")
         where = os.path.basename(self.model.path) if self.model.path else "mem"
-        return f"<{self.label} {where} m={self.model.m} k={self.model.k} {state}>"
+        opts = "".join(f" {k}={v}" for k, v in self.model.options.items())
+        return f"<{self.label} {where} m={self.model.m} k={self.model.k}{opts} {state}>"
 
 
 def write_errors(h: Handle) -> tuple[type, ...]:
@@ -137,12 +150,22 @@ class FilterMachine(RuleBasedStateMachine):
     def _config(self, m: int, k: int) -> BloomConfig:
         return BloomConfig(num_bits=m, num_hashes=k)
 
-    def _shape(self, shape: Optional[tuple[int, int]]) -> tuple[int, int]:
-        return self.shape if shape is None else shape
+    def _options(self, index: int) -> dict[str, Any]:
+        sets = self.KIND.option_sets
+        return dict(sets[index % len(sets)])
 
-    @initialize(m=sizes_m, k=sizes_k)
-    def choose_shape(self, m: int, k: int) -> None:
-        self.shape = (m, k)
+    def _shape(self, shape: Optional[tuple[int, int, int]]) -> Shape:
+        if shape is None:
+            return self.shape
+        m, k, index = shape
+        return m, k, self._options(index)
+
+    @initialize(m=sizes_m, k=sizes_k, index=option_index)
+    def choose_shape(self, m: int, k: int, index: int) -> None:
+        self.shape = (m, k, self._options(index))
+
+    def _counting(self) -> bool:
+        return self.KIND.model is CountingModel
 
     def _expect(self, errors: tuple[type, ...], call: Any) -> Any:
         """Call; it must raise one of ``errors`` if any are given, else succeed."""
@@ -155,34 +178,34 @@ class FilterMachine(RuleBasedStateMachine):
     # -- constructors -----------------------------------------------------------------
     @precondition(lambda self: self._room())
     @rule(target=handles, shape=shapes)
-    def new_memory(self, shape: Optional[tuple[int, int]]) -> Handle:
-        m, k = self._shape(shape)
-        model = self.KIND.model(m, k)
-        return self._track(self.KIND.cls(self._config(m, k)), model, False, "memory")
+    def new_memory(self, shape: Optional[tuple[int, int, int]]) -> Handle:
+        m, k, opts = self._shape(shape)
+        model = self.KIND.model(m, k, **opts)
+        return self._track(self.KIND.cls(self._config(m, k), **opts), model, False, "memory")
 
     @precondition(lambda self: self._room() and self.files < MAX_FILES)
     @rule(target=handles, shape=shapes, how=st.sampled_from(["create", "create-sparse", "open_or_create"]))
-    def create_file(self, shape: Optional[tuple[int, int]], how: str) -> Handle:
-        m, k = self._shape(shape)
+    def create_file(self, shape: Optional[tuple[int, int, int]], how: str) -> Handle:
+        m, k, opts = self._shape(shape)
         self.files += 1
         path = os.path.join(self.dir, f"f{self.files}.blm")
         cfg = self._config(m, k)
         cls = self.KIND.cls
         if how == "open_or_create":
-            f = cls.open_or_create(path, cfg)
+            f = cls.open_or_create(path, cfg, **opts)
         else:
-            f = cls.create(path, cfg, sparse=how == "create-sparse")
+            f = cls.create(path, cfg, sparse=how == "create-sparse", **opts)
         assert f.path == path and not f.readonly
-        return self._track(f, self.KIND.model(m, k, path=path), False, how)
+        return self._track(f, self.KIND.model(m, k, path=path, **opts), False, how)
 
     @precondition(lambda self: self._room())
     @rule(target=handles, shape=shapes, items=st.sampled_from([0, 7, 2**32 - 3, 2**32 - 1]))
-    def from_crafted_bytes(self, shape: Optional[tuple[int, int]], items: int) -> Handle:
+    def from_crafted_bytes(self, shape: Optional[tuple[int, int, int]], items: int) -> Handle:
         """An image built by hand from the format doc, items added near saturation."""
-        m, k = self._shape(shape)
-        image = struct.pack("<4s4sQII", self.KIND.model.kind_magic, b"M3KM", m, k, items) + bytes((m + 7) >> 3)
+        m, k, opts = self._shape(shape)
+        image = blank_image(self.KIND.magic, m, k, items, **opts)
         f = self.KIND.cls.from_bytes(image)
-        return self._track(f, self.KIND.model(m, k, items=items), False, "crafted")
+        return self._track(f, self.KIND.model(m, k, items=items, **opts), False, "crafted")
 
     @precondition(lambda self: self._room())
     @rule(target=handles, h=handles, readonly=st.booleans())
@@ -197,13 +220,16 @@ class FilterMachine(RuleBasedStateMachine):
     def open_or_create_existing(self, h: Handle, same: bool) -> Any:
         if h.model.path is None:
             return multiple()
-        m, k = h.model.m, h.model.k
+        m, k, opts = h.model.m, h.model.k, h.model.options
         if same:
-            f = self.KIND.cls.open_or_create(h.model.path, self._config(m, k))
+            f = self.KIND.cls.open_or_create(h.model.path, self._config(m, k), **opts)
             return self._track(f, h.model, False, "open_or_create-existing")
         other = self._config(m + 1, k) if m < 200 else self._config(m, k % 8 + 1)
         with pytest.raises(ConfigMismatchError):
-            self.KIND.cls.open_or_create(h.model.path, other)
+            self.KIND.cls.open_or_create(h.model.path, other, **opts)
+        if "counter_bits" in opts:  # the same m and k with the other counter width
+            with pytest.raises(ConfigMismatchError, match="counter_bits"):
+                self.KIND.cls.open_or_create(h.model.path, self._config(m, k), counter_bits=12 - opts["counter_bits"])
         return multiple()
 
     @rule(h=handles)
@@ -211,7 +237,7 @@ class FilterMachine(RuleBasedStateMachine):
         if h.model.path is None:
             return
         with pytest.raises(FileExistsError):
-            self.KIND.cls.create(h.model.path, self._config(h.model.m, h.model.k))
+            self.KIND.cls.create(h.model.path, self._config(h.model.m, h.model.k), **h.model.options)
 
     # -- writes ---------------------------------------------------------------------
     @rule(h=handles, item=items_st)
@@ -229,6 +255,7 @@ class FilterMachine(RuleBasedStateMachine):
         if not errors:
             assert got == sum(h.model.add(x) for x in items)
 
+    @precondition(lambda self: hasattr(self.KIND.cls, "add_many"))
     @rule(h=handles, items=batches)
     def add_many(self, h: Handle, items: list[Any]) -> None:
         errors = write_errors(h)
@@ -241,6 +268,8 @@ class FilterMachine(RuleBasedStateMachine):
     def bad_item(self, h: Handle, items: list[Any], bad: Any, where: int, op: str) -> None:
         """A bad item (not str/bytes, or a lone surrogate) is refused and changes nothing."""
         batch = items[:where] + [bad] + items[where:]
+        if op == "add_many" and not hasattr(h.f, "add_many"):
+            op = "update"
         call = {"update": lambda: h.f.update(batch), "add_many": lambda: h.f.add_many(batch),
                 "add": lambda: h.f.add(bad)}[op]
         # A closed or read-only handle may report that first (both are ValueError /
@@ -287,18 +316,20 @@ class FilterMachine(RuleBasedStateMachine):
     @rule(a=handles, b=handles)
     def union(self, a: Handle, b: Handle) -> None:
         errors = self._combine_errors(a, b)
-        event(f"union: {'refused' if errors else 'same image' if a.model is b.model else 'done'}")
+        same = "same handle" if a.f is b.f else "same file" if a.model is b.model else "done"
+        event(f"union: {'refused' if errors else same}")
         if errors:
             with pytest.raises(tuple(errors)):
                 a.f.union(b.f)
             return
         assert a.f.union(b.f) is a.f
+        # Counting, the same handle or another handle on the same file: a multiset sum with
+        # a snapshot of itself, every counter doubles (CountingBloomFilter.union).
         a.model.union(b.model)
 
+    @precondition(lambda self: hasattr(self.KIND.cls, "intersection"))
     @rule(a=handles, b=handles)
     def intersection(self, a: Handle, b: Handle) -> None:
-        if not hasattr(a.f, "intersection"):
-            return
         errors = self._combine_errors(a, b)
         event(f"intersection: {'refused' if errors else 'same image' if a.model is b.model else 'done'}")
         if errors:
@@ -325,6 +356,95 @@ class FilterMachine(RuleBasedStateMachine):
         other = b.model if b.model is not a.model else b.model.copy()  # a copy is another image
         model.union(other) if op == "|" else model.intersection(other)
         return self._track(f, model, False, f"op{op}")
+
+    # -- counting filter: removal, counts, conversion -------------------------------------
+    @precondition(lambda self: self._counting())
+    @rule(h=handles, item=items_st, pick=st.integers(0, 2**16), from_multiset=st.booleans(),
+          how=st.sampled_from(["remove", "discard"]))
+    def remove(self, h: Handle, item: Any, pick: int, from_multiset: bool, how: str) -> None:
+        """Remove an item of the multiset (it must succeed), or a certainly absent one
+        (KeyError / False, nothing changes). A false positive is never removed: the
+        README says that corrupts other items."""
+        if from_multiset and h.model.promised():
+            promised = h.model.promised()
+            item = promised[pick % len(promised)]  # its bytes, even if it was added as str
+        errors = write_errors(h)
+        if errors:
+            event("remove: refused")
+            with pytest.raises(errors):
+                getattr(h.f, how)(item)
+            return
+        if h.model.multiplicity(item) > 0:
+            event("remove: of the multiset")
+            result = getattr(h.f, how)(item)
+            assert result is (True if how == "discard" else None)
+            h.model.remove(item)
+        elif h.model.count(item) == 0:
+            event("remove: certainly absent")
+            if how == "discard":
+                assert h.f.discard(item) is False
+            else:
+                with pytest.raises(KeyError):
+                    h.f.remove(item)
+        else:
+            event("remove: false positive, skipped")
+
+    @precondition(lambda self: self._counting())
+    @rule(h=handles, items=batches)
+    def count(self, h: Handle, items: list[Any]) -> None:
+        if h.closed:
+            with pytest.raises(FilterClosedError):
+                h.f.count("a")
+            return
+        assert [h.f.count(x) for x in items] == [h.model.count(x) for x in items]
+
+    @precondition(lambda self: self._counting())
+    @rule(h=handles)
+    def to_bloom(self, h: Handle) -> None:
+        """The plain filter made from the counters: the model's BLM1 image, in memory."""
+        if h.closed:
+            with pytest.raises(FilterClosedError):
+                h.f.to_bloom()
+            return
+        b = h.f.to_bloom()
+        try:
+            expected = h.model.to_bloom()
+            assert type(b).__name__ == "BloomFilter" and b.path is None
+            b.check()
+            assert b.to_bytes() == expected.image()
+            promised = expected.promised()
+            if promised:
+                assert b.contains_many(promised).all(), "to_bloom lost an item"
+        finally:
+            b.close()
+
+    @precondition(lambda self: self._counting())
+    @rule(h=handles, items=batches)
+    def fork_add_and_remove(self, h: Handle, items: list[Any]) -> None:
+        """A child adds a batch through the inherited handle and removes every other item
+        of it again (only what it added itself)."""
+        removed = items[::2]
+
+        def child() -> Any:
+            try:
+                new = [h.f.add(x) for x in items]
+                for x in removed:
+                    h.f.remove(x)
+                return new
+            except MmapBloomError as exc:
+                return type(exc)
+
+        forked = Forked(child)
+        join_all([forked], timeout=30)
+        got = forked.result()
+        errors = write_errors(h)
+        if errors:
+            assert got in errors if items else got == []
+            return
+        model = h.model if h.model.path is not None else h.model.copy()
+        assert got == [model.add(x) for x in items]
+        for x in removed:
+            model.remove(x)
 
     # -- lifecycle --------------------------------------------------------------------
     @rule(h=handles)
@@ -410,10 +530,18 @@ class FilterMachine(RuleBasedStateMachine):
             image = model.image()
             assert f.to_bytes() == image, f"{h}: image differs from the model"
             assert f.items_added == model.items
-            added = sorted(model.added)
+            added = model.promised()
             if added:
                 assert f.contains_many(added).all(), f"{h}: false negative"
                 assert all(f.might_contain(x) for x in added), f"{h}: false negative"
+            if isinstance(model, CountingModel):
+                for x in added:
+                    got = f.count(x)
+                    assert got == model.count(x), f"{h}: count({x!r})"
+                    # A counter that saturated stays at max_count, so this holds with saturation.
+                    assert got >= min(model.multiplicity(x), f.max_count), f"{h}: count({x!r}) too low"
+                assert f.saturated_counters() == model.saturated()
+                assert f.nonzero_counters() == sum(v != 0 for v in model.cells)
             event(f"open handles checked: {sum(not x.closed for x in self.all)}")
             if model.path is not None and model.path not in checked_paths:
                 checked_paths.add(model.path)
@@ -450,3 +578,13 @@ def test_reference_model_matches_golden_bytes() -> None:
     assert model.add("x") is True
     assert model.image().hex() == "424c4d314d334b4d1400000000000000030000000100000000a800"
     assert key_bytes("x") == b"x"
+
+
+def test_counting_model_matches_golden_bytes() -> None:
+    """The counting model reproduces the BLC1 golden example of docs/FORMAT.md ("x" added
+    20 times to m = 9, k = 3, 4-bit: cells 2, 3 and 7 saturated at 15)."""
+    model = CountingModel(9, 3, counter_bits=4)
+    assert [model.add("x") for _ in range(20)][:2] == [True, False]
+    assert model.cells_of("x") == [2, 3, 7]
+    assert model.image().hex() == ("424c43314d334b4d" "0900000000000000" "03000000" "01000000" "04" "00000000000000"
+                                   "00ff00f000")

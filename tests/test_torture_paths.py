@@ -12,7 +12,8 @@
   touching the symlink or its target, and open_or_create never creates through it; a
   symlink pre-planted at the temporary name is not followed either.
 * Relative paths, non-ASCII and non-UTF-8 names and paths through a symlinked directory
-  open the same file as the OS would.
+  open the same file as the OS would; so do the shard, output and ``--into`` paths of a
+  merge (``mmapbloom.merge``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any, Iterator
 import pytest
 
 from mmapbloom import BloomConfig, BloomFilter, FormatError, ReadOnlyFilterError, verify_file
+from mmapbloom.merge import merge_into, merge_shards
 from tests.torture_support import run_forked
 
 CFG = BloomConfig(num_bits=1000, num_hashes=3)
@@ -353,3 +355,46 @@ def test_create_with_longest_legal_name(tmp_path: Any) -> None:
     with BloomFilter.create(tmp_path / name, CFG) as f:
         f.add("x")
     assert os.listdir(tmp_path) == [name]
+
+
+# Regression (found by this suite; fixed at the root in mmapbloom.merge, 23d0367): merge made
+# shard and output paths absolute with the lexical os.path.abspath, so "link/../s.blm" was
+# taken as ./s.blm where the OS means real/s.blm (another file was merged, or the output
+# landed elsewhere), and a trailing slash was dropped ("s.blm/" accepted, "out.blm/"
+# created out.blm) where the OS says NotADirectoryError / IsADirectoryError.
+@pytest.mark.parametrize("case", ["dotdot-shard", "dotdot-output", "dotdot-into-shard", "trailing-slash-shard",
+                                  "trailing-slash-output"])
+def test_merge_paths_resolve_like_the_os(tmp_path: Any, monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+    (tmp_path / "real" / "sub").mkdir(parents=True)
+    os.symlink(tmp_path / "real" / "sub", tmp_path / "link")
+    monkeypatch.chdir(tmp_path)
+    with BloomFilter.create("real/s.blm", CFG) as f:
+        f.add("the real shard")
+    with BloomFilter.create("s.blm", CFG) as f:
+        f.add("a decoy")
+    assert os.stat("link/../s.blm").st_ino == os.stat("real/s.blm").st_ino  # what the OS says
+    if case == "dotdot-shard":
+        merge_shards("out.blm", ["link/../s.blm"], progress=False)
+        with BloomFilter.open("out.blm") as g:
+            assert "the real shard" in g and "a decoy" not in g
+    elif case == "dotdot-output":
+        result = merge_shards("link/../out.blm", ["real/s.blm"], progress=False)
+        assert os.path.exists("real/out.blm") and not os.path.exists("out.blm")
+        assert os.stat(result.output).st_ino == os.stat("real/out.blm").st_ino
+    elif case == "dotdot-into-shard":
+        BloomFilter.create("real/t.blm", CFG).close()
+        merge_into("real/t.blm", ["link/../s.blm"], progress=False)
+        with BloomFilter.open("real/t.blm") as g:
+            assert "the real shard" in g and "a decoy" not in g
+    elif case == "trailing-slash-shard":
+        with pytest.raises(NotADirectoryError):
+            open("real/s.blm/", "rb")  # what the OS says
+        with pytest.raises(NotADirectoryError):
+            merge_shards("out.blm", ["real/s.blm/"], progress=False)
+        assert not os.path.exists("out.blm")
+    else:
+        with pytest.raises(IsADirectoryError):
+            BloomFilter.create("new.blm/", CFG)  # what create says (the OS: EISDIR)
+        with pytest.raises(OSError):
+            merge_shards("out.blm/", ["real/s.blm"], progress=False)
+        assert not os.path.exists("out.blm")

@@ -17,10 +17,24 @@ with spawned workers) with repeated, randomised, forked trials:
   add, add_many and locked adds, while a reader thread checks that no bit is ever
   cleared: zero lost bits, "new" exactly once per distinct item.
 
-CI runs 4 + 4 + 4 + 2 trials (plus the 2 fixed cases); ``--torture`` runs 30 + 20 + 20 + 10.
+* Counting filter: 4 processes released at once each add their own items and items
+  shared by all, and remove a random part of what they themselves added, interleaved
+  (single adds and removes, or ``update`` batches and remove loops under ``write_lock()``),
+  while a reader process checks that pinned items (added before, never removed) are
+  always found: every counter ends equal to the sequential result (no saturation, so the
+  order does not matter), every remove found its item, and the reader never missed one.
+* Merges: ``merge_into`` (library, or ``mmapbloom merge --into`` through the CLI's
+  ``main``) racing with 2 writer processes adding to the target (single adds, batches,
+  ``write_lock()`` blocks), a second ``merge_into`` of other shards and a reader checking
+  that no bit is ever cleared: the target ends with exactly the bits of everything, no
+  item lost on either side, and items added is the exact sum. And ``merge_shards`` into a
+  new file while a writer keeps adding to one of the shards: the output contains every
+  item acknowledged before the merge started, only bits the shard had by its end, and
+  passes verify.
 
-TODO(counting): the same races for CountingBloomFilter (add and remove racing).
-TODO(merge): a merge racing with writers to a shard.
+Trials (CI / ``--torture``): open_or_create 4 / 30, replace 4 / 20 (x2 reader modes), fork
+4 / 20 (x2 parent-thread modes), threads 2 / 10, counting 3 / 20 (x2: single, batched),
+merges 3 / 20 (each of the two merge tests); plus the fixed regression cases.
 """
 
 from __future__ import annotations
@@ -28,6 +42,7 @@ from __future__ import annotations
 import collections
 import os
 import random
+import select
 import threading
 import time
 from typing import Any
@@ -35,7 +50,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mmapbloom import BloomConfig, BloomFilter, FilterClosedError, verify_file
+from mmapbloom import BloomConfig, BloomFilter, CountingBloomFilter, FilterClosedError, verify_file
+from mmapbloom.merge import merge_into, merge_shards
 from tests.torture_support import Forked, Gate, join_all, trials
 
 pytestmark = [
@@ -45,7 +61,8 @@ pytestmark = [
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    counts = {"create_trial": (4, 30), "replace_trial": (4, 20), "fork_trial": (4, 20), "thread_trial": (2, 10)}
+    counts = {"create_trial": (4, 30), "replace_trial": (4, 20), "fork_trial": (4, 20), "thread_trial": (2, 10),
+              "counting_trial": (3, 20), "merge_trial": (3, 20)}
     for name, (default, torture) in counts.items():
         if name in metafunc.fixturenames:
             metafunc.parametrize(name, range(trials(metafunc.config, default, torture)))
@@ -344,3 +361,255 @@ def test_close_while_other_threads_query(tmp_path: Any) -> None:
             t.join(60)
         assert f.closed
     assert not problems, problems
+
+
+# -- the counting filter: processes adding and removing at once ------------------------------------
+
+
+def _stopped(fd: int) -> bool:
+    """True once the parent has closed the write end of the stop pipe."""
+    return bool(select.select([fd], [], [], 0)[0])
+
+
+def _counting_worker(path: str, plan: list[tuple[str, list[str]]], batched: bool) -> int:
+    """Run a plan of ("add", items) / ("remove", items) steps; return the adds reported new."""
+    new = 0
+    with CountingBloomFilter.open(path) as f:
+        for op, items in plan:
+            if op == "add":
+                new += f.update(items) if batched else sum(f.add(x) for x in items)
+            elif batched:
+                with f.write_lock():
+                    for x in items:
+                        f.remove(x)  # KeyError here would mean a lost counter
+            else:
+                for x in items:
+                    f.remove(x)
+    return new
+
+
+def _counting_reader(path: str, pinned: list[str], stop_fd: int) -> int:
+    """Check, until told to stop, that the pinned items are always found; return the rounds."""
+    rounds = 0
+    with CountingBloomFilter.open(path, readonly=True) as f:
+        while not _stopped(stop_fd) or rounds == 0:
+            assert f.contains_many(pinned).all(), "a pinned item was missed while others added and removed"
+            assert all(f.count(x) >= 1 for x in pinned[::25])
+            rounds += 1
+    return rounds
+
+
+def _counting_plan(rng: random.Random, own: list[str], shared: list[str], chunk: int) -> tuple[list[tuple[str, list[str]]], list[str]]:
+    """Adds of ``own + shared`` in a random order, in chunks; after each chunk, maybe remove a
+    random part of what was added so far and not removed yet. Returns the plan and the removes."""
+    adds = own + shared
+    rng.shuffle(adds)
+    plan: list[tuple[str, list[str]]] = []
+    live: list[str] = []
+    removed: list[str] = []
+    for start in range(0, len(adds), chunk):
+        part = adds[start:start + chunk]
+        plan.append(("add", part))
+        live += part
+        if rng.random() < 0.6:
+            rng.shuffle(live)
+            cut = rng.randrange(0, len(live) // 2 + 1)
+            gone, live = live[:cut], live[cut:]
+            plan.append(("remove", gone))
+            removed += gone
+    return plan, removed
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["single", "batched"])
+def test_counting_processes_add_and_remove(tmp_path: Any, counting_trial: int, batched: bool) -> None:
+    rng = random.Random(f"counting-{counting_trial}-{batched}")
+    width = (8, 4)[counting_trial % 2]
+    cfg = BloomConfig(num_bits=24_001, num_hashes=4)  # small: writers often share counter bytes
+    path = str(tmp_path / "race.blc")
+    pinned = [f"pinned-{i}" for i in range(500)]
+    with CountingBloomFilter.create(path, cfg, counter_bits=width) as f:
+        f.update(pinned)
+    shared = [f"shared-{counting_trial}-{i}" for i in range(300 if width == 4 else 600)]
+    plans = []
+    for w in range(4):
+        own = [f"w{w}-{counting_trial}-{i}" for i in range(800)]
+        plans.append(_counting_plan(rng, own, shared, 100 if batched else 7))
+    # The sequential result: every add, then every remove, in any order (no counter saturates,
+    # which is checked, so counter updates commute).
+    expected = CountingBloomFilter(cfg, counter_bits=width)
+    expected.update(pinned)
+    for plan, removed in plans:
+        expected.update([x for op, items in plan if op == "add" for x in items])
+    for plan, removed in plans:
+        for x in removed:
+            expected.remove(x)
+    assert expected.saturated_counters() == 0, "the trial would depend on the order"
+    gate = Gate()
+    stop_r, stop_w = os.pipe()
+    reader = Forked(_counting_reader, path, pinned, stop_r, gate=gate.r, close_in_child=(gate.w, stop_w))
+    workers = [gate.fork(_counting_worker, path, plan, batched) for plan, _ in plans]
+    gate.open()
+    try:
+        join_all(workers, timeout=120)
+    finally:
+        os.close(stop_w)
+        join_all([reader], timeout=60)
+        os.close(stop_r)
+    for c in workers:
+        c.result()  # each worker ran its whole plan: no remove missed its item (KeyError)
+    assert reader.result() >= 1
+    with verify_file(path) as f:
+        assert isinstance(f, CountingBloomFilter)
+        assert f.to_bytes()[32:] == expected.to_bytes()[32:], "counters differ from the sequential result"
+        kept = sorted({x for plan, removed in plans for op, items in plan if op == "add" for x in items}
+                      - {x for _, removed in plans for x in removed} | set(pinned))
+        assert f.contains_many(kept).all()
+
+
+# -- merges racing with writers ------------------------------------------------------------------------
+
+
+def _merge_writer(path: str, items: list[str], mode: str) -> tuple[int, float, float]:
+    """Add ``items`` to the merge target: one by one, in batches, or in write_lock blocks.
+    Returns the adds reported new and when it started and ended (monotonic clock)."""
+    new = 0
+    started = time.monotonic()
+    with BloomFilter.open(path) as f:
+        for start in range(0, len(items), 500):
+            chunk = items[start:start + 500]
+            if mode == "add":
+                new += sum(f.add(x) for x in chunk)
+            elif mode == "update":
+                new += f.update(chunk)
+            else:
+                with f.write_lock():
+                    new += sum(f.add(x) for x in chunk)
+    return new, started, time.monotonic()
+
+
+def _merger(target: str, shards: list[str], via_cli: bool) -> tuple[int, float, float]:
+    """``merge_into`` (or ``mmapbloom merge --into``); returns the exit status and when it
+    started and ended."""
+    started = time.monotonic()
+    if via_cli:
+        from mmapbloom.cli import main
+
+        code = main(["merge", "-q", "--no-progress", "--chunk-mib", "1", "--into", target, *shards])
+    else:
+        merge_into(target, shards, chunk_bytes=64 * 1024, progress=False)
+        code = 0
+    return code, started, time.monotonic()
+
+
+def _bits_monitor(path: str, stop_fd: int) -> int:
+    """Read the target's bits until told to stop; fail if a bit is ever cleared."""
+    rounds = 0
+    with BloomFilter.open(path, readonly=True) as f:
+        previous = np.frombuffer(f.to_bytes()[24:], dtype=np.uint8).copy()
+        while not _stopped(stop_fd) or rounds == 0:
+            now = np.frombuffer(f.to_bytes()[24:], dtype=np.uint8).copy()
+            lost = np.flatnonzero(previous & ~now)
+            assert lost.size == 0, f"a reader saw bits cleared at byte offsets {lost[:5].tolist()}"
+            previous = now
+            rounds += 1
+    return rounds
+
+
+def write_shard_files(directory: Any, cfg: BloomConfig, parts: list[list[str]], prefix: str) -> list[str]:
+    paths = []
+    for i, part in enumerate(parts):
+        f = BloomFilter(cfg)
+        f.update(part)
+        path = str(directory / f"{prefix}-{i}.blm")
+        with open(path, "wb") as fh:
+            fh.write(f.to_bytes())
+        paths.append(path)
+    return paths
+
+
+def test_merge_into_races_writers(tmp_path: Any, merge_trial: int, record_property: Any) -> None:
+    rng = random.Random(f"merge-{merge_trial}")
+    cfg = BloomConfig(num_bits=8 * 2**20 + 8 * rng.randrange(1, 4096) - rng.randrange(8), num_hashes=5)
+    parts_a = [[f"a{s}-{merge_trial}-{j}" for j in range(15_000)] for s in range(3)]
+    parts_b = [[f"b{s}-{merge_trial}-{j}" for j in range(15_000)] for s in range(2)]
+    shards_a = write_shard_files(tmp_path, cfg, parts_a, "a")
+    shards_b = write_shard_files(tmp_path, cfg, parts_b, "b")
+    target = str(tmp_path / "live.blm")
+    before = [f"before-{i}" for i in range(2000)]
+    with BloomFilter.create(target, cfg) as f:
+        f.update(before)
+        before_items = f.items_added
+    writers_items = [[f"live{w}-{merge_trial}-{i}" for i in range(6000)] for w in range(2)]
+    writers_items[1] += writers_items[0][:1000]  # both add these: "new" exactly once between them
+    modes = rng.sample(["add", "update", "locked"], 2)
+    gate = Gate()
+    stop_r, stop_w = os.pipe()
+    monitor = Forked(_bits_monitor, target, stop_r, gate=gate.r, close_in_child=(gate.w, stop_w))
+    children = [gate.fork(_merge_writer, target, items, mode) for items, mode in zip(writers_items, modes)]
+    mergers = [gate.fork(_merger, target, shards_a, merge_trial % 2 == 1), gate.fork(_merger, target, shards_b, False)]
+    gate.open()
+    try:
+        join_all(children + mergers, timeout=120)
+    finally:
+        os.close(stop_w)
+        join_all([monitor], timeout=60)
+        os.close(stop_r)
+    merged = [m.result() for m in mergers]
+    written = [c.result() for c in children]
+    assert [code for code, _, _ in merged] == [0, 0]
+    writer_new = sum(new for new, _, _ in written)
+    # Evidence that the race happened: seconds during which a merge and a writer both ran.
+    overlap = max(min(me, we) - max(ms, ws) for _, ms, me in merged for _, ws, we in written)
+    record_property("merge_writer_overlap_s", round(overlap, 4))
+    assert monitor.result() >= 1
+    everything = before + [x for items in writers_items for x in items] + [x for p in parts_a + parts_b for x in p]
+    shard_items = 0
+    for s in shards_a + shards_b:
+        with BloomFilter.open(s, readonly=True) as g:
+            shard_items += g.items_added
+    with verify_file(target) as f:
+        assert f.contains_many(everything).all(), "an item was lost"
+        assert f.to_bytes()[24:] == reference_bits(cfg, everything), "not exactly the bits of everything"
+        assert f.items_added == before_items + writer_new + shard_items
+
+
+def _shard_writer(path: str, items: list[str], started_fd: int) -> tuple[int, float]:
+    with BloomFilter.open(path) as f:
+        for i in range(0, len(items), 50):
+            f.update(items[i:i + 50])
+            if i == 0:
+                os.write(started_fd, b"x")
+    return len(items), time.monotonic()
+
+
+def test_merge_while_a_shard_is_written(tmp_path: Any, merge_trial: int, record_property: Any) -> None:
+    cfg = BloomConfig(num_bits=8 * 4 * 2**20, num_hashes=3)
+    parts = [[f"s{s}-{merge_trial}-{j}" for j in range(10_000)] for s in range(3)]
+    shards = write_shard_files(tmp_path, cfg, parts, "s")
+    with BloomFilter.open(shards[0], readonly=True) as f:
+        at_start = np.frombuffer(f.to_bytes()[24:], dtype=np.uint8).copy()
+    late = [f"late-{merge_trial}-{i}" for i in range(40_000)]
+    r, w = os.pipe()
+    writer = Forked(_shard_writer, shards[0], late, w)
+    assert os.read(r, 1) == b"x"  # the writer is adding to the shard: merge now
+    out = str(tmp_path / "out.blm")
+    result = merge_shards(out, shards, chunk_bytes=(64 + merge_trial) * 1024, progress=False)
+    merged_at = time.monotonic()
+    join_all([writer], timeout=60)
+    os.close(r)
+    os.close(w)
+    count, writer_done = writer.result()
+    assert count == len(late)
+    record_property("writer_still_adding_after_merge", writer_done > merged_at)
+    with BloomFilter.open(shards[0], readonly=True) as f:
+        at_end = np.frombuffer(f.to_bytes()[24:], dtype=np.uint8).copy()
+    others = np.zeros_like(at_end)
+    for s in shards[1:]:
+        with BloomFilter.open(s, readonly=True) as f:
+            others |= np.frombuffer(f.to_bytes()[24:], dtype=np.uint8)
+    with verify_file(out) as f:
+        got = np.frombuffer(f.to_bytes()[24:], dtype=np.uint8)
+        assert not ((at_start | others) & ~got).any(), "the output lost a bit the shards had at the start"
+        assert not (got & ~(at_end | others)).any(), "the output has a bit no shard ever had"
+        assert f.contains_many([x for p in parts for x in p]).all()
+        assert f.items_added == result.items_added

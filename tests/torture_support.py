@@ -1,16 +1,19 @@
-"""Support for the torture suite (issue 6): filter kinds, an exact reference model of the
-BLM1 image, forked children with deadlines, trial counts, and the damaged-input worker.
+"""Support for the torture suite (issue 6): filter kinds, exact reference models of the
+BLM1 and BLC1 images, forked children with deadlines, trial counts, and the damaged-input
+worker.
 
-The suite is parametrised over *filter kinds* (:data:`KINDS`). Only the plain
-:class:`~mmapbloom.BloomFilter` is covered so far; the counting filter (issue 4) is added
-by appending a :class:`Kind` for it with its own reference model and base images.
+The suite is parametrised over *filter kinds* (:data:`KINDS`): the plain
+:class:`~mmapbloom.BloomFilter` (BLM1, exact model :class:`BloomModel`) and the
+:class:`~mmapbloom.CountingBloomFilter` (BLC1, exact multiset model :class:`CountingModel`).
+Both models are written from docs/FORMAT.md alone, not from the library's code.
 
 Run as a script, this module is the damaged-input worker (see :func:`damage_worker_main`):
-``python -m tests.torture_support damage CASES RESULTS PROGRESS WORKDIR MEM_LIMIT``.
+``python -m tests.torture_support damage CASES RESULTS PROGRESS WORKDIR MEM_LIMIT [KIND]``.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
@@ -28,7 +31,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 import mmh3
 
 import mmapbloom
-from mmapbloom import BloomConfig, BloomFilter, MmapBloomError
+from mmapbloom import BadMagicError, BloomConfig, BloomFilter, CountingBloomFilter, MmapBloomError
 
 # -- trial counts ------------------------------------------------------------------------
 
@@ -81,8 +84,17 @@ class BloomModel:
         self.added: set[bytes] = set()
         self.path = path
 
-    def compatible(self, other: "BloomModel") -> bool:
-        return (self.m, self.k) == (other.m, other.k)
+    @property
+    def options(self) -> dict[str, Any]:
+        """Keyword options the constructors take for this image (none for BLM1)."""
+        return {}
+
+    def compatible(self, other: Any) -> bool:
+        return isinstance(other, BloomModel) and (self.m, self.k) == (other.m, other.k)
+
+    def promised(self) -> list[bytes]:
+        """The items that must be found (no false negative), sorted."""
+        return sorted(self.added)
 
     def add(self, item: Any) -> bool:
         key = key_bytes(item)
@@ -138,28 +150,180 @@ def bloom_base_images() -> list[tuple[str, bytes]]:
     return out
 
 
+COUNTING_MAGIC = b"BLC1"
+#: BLC1 bytes 24..31: counter width (u8) and 7 reserved zero bytes.
+COUNTING_EXT = struct.Struct("<B7s")
+
+
+class CountingModel:
+    """An exact model of one BLC1 image: every counter, the items field, and the exact
+    multiset of items added and not yet removed (their multiplicities).
+
+    ``add`` increments the item's *distinct* cells, saturating at ``2**width - 1``; it is
+    new when some counter was 0, and then items goes up by one (saturating). ``remove``
+    raises KeyError when some counter is 0 (nothing changes); otherwise it decrements every
+    unsaturated counter, and items goes down by one (not below 0, and never once saturated)
+    when some counter returned to 0. Only items of the multiset are ever removed here
+    (removing a false positive voids the no-false-negative promise, README)."""
+
+    kind_magic = COUNTING_MAGIC
+
+    def __init__(self, m: int, k: int, *, counter_bits: int = 4, items: int = 0, path: Optional[str] = None):
+        self.m, self.k, self.width = m, k, counter_bits
+        self.top = (1 << counter_bits) - 1
+        self.cells = [0] * m
+        self.items = items
+        self.added: collections.Counter[bytes] = collections.Counter()
+        self.path = path
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return {"counter_bits": self.width}
+
+    def compatible(self, other: Any) -> bool:
+        return isinstance(other, CountingModel) and (self.m, self.k, self.width) == (other.m, other.k, other.width)
+
+    def cells_of(self, item: Any) -> list[int]:
+        return sorted(set(ref_positions(key_bytes(item), self.k, self.m)))
+
+    def add(self, item: Any) -> bool:
+        cells = self.cells_of(item)
+        new = any(self.cells[c] == 0 for c in cells)
+        for c in cells:
+            if self.cells[c] < self.top:
+                self.cells[c] += 1
+        if new:
+            self.items = min(self.items + 1, MAX_ITEMS)
+        self.added[key_bytes(item)] += 1
+        return new
+
+    def remove(self, item: Any) -> None:
+        key = key_bytes(item)
+        assert self.added[key] > 0 or self.count(item) == 0, "the model never removes a false positive"
+        cells = self.cells_of(item)
+        if any(self.cells[c] == 0 for c in cells):
+            raise KeyError(item)
+        emptied = False
+        for c in cells:
+            v = self.cells[c]
+            if v < self.top:
+                self.cells[c] = v - 1
+                emptied |= v == 1
+        if emptied and self.items < MAX_ITEMS:
+            self.items = max(self.items - 1, 0)
+        self.added[key] -= 1
+        if not self.added[key]:
+            del self.added[key]
+
+    def multiplicity(self, item: Any) -> int:
+        return self.added.get(key_bytes(item), 0)
+
+    def count(self, item: Any) -> int:
+        return min(self.cells[c] for c in self.cells_of(item))
+
+    def might_contain(self, item: Any) -> bool:
+        return self.count(item) > 0
+
+    def promised(self) -> list[bytes]:
+        return sorted(key for key, n in self.added.items() if n > 0)
+
+    def saturated(self) -> int:
+        return sum(v == self.top for v in self.cells)
+
+    def union(self, other: "CountingModel") -> None:
+        """Counter-wise saturating sum; with itself every counter doubles (a multiset sum)."""
+        theirs, their_added, their_items = list(other.cells), collections.Counter(other.added), other.items
+        self.cells = [min(a + b, self.top) for a, b in zip(self.cells, theirs)]
+        self.items = min(self.items + their_items, MAX_ITEMS)
+        self.added.update(their_added)
+
+    def copy(self) -> "CountingModel":
+        twin = CountingModel(self.m, self.k, counter_bits=self.width, items=self.items)
+        twin.cells = list(self.cells)
+        twin.added = collections.Counter(self.added)
+        return twin
+
+    def to_bloom(self) -> BloomModel:
+        """The BLM1 image with bit i set where counter i is non-zero, the same items field."""
+        out = BloomModel(self.m, self.k, items=self.items)
+        out.bits = {i for i, v in enumerate(self.cells) if v}
+        out.added = set(self.promised())
+        return out
+
+    def image(self) -> bytes:
+        head = HEADER.pack(COUNTING_MAGIC, b"M3KM", self.m, self.k, self.items) + COUNTING_EXT.pack(self.width, bytes(7))
+        if self.width == 8:
+            return head + bytes(self.cells)
+        body = bytearray((self.m * 4 + 7) >> 3)
+        for i, v in enumerate(self.cells):
+            body[i >> 1] |= v << ((i & 1) << 2)
+        return head + bytes(body)
+
+
+def counting_base_images() -> list[tuple[str, bytes]]:
+    """Small sound BLC1 images (both widths, odd m, saturated counters, removals) that the
+    damage test truncates, flips and extends."""
+    out = []
+    # (m, k, width, adds, removes)
+    shapes = [(9, 3, 4, ["x"] * 20, []), (8, 1, 4, [], []), (1, 1, 8, ["x", "x"], ["x"]),
+              (61, 4, 4, ["p", "q", "r", "p"], ["q"]), (40, 2, 8, [f"f{i}" for i in range(200)], [f"f{i}" for i in range(50)]),
+              (33, 8, 4, ["u", "v", "w", "z"] * 5, ["u"]), (100, 3, 4, [f"g{i}" for i in range(60)], [f"g{i}" for i in range(20)])]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # over capacity and saturated on purpose
+        for m, k, width, adds, removes in shapes:
+            f = CountingBloomFilter(BloomConfig(num_bits=m, num_hashes=k), counter_bits=width)
+            f.update(adds)
+            for x in removes:
+                f.remove(x)
+            out.append((f"m{m}k{k}w{width}", f.to_bytes()))
+    return out
+
+
+def blank_image(kind_magic: bytes, m: int, k: int, items: int = 0, *, magic: Optional[bytes] = None,
+                scheme: bytes = b"M3KM", counter_bits: int = 4, reserved: bytes = bytes(7),
+                body: Optional[int] = None) -> bytes:
+    """A header of the kind with ``kind_magic`` (its fields overridable, so they can be
+    wrong) followed by ``body`` zero bytes (default: the right body size)."""
+    head = HEADER.pack(magic or kind_magic, scheme, m, k, items)
+    if kind_magic == COUNTING_MAGIC:
+        head += COUNTING_EXT.pack(counter_bits, reserved)
+        size = (m * counter_bits + 7) >> 3
+    else:
+        size = (m + 7) >> 3
+    return head + b"\0" * (size if body is None else body)
+
+
 @dataclasses.dataclass(frozen=True)
 class Kind:
-    """One kind of filter under torture: its class, its exact reference model and the
-    sound images the damage test starts from."""
+    """One kind of filter under torture: its class, its exact reference model, the sound
+    images the damage test starts from, its magic and header size, the option sets its
+    constructors take (``counter_bits``) and its human name (docs/FORMAT.md)."""
 
     name: str
-    cls: type
-    model: type
+    cls: type[Any]
+    model: type[Any]
     base_images: Callable[[], list[tuple[str, bytes]]]
     header_size: int = 24
+    magic: bytes = MAGIC
+    option_sets: tuple[dict[str, Any], ...] = ({},)
+    human: str = "Bloom filter"
 
     def __repr__(self) -> str:
         return self.name
 
+    def others(self) -> list["Kind"]:
+        """The other kinds: their images are "the wrong kind of filter" for this one."""
+        return [k for k in KINDS if k is not self]
+
 
 BLOOM = Kind("bloom", BloomFilter, BloomModel, bloom_base_images)
+COUNTING = Kind("counting", CountingBloomFilter, CountingModel, counting_base_images, header_size=32,
+                magic=COUNTING_MAGIC, option_sets=({"counter_bits": 4}, {"counter_bits": 8}),
+                human="counting Bloom filter")
 
-#: The kinds the suite covers. TODO(issue 4): add the counting filter here (a Kind with a
-#: multiset model whose ``remove`` mirrors CountingBloomFilter.remove, its BLC1 base images
-#: and header size 32), then add its kind-specific rules (remove, discard, count) to
-#: test_torture_model.FilterMachine.
-KINDS: list[Kind] = [BLOOM]
+#: The kinds the suite covers.
+KINDS: list[Kind] = [BLOOM, COUNTING]
+KINDS_BY_NAME = {k.name: k for k in KINDS}
 
 #: What any public call may raise on purpose (errors.py): the package's errors, or OSError.
 DOCUMENTED = (MmapBloomError, OSError)
@@ -296,8 +460,6 @@ class Gate:
 #: probes min(k, m) positions, so a tiny file with a huge k is cheap.
 QUERY_K_LIMIT = 2**32
 
-#: Magics of other filter kinds that verify_file dispatches to (docs/FORMAT.md).
-OTHER_KIND_MAGICS = (b"BLC1",)
 
 
 #: Seconds one input may take (all entry points) before it counts as a hang. Generous, so
@@ -313,14 +475,19 @@ def _on_alarm(signum: int, frame: Any) -> None:
     raise _Hang()
 
 
-def _outcome(call: Callable[[], Any], k_limit: int) -> str:
+def _outcome(call: Callable[[], Any], k_limit: int, kind: Optional[Kind] = None) -> str:
     """Run one entry point on one input; return ``refused:<Error>``, ``sound``,
-    ``sound-unqueried`` or ``FAIL:<what>``."""
+    ``sound-unqueried`` or ``FAIL:<what>``. With ``kind`` (the class asked for), an image
+    of another kind must be refused with a BadMagicError naming both kinds."""
     try:
         f = call()
     except _Hang:
         raise
     except DOCUMENTED as exc:
+        if kind is not None and isinstance(exc, BadMagicError):
+            theirs = next((o for o in kind.others() if exc.actual == o.magic), None)
+            if theirs is not None and f"a {theirs.human}, not a {kind.human}" not in str(exc):
+                return f"FAIL:BadMagicError does not name both kinds: {exc}"[:300]
         return f"refused:{type(exc).__name__}"
     except BaseException as exc:
         return f"FAIL:{type(exc).__name__}: {exc}"[:300]
@@ -359,25 +526,26 @@ def _write_new(path: str, data: bytes) -> None:
         fh.write(data)
 
 
-def run_case(case: dict[str, Any], workdir: str, k_limit: int = QUERY_K_LIMIT) -> dict[str, str]:
-    """Feed one damaged input to every entry point. ``case`` has ``name`` and either
-    ``data`` (bytes, also written to files) or ``path`` (a prepared special path)."""
-    cls = BloomFilter
+def run_case(case: dict[str, Any], workdir: str, k_limit: int = QUERY_K_LIMIT, kind: Kind = BLOOM) -> dict[str, str]:
+    """Feed one damaged input to every entry point of ``kind``'s class (and to
+    ``verify_file``, which takes either kind). ``case`` has ``name`` and either ``data``
+    (bytes, also written to files) or ``path`` (a prepared special path)."""
+    cls = kind.cls
     out: dict[str, str] = {}
     if "data" not in case:
         path = rw_path = case["path"]
     else:
         data: bytes = case["data"]
-        out["from_bytes"] = _outcome(lambda: cls.from_bytes(data), k_limit)
-        out["from_bytearray"] = _outcome(lambda: cls.from_bytes(bytearray(data)), k_limit)
-        out["from_memoryview"] = _outcome(lambda: cls.from_bytes(memoryview(data)), k_limit)
+        out["from_bytes"] = _outcome(lambda: cls.from_bytes(data), k_limit, kind)
+        out["from_bytearray"] = _outcome(lambda: cls.from_bytes(bytearray(data)), k_limit, kind)
+        out["from_memoryview"] = _outcome(lambda: cls.from_bytes(memoryview(data)), k_limit, kind)
         path = os.path.join(workdir, "case.blm")
         rw_path = os.path.join(workdir, "case-rw.blm")  # the read-write open adds items
         _write_new(path, data)
         _write_new(rw_path, data)
     try:
-        out["open"] = _outcome(lambda: cls.open(rw_path), k_limit)
-        out["open_readonly"] = _outcome(lambda: cls.open(path, readonly=True), k_limit)
+        out["open"] = _outcome(lambda: cls.open(rw_path), k_limit, kind)
+        out["open_readonly"] = _outcome(lambda: cls.open(path, readonly=True), k_limit, kind)
         out["verify_file"] = _outcome(lambda: mmapbloom.verify_file(path), k_limit)
     finally:
         if "data" in case:
@@ -391,7 +559,9 @@ def damage_worker_main(argv: list[str]) -> int:
     PROGRESS (8 bytes) so that the parent can name the input that crashed the interpreter."""
     import resource
 
-    cases_file, results_file, progress_file, workdir, mem_limit = argv
+    cases_file, results_file, progress_file, workdir, mem_limit = argv[:5]
+    kind = KINDS_BY_NAME[argv[5] if len(argv) > 5 else "bloom"]
+    other_magics = {o.magic for o in kind.others()}
     with open(cases_file, "rb") as fh:
         cases = pickle.load(fh)
     # Bound the address space: an allocation proportional to a damaged header's m or k
@@ -411,7 +581,7 @@ def damage_worker_main(argv: list[str]) -> int:
         signal.setitimer(signal.ITIMER_REAL, CASE_TIMEOUT)
         started = time.perf_counter()
         try:
-            outcomes = run_case(case, workdir)
+            outcomes = run_case(case, workdir, kind=kind)
         except _Hang:
             outcomes = {"any": f"FAIL:hang (more than {CASE_TIMEOUT} s)"}
         finally:
@@ -422,12 +592,18 @@ def damage_worker_main(argv: list[str]) -> int:
             counts[bucket] = counts.get(bucket, 0) + 1
         if any(o.startswith("FAIL") for o in outcomes.values()):
             failures.append({"case": case["name"], "data": case.get("data", b"").hex(), "outcomes": outcomes})
+        # A case may pin the outcome of some entry points (a sound image of the wrong kind:
+        # BadMagicError from this kind's class, "sound" from verify_file).
+        wrong = {e: o for e, o in case.get("expect", {}).items() if outcomes.get(e) != o}
+        if wrong:
+            failures.append({"case": case["name"], "data": case.get("data", b"").hex(), "outcomes": outcomes,
+                             "expected": case["expect"]})
         # Every entry point applies the same checks, so they must agree (a file adds only
         # the "not a regular file" refusals, which byte inputs cannot have).
-        # verify_file also opens other kinds (a BLC1 image as a counting filter), so it is
-        # left out of the comparison for those magics.
+        # verify_file also opens the other kinds (a BLC1 image as a counting filter, a BLM1
+        # image as a Bloom filter), so it is left out of the comparison for their magics.
         compared = {e: o for e, o in outcomes.items()
-                    if not (e == "verify_file" and case.get("data", b"")[:4] in OTHER_KIND_MAGICS)}
+                    if not (e == "verify_file" and case.get("data", b"")[:4] in other_magics)}
         seen = {o.split(":")[1] if o.startswith("refused") else o for o in compared.values()}
         if len(seen) > 1 and not any(o.startswith("FAIL") for o in outcomes.values()):
             failures.append({"case": case["name"], "data": case.get("data", b"").hex(),
