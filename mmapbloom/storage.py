@@ -268,32 +268,15 @@ def create_file(path: Union[str, "os.PathLike[str]"], header: bytes, size: int, 
         FileExistsError: ``path`` exists and ``replace`` is False.
         OSError: ENOSPC and every other OS error.
     """
-    dest = absolute_path(path)
-    directory, base = os.path.split(dest)
-    if not base:
-        raise IsADirectoryError(errno.EISDIR, "a filter path must name a file, not a directory", dest)
-    if not replace and os.path.lexists(dest):
-        raise FileExistsError(errno.EEXIST, "file exists", dest)
-    tmp = _temp_name(directory)
-    fd = os.open(tmp, _CREATE_FLAGS, mode)
-    try:
-        try:
-            reserve_space(fd, size, sparse=sparse)
-            os.pwrite(fd, header, 0)
-            os.fsync(fd)
-            _publish(tmp, dest, replace=replace)
-            fsync_directory(directory or ".")
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, dest
+    with atomic_file(path, replace=replace, mode=mode, keep_open=True) as fd:
+        reserve_space(fd, size, sparse=sparse)
+        os.pwrite(fd, header, 0)
+    return fd, absolute_path(path)
 
 
 @contextlib.contextmanager
-def atomic_file(path: Union[str, os.PathLike[str]], *, replace: bool, mode: int = DEFAULT_FILE_MODE) -> Iterator[int]:
+def atomic_file(path: Union[str, os.PathLike[str]], *, replace: bool, mode: int = DEFAULT_FILE_MODE,
+                keep_open: bool = False) -> Iterator[int]:
     """Build a file under a temporary name and publish it at ``path`` only when complete.
 
     Yields a read-write descriptor of an empty temporary file created exclusively in the
@@ -309,6 +292,8 @@ def atomic_file(path: Union[str, os.PathLike[str]], *, replace: bool, mode: int 
         path: destination.
         replace: whether an existing file at ``path`` is atomically replaced.
         mode: permission bits for the new file, masked by the umask (default 0o666).
+        keep_open: if True, the descriptor stays open after a successful publish and the
+            caller owns it (it then refers to the published file); it is closed on error.
     """
     dest = absolute_path(path)
     directory, base = os.path.split(dest)
@@ -318,14 +303,15 @@ def atomic_file(path: Union[str, os.PathLike[str]], *, replace: bool, mode: int 
         raise FileExistsError(errno.EEXIST, "file exists", dest)
     tmp = _temp_name(directory)
     fd = os.open(tmp, _CREATE_FLAGS, mode)
+    published = False
     try:
-        try:
-            yield fd
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        yield fd
+        os.fsync(fd)
         _publish(tmp, dest, replace=replace)
         fsync_directory(directory or ".")
+        published = True
     finally:
+        if not (published and keep_open):
+            os.close(fd)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
