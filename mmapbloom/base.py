@@ -378,6 +378,8 @@ class MappedFilter:
 
         Inside the block writes re-enter the lock without another ``flock`` call. Other
         writers (threads, processes) wait until the block ends; readers are not blocked.
+        Do not write through a *second* handle on the same file inside the block: flock
+        excludes that handle too, so the thread would wait for itself forever.
 
         Raises:
             ReadOnlyFilterError, FilterClosedError: on such a handle.

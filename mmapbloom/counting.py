@@ -354,9 +354,14 @@ class CountingBloomFilter(MappedFilter):
     def to_bloom(self) -> BloomFilter:
         """The equivalent plain BLM1 filter, in memory: bit i is set where counter i is
         non-zero, and items added is this filter's item count. For an add-only history it
-        equals, byte for byte, a ``BloomFilter`` built from the same adds.
+        equals, byte for byte, a ``BloomFilter`` built from the same adds. Taken under
+        the write lock, so it is a consistent snapshot.
         Cost: O(m) cells read, ``m / 8`` bytes allocated."""
         self._check_open()
+        with self._lock:
+            return self._to_bloom_locked()
+
+    def _to_bloom_locked(self) -> BloomFilter:
         out = BloomFilter(self._config)
         bits = out._bits()
         cells = self._cells()
