@@ -27,7 +27,6 @@ from .sizing import approx_items as _approx_items
 
 __all__ = ["BloomFilter", "OVERFILL_RATIO", "popcount"]
 
-_HS = fmt.HEADER_SIZE
 _ITEMS = fmt.ITEMS_FIELD
 _ITEMS_OFFSET = fmt.ITEMS_OFFSET
 _MAX_ITEMS = fmt.MAX_ITEMS

@@ -42,7 +42,7 @@ from typing import Any
 
 import pytest
 
-from mmapbloom import BadMagicError, BloomConfig, BloomFilter, MmapBloomError, verify_file
+from mmapbloom import BadMagicError, BloomConfig, MmapBloomError, verify_file
 from tests.conftest import ROOT
 from tests.torture_support import BLOOM, KINDS, Kind, blank_image, torture_enabled
 
