@@ -38,7 +38,7 @@ from .base import CHUNK_BYTES, MappedFilter
 from .errors import ConfigError, ConfigMismatchError, SaturationWarning
 from .filter import BloomFilter
 from .hashing import encode_key, encode_keys
-from .sizing import BloomConfig, approx_items
+from .sizing import BloomConfig, approx_items, observed_fp_rate
 
 __all__ = ["CountingBloomFilter"]
 
@@ -305,7 +305,7 @@ class CountingBloomFilter(MappedFilter):
 
     def observed_fp_rate(self) -> float:
         """``(X / m)^k`` from the non-zero counters (Bloom 1970)."""
-        return (self.nonzero_counters() / self._m) ** self._k
+        return observed_fp_rate(self.nonzero_counters(), self._m, self._k)
 
     def approx_items(self) -> float:
         """Estimated distinct items ``-(m / k) ln(1 - X / m)`` (Swamidass and Baldi 2007)."""

@@ -24,6 +24,7 @@ from . import format as fmt
 from .base import CHUNK_BYTES, CHUNK_PAIRS, OVERFILL_RATIO, MappedFilter
 from .hashing import M3KM, encode_key, encode_keys
 from .sizing import approx_items as _approx_items
+from .sizing import observed_fp_rate
 
 __all__ = ["BloomFilter", "OVERFILL_RATIO", "popcount"]
 
@@ -437,7 +438,7 @@ class BloomFilter(MappedFilter):
 
     def observed_fp_rate(self) -> float:
         """``(X / m)^k`` from the bits actually set (Bloom 1970); O(m / 8) bytes read."""
-        return (self.count_ones() / self._m) ** self._k
+        return observed_fp_rate(self.count_ones(), self._m, self._k)
 
     def approx_items(self) -> float:
         """Estimated distinct items ``-(m / k) ln(1 - X / m)`` (Swamidass and Baldi 2007);

@@ -25,3 +25,29 @@ def torture(request: pytest.FixtureRequest) -> bool:
 def urls(n: int, prefix: str = "https://example.org/page/") -> list[str]:
     """n distinct, deterministic URL-like keys."""
     return [f"{prefix}{i}?q={i * 7919 % 10007}" for i in range(n)]
+
+
+def run_on_terminal(argv: list[str], env: dict[str, str], timeout: float = 60) -> tuple[int, str]:
+    """Run ``argv`` with its stderr on a pseudo-terminal (24x100); return the exit status
+    and everything it wrote to the terminal."""
+    import fcntl
+    import pty
+    import struct
+    import subprocess
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a real terminal has a size
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave, env=env)
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(master)
+    return proc.wait(timeout), seen.decode(errors="replace")

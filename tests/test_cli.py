@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import pty
-import struct
 import subprocess
 import sys
-import termios
 
 import pytest
 
 from mmapbloom import BloomConfig, BloomFilter
 from mmapbloom import cli
 from mmapbloom.locking import WriteLock
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_on_terminal
 
 # One BLAS thread: numpy's import then costs a third less CPU in each of the many processes.
 ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
@@ -283,23 +279,8 @@ def test_check_into_a_closed_pipe_exits_quietly(filt: str, tmp_path) -> None:  #
 def test_add_progress_bar_only_on_a_terminal(filt: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
     src = tmp_path / "in.txt"
     src.write_bytes(b"".join(b"p%d\n" % i for i in range(1000)))
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a real terminal has a size
-    proc = subprocess.Popen([sys.executable, "-m", "mmapbloom", "add", filt, str(src)], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=slave, env=ENV)
-    os.close(slave)
-    seen = b""
-    while True:
-        try:
-            chunk = os.read(master, 4096)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not chunk:
-            break
-        seen += chunk
-    os.close(master)
-    assert proc.wait(60) == 0
-    text = seen.decode(errors="replace")
+    status, text = run_on_terminal([sys.executable, "-m", "mmapbloom", "add", filt, str(src)], ENV)
+    assert status == 0
     assert "add:" in text and "B/s" in text and "added 1,000 items" in text, text  # tqdm over bytes, then the summary
     piped = run("add", filt, str(src))  # stderr is a pipe: the summary line only
     assert piped.stderr.decode().count("\n") == 1 and "add:" not in piped.stderr.decode()

@@ -6,15 +6,11 @@ merge as a real subprocess; the rest call the library.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import pty
 import signal
-import struct
 import subprocess
 import sys
-import termios
 import time
 
 import numpy as np
@@ -23,7 +19,7 @@ import pytest
 from mmapbloom import BloomConfig, BloomFilter, HashStrategy, IncompatibleFiltersError, register_strategy, verify_file
 from mmapbloom.errors import FormatError, MergeError
 from mmapbloom.merge import expand_shard_args, inspect_shards, merge_into, merge_shards
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_on_terminal
 
 ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
        "OPENBLAS_NUM_THREADS": "1"}
@@ -399,23 +395,8 @@ def test_progress_bar_only_on_a_terminal(tmp_path) -> None:  # type: ignore[no-u
     piped = cli("merge", str(tmp_path / "piped.blm"), *shards)
     assert piped.returncode == 0 and piped.stderr.decode().count("\n") == 1  # the summary only
     assert "merge:" not in piped.stderr.decode()
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a real terminal has a size
-    proc = subprocess.Popen(_argv(["merge", "--chunk-mib", "1", str(tmp_path / "tty.blm"), *shards]),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave, env=ENV)
-    os.close(slave)
-    seen = b""
-    while True:
-        try:
-            chunk = os.read(master, 4096)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not chunk:
-            break
-        seen += chunk
-    os.close(master)
-    assert proc.wait(60) == 0
-    text = seen.decode(errors="replace")
+    status, text = run_on_terminal(_argv(["merge", "--chunk-mib", "1", str(tmp_path / "tty.blm"), *shards]), ENV)
+    assert status == 0
     assert "merge:" in text and "/3.00M" in text and "B/s" in text, text  # tqdm bar over 3 MiB
     assert "merged 3 shards" in text
     assert bits_of(str(tmp_path / "tty.blm")) == bits_of(str(tmp_path / "piped.blm"))
