@@ -50,8 +50,6 @@ CHUNK_BYTES = 1 << 24
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-_ITEMS = fmt.ITEMS_FIELD
-_ITEMS_OFFSET = fmt.ITEMS_OFFSET
 _MAX_ITEMS = fmt.MAX_ITEMS
 
 F = TypeVar("F", bound="MappedFilter")
@@ -65,7 +63,7 @@ class MappedFilter:
     """
 
     __slots__ = (
-        "_storage", "_buf", "_config", "_m", "_k", "_probes", "_chunk_keys", "_positions", "_strategy", "_hs", "_cell_bits",
+        "_storage", "_buf", "_items", "_config", "_m", "_k", "_probes", "_chunk_keys", "_positions", "_strategy", "_hs", "_cell_bits",
         "_lock", "_no_write", "_warn_at", "_warned", "_warn_msg", "__weakref__",
     )
 
@@ -102,6 +100,7 @@ class MappedFilter:
     def _attach(self, storage: Storage, config: BloomConfig, header: fmt.Header) -> None:
         self._storage = storage
         self._buf = storage.buf
+        self._items = fmt.items_word(storage.buf)
         self._config = config
         self._m = config.num_bits
         self._k = config.num_hashes
@@ -320,7 +319,7 @@ class MappedFilter:
         """The header's item count (see the format docs for each kind); saturates at
         ``2**32 - 1``. Read from the header, so it includes other processes' adds."""
         self._check_open()
-        return int(_ITEMS.unpack_from(self._buf, _ITEMS_OFFSET)[0])
+        return fmt.load_items(self._items)
 
     # -- guards ---------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -335,9 +334,10 @@ class MappedFilter:
         return self._storage.path or "<memory>"
 
     def _set_items(self, count: int) -> None:
-        """Store the item count (clamped to [0, 2**32 - 1]); the caller holds the write lock."""
+        """Store the item count (clamped to [0, 2**32 - 1]) and record an
+        OverCapacityWarning past the design point; the caller holds the write lock."""
         count = 0 if count < 0 else _MAX_ITEMS if count > _MAX_ITEMS else count
-        _ITEMS.pack_into(self._buf, _ITEMS_OFFSET, count)
+        fmt.store_items(self._items, count)
         if count > self._warn_at and not self._warned:
             # Recorded here, under the lock; emitted by _flush_warning once the write is
             # complete and the lock released (so ``-W error`` cannot interrupt a write).
@@ -359,7 +359,7 @@ class MappedFilter:
 
     def _bump_items(self, new: int) -> None:
         """Add ``new`` to the item count (saturating); the caller holds the write lock."""
-        self._set_items(_ITEMS.unpack_from(self._buf, _ITEMS_OFFSET)[0] + new)
+        self._set_items(fmt.load_items(self._items) + new)
 
     def _cells(self) -> npt.NDArray[np.uint8]:
         """A numpy ``uint8`` view of the cell array (no copy; read-only when the handle is)."""
@@ -465,6 +465,7 @@ class MappedFilter:
             return
         self._no_write = True  # writes then report FilterClosedError before touching the lock
         self._release_views()
+        self._items.release()
         self._storage.close()
         self._buf = self._storage.buf
 

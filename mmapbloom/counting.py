@@ -44,8 +44,6 @@ __all__ = ["CountingBloomFilter"]
 
 Item = Union[str, bytes, bytearray, memoryview]
 
-_ITEMS = fmt.ITEMS_FIELD
-_ITEMS_OFFSET = fmt.ITEMS_OFFSET
 _MAX_ITEMS = fmt.MAX_ITEMS
 
 
@@ -201,7 +199,7 @@ class CountingBloomFilter(MappedFilter):
                     self._put(c, v - 1)
                     emptied |= v == 1
             if emptied:
-                count = _ITEMS.unpack_from(self._buf, _ITEMS_OFFSET)[0]
+                count = fmt.load_items(self._items)
                 if count < _MAX_ITEMS:
                     self._set_items(count - 1)
 
@@ -373,5 +371,5 @@ class CountingBloomFilter(MappedFilter):
             values = _unpack_counters(cells[b0:b0 + bytes_per_chunk], self._cell_bits)[:c1 - c0]
             packed = np.packbits(values != 0, bitorder="little")
             bits[c0 // 8:c0 // 8 + packed.shape[0]] = packed
-        _ITEMS.pack_into(out._buf, _ITEMS_OFFSET, self.items_added)
+        fmt.store_items(out._items, self.items_added)
         return out

@@ -15,6 +15,7 @@ Concurrency model (see also the README's guarantees):
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Iterable, Sequence, Union
 
 import numpy as np
@@ -28,11 +29,8 @@ from .sizing import observed_fp_rate
 
 __all__ = ["BloomFilter", "OVERFILL_RATIO", "popcount"]
 
-_ITEMS = fmt.ITEMS_FIELD
-_ITEMS_OFFSET = fmt.ITEMS_OFFSET
 _MAX_ITEMS = fmt.MAX_ITEMS
-_unpack_items = _ITEMS.unpack_from
-_pack_items = _ITEMS.pack_into
+_NATIVE_LITTLE = sys.byteorder == "little"
 
 
 def popcount(view: npt.NDArray[np.uint8]) -> int:
@@ -179,11 +177,15 @@ class BloomFilter(MappedFilter):
                     if p >= m:
                         p -= m
                 if new:  # items added += 1, saturating (inlined _bump_items: hot path)
-                    count = _unpack_items(self._buf, _ITEMS_OFFSET)[0]
-                    if count < _MAX_ITEMS:
-                        _pack_items(self._buf, _ITEMS_OFFSET, count + 1)
-                        if count >= self._warn_at and not self._warned:
-                            self._set_items(count + 1)  # records the OverCapacityWarning
+                    if _NATIVE_LITTLE:  # one 4-byte load and store (format.items_word)
+                        word = self._items
+                        count = word[0]
+                        if count < _MAX_ITEMS:
+                            word[0] = count + 1
+                            if count >= self._warn_at and not self._warned:
+                                self._set_items(count + 1)  # records the OverCapacityWarning
+                    else:
+                        self._bump_items(1)
             finally:
                 lock.release()
         except ValueError:  # e.g. closed by another thread meanwhile
@@ -386,7 +388,7 @@ class BloomFilter(MappedFilter):
                 op(mine[start:stop], theirs[start:stop], out=mine[start:stop])
             a, b = self.items_added, other.items_added
             count = min(a + b, _MAX_ITEMS) if union else min(a, b)
-            _ITEMS.pack_into(self._buf, _ITEMS_OFFSET, count)
+            fmt.store_items(self._items, count)
         return self
 
     def union(self, other: "BloomFilter") -> "BloomFilter":

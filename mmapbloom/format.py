@@ -40,8 +40,11 @@ nibble of the last byte is 0.
 
 from __future__ import annotations
 
+import mmap
 import struct
+import sys
 from dataclasses import dataclass
+from typing import Union
 
 from .errors import BadHeaderError, BadMagicError, LengthMismatchError, PaddingError
 from .hashing import HashStrategy, get_strategy
@@ -60,10 +63,13 @@ __all__ = [
     "body_size",
     "check_length",
     "check_padding",
+    "items_word",
     "pack_counting_header",
+    "load_items",
     "pack_header",
     "padding_mask",
     "parse_header",
+    "store_items",
 ]
 
 MAGIC = b"BLM1"
@@ -75,7 +81,6 @@ HEADER = struct.Struct("<4s4sQII")
 HEADER_SIZE = HEADER.size  # 24
 #: Byte offset of the items-added field, rewritten in place by writers.
 ITEMS_OFFSET = 20
-ITEMS_FIELD = struct.Struct("<I")
 #: Items added saturates here and never wraps.
 MAX_ITEMS = 2**32 - 1
 
@@ -85,6 +90,40 @@ COUNTING_HEADER_SIZE = HEADER_SIZE + COUNTING_EXT.size  # 32
 COUNTER_WIDTHS = (4, 8)
 
 assert HEADER_SIZE == 24 and COUNTING_HEADER_SIZE == 32
+
+_NATIVE_LITTLE = sys.byteorder == "little"
+
+
+def items_word(buf: Union[bytearray, mmap.mmap]) -> memoryview:
+    """A one-element view of the items field as a native unsigned 32-bit integer.
+
+    Writers update the field in place while readers (which take no lock) read it, and a
+    writer may be killed at any moment, so the field must change in one aligned 4-byte
+    store and be read in one load. ``struct.pack_into`` does not do that: it zeroes the
+    destination and then writes it byte by byte, so a concurrent reader, or a file left by
+    a SIGKILL at that moment, sees 0 (tests/test_processes.py pins this). Read and write
+    the view with :func:`load_items` and :func:`store_items` (they keep the file
+    little-endian on any host). The view pins ``buf``: release it before unmapping.
+    """
+    word = memoryview(buf)[ITEMS_OFFSET:ITEMS_OFFSET + 4].cast("I")
+    assert word.itemsize == 4, "C unsigned int is not 32 bits on this platform"
+    return word
+
+
+def _swap32(value: int) -> int:
+    return int.from_bytes(value.to_bytes(4, "little"), "big")
+
+
+def load_items(word: memoryview) -> int:
+    """The items-added count held by an :func:`items_word` view (one 4-byte load)."""
+    value: int = word[0]
+    return value if _NATIVE_LITTLE else _swap32(value)
+
+
+def store_items(word: memoryview, count: int) -> None:
+    """Store ``count`` (0 <= count <= MAX_ITEMS) through an :func:`items_word` view, in
+    one 4-byte store. The caller holds the write lock."""
+    word[0] = count if _NATIVE_LITTLE else _swap32(count)
 
 
 @dataclass(frozen=True)

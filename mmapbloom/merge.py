@@ -493,7 +493,7 @@ def merge_into(target: PathLike, shards: Sequence[PathLike], *, chunk_bytes: int
                     _combine(bits[start:start + size], part, intersection=False)
             with f.write_lock():
                 items = min(f.items_added + sum(s.items_added for s in infos), fmt.MAX_ITEMS)
-                fmt.ITEMS_FIELD.pack_into(f._buf, fmt.ITEMS_OFFSET, items)
+                fmt.store_items(f._items, items)
         finally:
             bar.close()
             del bits

@@ -188,3 +188,27 @@ def test_sigkill_keeps_acknowledged_adds(tmp_path, batch: int, torture: bool) ->
         assert acked > 0
         with verify_file(path) as f:
             assert f.contains_many([f"item-{i}" for i in range(acked)]).all()
+
+
+def test_reader_never_sees_items_added_go_back(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The items field is written with one aligned 4-byte store and read with one load: a
+    reader process polling it while a writer process adds never sees it go back (a store
+    that zeroes the field before writing it, as ``struct.pack_into`` does, shows 0 in
+    between, and so would a crash at that moment)."""
+    path = str(tmp_path / "items.blm")
+    n = 50_000
+    BloomFilter.create(path, BloomConfig.for_items(100 * n, 1e-6)).close()
+    queue, barrier = CTX.Queue(), CTX.Barrier(2)
+    procs = [CTX.Process(target=workers.run_and_report, args=(queue, 0, workers.add_distinct, path, n, barrier)),
+             CTX.Process(target=workers.run_and_report, args=(queue, 1, workers.watch_items, path, n, barrier))]
+    for p in procs:
+        p.start()
+    results = dict(queue.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    reads, drops = results[1]
+    assert results[0] == n and reads >= 10_000
+    assert drops == [], f"items_added went back in {len(drops)}+ of {reads} reads, e.g. {drops[:3]}"
+    with BloomFilter.open(path) as f:
+        assert f.items_added == n

@@ -82,14 +82,21 @@ def union_items(b: int) -> list[str]:
 
 
 class Progress:
+    """(acked, phase) in a shared anonymous mapping, each field written with one 8-byte
+    store (``struct.pack_into`` zeroes its destination first: a kill in between would
+    publish (0, 0)). ``set`` writes acked before phase, so a kill between the two stores
+    publishes the new count with the old phase, which the checks accept."""
+
     def __init__(self) -> None:
         self.mm = mmap.mmap(-1, PROGRESS.size)  # MAP_SHARED | MAP_ANONYMOUS: survives fork
+        self.words = memoryview(self.mm).cast("q")
 
     def set(self, acked: int, phase: int) -> None:
-        PROGRESS.pack_into(self.mm, 0, acked, phase)
+        self.words[0] = acked
+        self.words[1] = phase
 
     def get(self) -> tuple[int, int]:
-        return PROGRESS.unpack_from(self.mm, 0)
+        return self.words[0], self.words[1]
 
 
 # -- writers (run in the forked child until killed) ----------------------------------------

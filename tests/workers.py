@@ -79,3 +79,31 @@ def acked_writer(path: str, count: int, batch: int) -> None:
 if __name__ == "__main__":
     acked_writer(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
     os._exit(0)
+
+
+def add_distinct(path: str, n: int, barrier: Any) -> int:
+    """Add ``n`` distinct items one by one (each is new in a large filter)."""
+    with BloomFilter.open(path) as f:
+        barrier.wait()
+        for i in range(n):
+            f.add(f"distinct-{i}")
+    return n
+
+
+def watch_items(path: str, until: int, barrier: Any, timeout: float = 60.0) -> tuple[int, list[tuple[int, int]]]:
+    """Poll ``items_added`` (no lock, as readers do) until it reaches ``until``; return the
+    number of reads and the first few decreases seen, as ``(previous, value)`` pairs."""
+    drops: list[tuple[int, int]] = []
+    reads = 0
+    with BloomFilter.open(path, readonly=True) as f:
+        barrier.wait()
+        deadline = time.monotonic() + timeout
+        last = 0
+        while last < until and time.monotonic() < deadline:
+            for _ in range(1000):
+                value = f.items_added
+                if value < last and len(drops) < 10:
+                    drops.append((last, value))
+                last = value
+            reads += 1000
+    return reads, drops
