@@ -76,11 +76,6 @@ def acked_writer(path: str, count: int, batch: int) -> None:
     time.sleep(60)
 
 
-if __name__ == "__main__":
-    acked_writer(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
-    os._exit(0)
-
-
 def add_distinct(path: str, n: int, barrier: Any) -> int:
     """Add ``n`` distinct items one by one (each is new in a large filter)."""
     with BloomFilter.open(path) as f:
@@ -107,3 +102,8 @@ def watch_items(path: str, until: int, barrier: Any, timeout: float = 60.0) -> t
                 last = value
             reads += 1000
     return reads, drops
+
+
+if __name__ == "__main__":
+    acked_writer(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+    os._exit(0)
