@@ -240,20 +240,75 @@ class CountingBloomFilter(MappedFilter):
 
     # -- batch operations -------------------------------------------------------------------
     def update(self, items: Iterable[Item]) -> int:
-        """Add many items in one lock acquisition; return how many were new. Every item is
-        validated before any counter changes. Raises as :meth:`add`."""
+        """Add many items, vectorised with numpy; return how many were new.
+
+        The counters, the item count, the return value and the saturation warning are
+        exactly those of calling :meth:`add` once per item in order, duplicates in
+        ``items`` included. The write lock is taken once per chunk of keys (at most
+        ``CHUNK_PAIRS`` positions), so other writers interleave between chunks, never
+        inside an item. Every item is validated before any counter changes.
+        Raises as :meth:`add`."""
         if self._no_write:
             self._refuse_write()
         keys = encode_keys(items)
         new = 0
         saturated = False
-        with self._lock:
-            for key in keys:
-                n, s = self._add_cells(self._cells_of(key))
-                new += n
-                saturated |= s
+        step = self._chunk_keys
+        for start in range(0, len(keys), step):
+            pos = self._strategy.positions_many(keys[start:start + step], self._probes, self._m)
+            with self._lock:  # once per chunk of at most CHUNK_PAIRS positions
+                n, s = self._add_rows(pos)
+            new += n
+            saturated |= s
         self._flush_warnings(saturated, stacklevel=3)
         return new
+
+    def _add_rows(self, pos: npt.NDArray[np.uint64]) -> tuple[int, bool]:
+        """Vectorised :meth:`_add_cells` over the rows of ``pos`` (shape ``(n, probes)``, one
+        item per row, in order): the same counters, "new" count and saturation as adding
+        the items one by one. Returns (items new, some counter saturated now). Caller
+        holds the lock.
+
+        Item j is new when one of its distinct cells was 0 before it, that is, the cell
+        was 0 before the batch and j is the first item of the batch to touch it. Each cell
+        ends at ``min(before + (items touching it), max)``.
+        """
+        n = pos.shape[0]
+        if n == 0:
+            return 0, False
+        rows = np.sort(pos, axis=1)
+        distinct = np.ones(rows.shape, dtype=np.bool_)  # an item counts each cell once
+        distinct[:, 1:] = rows[:, 1:] != rows[:, :-1]
+        cells = rows[distinct].astype(np.intp)  # row-major: item order is kept
+        owner = np.nonzero(distinct)[0]  # the item of each cell occurrence
+        touched, first, hits = np.unique(cells, return_index=True, return_counts=True)
+        view = self._cells()
+        if self._cell_bits == 8:
+            where = touched
+            before = view[where]
+        else:
+            where = touched >> 1
+            shift = ((touched & 1) << 2).astype(np.uint8)
+            before = (view[where] >> shift) & np.uint8(0x0F)
+        fresh = np.zeros(n, dtype=np.bool_)
+        fresh[owner[first[before == 0]]] = True
+        after = np.minimum(before.astype(np.int64) + hits, self._max).astype(np.uint8)
+        saturated = bool(((after == self._max) & (before < self._max)).any())
+        if self._cell_bits == 8:
+            view[where] = after
+        else:
+            # Both nibbles of a byte may change: clear every touched nibble of the
+            # touched bytes, then OR the new values in.
+            nbytes, slot = np.unique(where, return_inverse=True)
+            packed = view[nbytes].copy()
+            keep = np.where(touched & 1, np.uint8(0x0F), np.uint8(0xF0))
+            np.bitwise_and.at(packed, slot, keep)
+            np.bitwise_or.at(packed, slot, (after << shift).astype(np.uint8))
+            view[nbytes] = packed
+        new = int(np.count_nonzero(fresh))
+        if new:
+            self._bump_items(new)
+        return new, saturated
 
     def contains_many(self, items: Iterable[Item]) -> npt.NDArray[np.bool_]:
         """Vectorised :meth:`might_contain`: a ``bool`` array of shape ``(len(items),)``."""

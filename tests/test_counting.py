@@ -194,6 +194,74 @@ def test_no_false_negatives_against_multiset(ops: list[tuple[bool, int]], m: int
     f.check()
 
 
+@given(batches=st.lists(st.lists(st.integers(0, 40), max_size=60), min_size=1, max_size=4),
+       prefill=st.lists(st.integers(0, 40), max_size=30),
+       m=st.integers(1, 150), k=st.integers(1, 7), width=st.sampled_from([4, 8]))
+@settings(max_examples=300, deadline=None)
+def test_update_equals_sequential_adds(batches: list[list[int]], prefill: list[int], m: int, k: int,
+                                       width: int) -> None:
+    """The vectorised ``update`` leaves the same image (counters, items, padding) and
+    reports the same number of new items and the same saturation as one ``add`` per item,
+    duplicates inside a batch and saturated counters included."""
+    cfg = BloomConfig(num_bits=m, num_hashes=k)
+    batch_f = CountingBloomFilter(cfg, counter_bits=width)
+    loop_f = CountingBloomFilter(cfg, counter_bits=width)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for f in (batch_f, loop_f):  # the same start state, built one add at a time
+            for n in prefill:
+                f.add(f"p-{n}")
+        for batch in batches:
+            items = [f"item-{n}".encode() for n in batch]
+            mark = len(caught)
+            got = batch_f.update(items)
+            from_batch = [w.category for w in caught[mark:]]
+            mark = len(caught)
+            expected = sum(loop_f.add(x) for x in items)
+            assert got == expected
+            assert [w.category for w in caught[mark:]] == from_batch  # saturation, over capacity
+            assert batch_f.to_bytes() == loop_f.to_bytes()
+    batch_f.check()
+
+
+def test_update_chunks_and_writes_a_shared_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A batch larger than one chunk, into a file: equal to sequential adds, byte for byte."""
+    cfg = BloomConfig(num_bits=5_001, num_hashes=9)
+    items = urls(3_000) + urls(1_000)  # a quarter are repeats
+    for width in (4, 8):
+        with CountingBloomFilter.create(tmp_path / f"u{width}.blc", cfg, counter_bits=width) as f:
+            f._chunk_keys = 700  # several lock acquisitions, chunk edges inside the repeats
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                new = f.update(items)
+                ref = CountingBloomFilter(cfg, counter_bits=width)
+                assert new == sum(ref.add(x) for x in items)
+            assert f.to_bytes() == ref.to_bytes()
+            assert f.contains_many(items).all()
+
+
+@pytest.mark.parametrize("width", [4, 8])
+def test_saturation_warning_only_when_a_counter_saturates(tmp_path, width: int) -> None:  # type: ignore[no-untyped-def]
+    """A handle whose writes only touch counters that are already saturated (by another
+    handle) does not warn; one that saturates a counter itself does."""
+    path = tmp_path / "sat.blc"
+    cfg = BloomConfig(num_bits=2, num_hashes=1)
+    with CountingBloomFilter.create(path, cfg, counter_bits=width) as a:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            a.update([b"x"] * 300)  # x's counter saturates
+        cell_of_x = a.to_bytes()[32:]
+    with CountingBloomFilter.open(path) as b, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        b.update([b"x"] * 3)
+        b.add(b"x")
+        assert not [w for w in caught if w.category is SaturationWarning]
+        assert b.to_bytes()[32:] == cell_of_x
+        other = next(f"y{i}".encode() for i in range(100) if b.count(f"y{i}".encode()) == 0)
+        b.update([other] * 300)
+        assert [w.category for w in caught if w.category is SaturationWarning] == [SaturationWarning]
+
+
 def test_to_bloom_equals_bloom_filter() -> None:
     cfg = BloomConfig.for_items(5000, 0.01)
     items = urls(5000)
