@@ -24,8 +24,15 @@ CTX = mp.get_context("spawn")
 def run_processes(func, arglists):  # type: ignore[no-untyped-def]
     """Run ``func(*args)`` in one real process per arglist; return the results in order.
     Every process must exit with status 0."""
+    return run_calls([(func, args) for args in arglists])
+
+
+def run_calls(calls):  # type: ignore[no-untyped-def]
+    """Run each ``func(*args)`` of ``calls`` in its own real process, all at once; return
+    the results in order. Every process must exit with status 0."""
     queue = CTX.Queue()
-    procs = [CTX.Process(target=workers.run_and_report, args=(queue, i, func, *args)) for i, args in enumerate(arglists)]
+    procs = [CTX.Process(target=workers.run_and_report, args=(queue, i, func, *args))
+             for i, (func, args) in enumerate(calls)]
     for p in procs:
         p.start()
     results = dict(queue.get(timeout=120) for _ in procs)
@@ -199,17 +206,10 @@ def test_reader_never_sees_items_added_go_back(tmp_path) -> None:  # type: ignor
     path = str(tmp_path / "items.blm")
     n = 50_000
     BloomFilter.create(path, BloomConfig.for_items(100 * n, 1e-6)).close()
-    queue, barrier = CTX.Queue(), CTX.Barrier(2)
-    procs = [CTX.Process(target=workers.run_and_report, args=(queue, 0, workers.add_distinct, path, n, barrier)),
-             CTX.Process(target=workers.run_and_report, args=(queue, 1, workers.watch_items, path, n, barrier))]
-    for p in procs:
-        p.start()
-    results = dict(queue.get(timeout=120) for _ in procs)
-    for p in procs:
-        p.join(60)
-        assert p.exitcode == 0
-    reads, drops = results[1]
-    assert results[0] == n and reads >= 10_000
+    barrier = CTX.Barrier(2)
+    added, (reads, drops) = run_calls([(workers.add_distinct, (path, n, barrier)),
+                                       (workers.watch_items, (path, n, barrier))])
+    assert added == n and reads >= 10_000
     assert drops == [], f"items_added went back in {len(drops)}+ of {reads} reads, e.g. {drops[:3]}"
     with BloomFilter.open(path) as f:
         assert f.items_added == n
