@@ -319,7 +319,11 @@ class MappedFilter:
         """The header's item count (see the format docs for each kind); saturates at
         ``2**32 - 1``. Read from the header, so it includes other processes' adds."""
         self._check_open()
-        return fmt.load_items(self._items)
+        try:
+            return fmt.load_items(self._items)
+        except ValueError:  # closed by another thread since the check
+            self._check_open()
+            raise
 
     # -- guards ---------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -460,14 +464,26 @@ class MappedFilter:
     def close(self) -> None:
         """Unmap and close the file (idempotent). Does not flush: call :meth:`flush` first
         if the data must survive power loss. Later use raises ``FilterClosedError``
-        (a ``ValueError``)."""
+        (a ``ValueError``).
+
+        Waits for writes in flight on this handle in other threads (it takes the
+        handle's thread lock, not the file lock), so a write is never cut off while it
+        holds the file lock; queries in flight finish or raise ``FilterClosedError``.
+        """
         if self._storage.closed:
             return
-        self._no_write = True  # writes then report FilterClosedError before touching the lock
+        with self._lock.thread_lock:
+            if self._storage.closed:
+                return
+            self._no_write = True  # writes then report FilterClosedError before touching the lock
+            # Closed first, views dropped second: a query that trips over a dropped view
+            # then finds the handle closed and raises FilterClosedError.
+            self._storage.close(before_unmap=self._drop_views)
+            self._buf = self._storage.buf
+
+    def _drop_views(self) -> None:
         self._release_views()
         self._items.release()
-        self._storage.close()
-        self._buf = self._storage.buf
 
     def __enter__(self: F) -> F:
         self._check_open()

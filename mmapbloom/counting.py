@@ -242,12 +242,12 @@ class CountingBloomFilter(MappedFilter):
     def update(self, items: Iterable[Item]) -> int:
         """Add many items, vectorised with numpy; return how many were new.
 
-        The counters, the item count, the return value and the saturation warning are
-        exactly those of calling :meth:`add` once per item in order, duplicates in
-        ``items`` included. The write lock is taken once per chunk of keys (at most
-        ``CHUNK_PAIRS`` positions), so other writers interleave between chunks, never
-        inside an item. Every item is validated before any counter changes.
-        Raises as :meth:`add`."""
+        The counters, the item count and the return value are exactly those of calling
+        :meth:`add` once per item in order, duplicates in ``items`` included, and so are
+        the warnings, except that they are emitted once the batch is done. The write lock
+        is taken once per chunk of keys (``CHUNK_PAIRS`` positions, or one key when k
+        exceeds that), so other writers interleave between chunks, never inside an item.
+        Every item is validated before any counter changes. Raises as :meth:`add`."""
         if self._no_write:
             self._refuse_write()
         keys = encode_keys(items)

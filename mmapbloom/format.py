@@ -55,8 +55,8 @@ __all__ = [
     "COUNTING_MAGIC",
     "HEADER",
     "HEADER_SIZE",
-    "KINDS",
     "ITEMS_OFFSET",
+    "KINDS",
     "MAGIC",
     "MAX_ITEMS",
     "Header",
@@ -101,9 +101,11 @@ def items_word(buf: Union[bytearray, mmap.mmap]) -> memoryview:
     writer may be killed at any moment, so the field must change in one aligned 4-byte
     store and be read in one load. ``struct.pack_into`` does not do that: it zeroes the
     destination and then writes it byte by byte, so a concurrent reader, or a file left by
-    a SIGKILL at that moment, sees 0 (tests/test_processes.py pins this). Read and write
-    the view with :func:`load_items` and :func:`store_items` (they keep the file
-    little-endian on any host). The view pins ``buf``: release it before unmapping.
+    a SIGKILL at that moment, sees 0 (a reader process watches for that in
+    tests/test_processes.py; tests/test_torture_crash.py checks the field after kills).
+    Read and write the view with :func:`load_items` and :func:`store_items` (they keep
+    the file little-endian on any host). The view pins ``buf``: release it before
+    unmapping.
     """
     word = memoryview(buf)[ITEMS_OFFSET:ITEMS_OFFSET + 4].cast("I")
     assert word.itemsize == 4, "C unsigned int is not 32 bits on this platform"

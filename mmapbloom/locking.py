@@ -31,6 +31,8 @@ from typing import Optional
 
 import portalocker
 
+from .errors import FilterClosedError
+
 try:  # POSIX
     import fcntl
 
@@ -77,7 +79,7 @@ class WriteLock:
     """
 
     __slots__ = ("_tlock", "_depth", "_fd", "_own_fd", "_stale", "_path", "_ino", "_forker_depth", "_inherited",
-                 "__weakref__")
+                 "_closed", "__weakref__")
 
     def __init__(self, fd: Optional[int], path: Optional[str] = None):
         self._tlock = threading.RLock()
@@ -88,6 +90,7 @@ class WriteLock:
         self._forker_depth = 0
         self._inherited = 0
         self._path = path
+        self._closed = False
         self._ino: Optional[tuple[int, int]] = None
         if fd is not None:
             st = os.fstat(fd)
@@ -136,8 +139,14 @@ class WriteLock:
     # -- lock / unlock --------------------------------------------------------------
     # These two run on every per-item add: keep them lean (measured in tools/benchmark.py).
     def acquire(self) -> None:
-        """Block until this thread holds the lock (thread lock, then file lock)."""
+        """Block until this thread holds the lock (thread lock, then file lock).
+
+        Raises FilterClosedError once the handle was closed (also when it was closed while
+        this thread waited): a write never proceeds without the file lock."""
         self._tlock.acquire()
+        if self._closed:
+            self._tlock.release()
+            raise FilterClosedError(f"{self._path or '<memory>'}: filter is closed")
         if not self._depth and self._fd is not None:
             try:
                 if self._stale:
@@ -169,6 +178,12 @@ class WriteLock:
         else:
             self._tlock.release()
 
+    @property
+    def thread_lock(self) -> "threading.RLock":
+        """The in-process half of the lock alone (re-entrant). ``close`` takes it to wait
+        for this handle's writes in flight without touching the file lock."""
+        return self._tlock
+
     def __enter__(self) -> "WriteLock":
         self.acquire()
         return self
@@ -177,7 +192,9 @@ class WriteLock:
         self.release()
 
     def close(self) -> None:
-        """Close the descriptor this lock reopened after a fork, if any."""
+        """Refuse later acquisitions and close the descriptor this lock reopened after a
+        fork, if any (idempotent). The owner calls it while holding :attr:`thread_lock`."""
+        self._closed = True
         _LIVE.discard(self)
         self._fd = None  # the owner closes it; never flock a reused descriptor number
         if self._own_fd is not None:

@@ -70,9 +70,14 @@ class Storage:
     def flush(self) -> None:
         """Write dirty pages to the file (``msync``); no-op in memory."""
 
-    def close(self) -> None:
-        """Release the buffer (idempotent)."""
+    def close(self, before_unmap: Optional[Callable[[], None]] = None) -> None:
+        """Mark the storage closed (``closed`` is True from here on), call
+        ``before_unmap`` (the owner drops its buffer views), then release the buffer.
+        Idempotent."""
         self.buf = _CLOSED  # type: ignore[assignment]
+        self.lock.close()  # writers still waiting for the lock get FilterClosedError
+        if before_unmap is not None:
+            before_unmap()
 
     @property
     def closed(self) -> bool:
@@ -162,11 +167,11 @@ class FileStorage(Storage):
             assert isinstance(self.buf, mmap.mmap)
             self.buf.flush()  # msync(MS_SYNC)
 
-    def close(self) -> None:
+    def close(self, before_unmap: Optional[Callable[[], None]] = None) -> None:
         if self.closed:
             return
         mm = self.buf
-        Storage.close(self)
+        Storage.close(self, before_unmap)
         try:
             assert isinstance(mm, mmap.mmap)
             mm.close()

@@ -201,7 +201,7 @@ def test_no_false_negatives_against_multiset(ops: list[tuple[bool, int]], m: int
 def test_update_equals_sequential_adds(batches: list[list[int]], prefill: list[int], m: int, k: int,
                                        width: int) -> None:
     """The vectorised ``update`` leaves the same image (counters, items, padding) and
-    reports the same number of new items and the same saturation as one ``add`` per item,
+    reports the same number of new items and the same warnings as one ``add`` per item,
     duplicates inside a batch and saturated counters included."""
     cfg = BloomConfig(num_bits=m, num_hashes=k)
     batch_f = CountingBloomFilter(cfg, counter_bits=width)
@@ -215,11 +215,12 @@ def test_update_equals_sequential_adds(batches: list[list[int]], prefill: list[i
             items = [f"item-{n}".encode() for n in batch]
             mark = len(caught)
             got = batch_f.update(items)
-            from_batch = [w.category for w in caught[mark:]]
+            from_batch = sorted(w.category.__name__ for w in caught[mark:])
             mark = len(caught)
             expected = sum(loop_f.add(x) for x in items)
             assert got == expected
-            assert [w.category for w in caught[mark:]] == from_batch  # saturation, over capacity
+            # The same warnings (each once per handle); update emits them after the batch.
+            assert sorted(w.category.__name__ for w in caught[mark:]) == from_batch
             assert batch_f.to_bytes() == loop_f.to_bytes()
     batch_f.check()
 

@@ -209,13 +209,18 @@ def test_lifecycle_and_closed_use(tmp_path) -> None:  # type: ignore[no-untyped-
     f = BloomFilter.create(path, BloomConfig.for_items(100, 0.01))
     f.add("a")
     f.flush()
+    mapping = f._storage.buf
+    lock = f._lock
     f.close()
     f.close()  # idempotent
     assert f.closed
+    assert mapping.closed  # unmapped now: close released the handle's own views first
+    with pytest.raises(FilterClosedError):
+        lock.acquire()  # a writer that was waiting for the lock never writes unlocked
     for op in (lambda: f.add("a"), lambda: f.might_contain("a"), lambda: "a" in f, lambda: f.update(["a"]),
                lambda: f.contains_many(["a"]), lambda: f.flush(), lambda: f.to_bytes(), lambda: f.items_added,
                lambda: f.count_ones(), lambda: f.write_lock(), lambda: pickle.dumps(f)):
-        with pytest.raises(ValueError):
+        with pytest.raises(FilterClosedError):
             op()
     with pytest.raises(FilterClosedError):
         f.add("b")

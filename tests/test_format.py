@@ -7,6 +7,7 @@ import struct
 
 import pytest
 
+from mmapbloom import format as fmt
 from mmapbloom import (
     BadHeaderError,
     BadMagicError,
@@ -128,3 +129,17 @@ def test_errors_pickle() -> None:
         again = pickle.loads(pickle.dumps(exc))
         assert type(again) is LengthMismatchError
         assert str(again) == str(exc) and again.expected == 27 and again.actual == 26
+
+
+def test_items_field_store_is_little_endian_golden() -> None:
+    """store_items writes the field little-endian at bytes 20-23 on any host, load_items
+    reads it back, and the byte swap used on big-endian hosts is its own inverse."""
+    buf = bytearray(fmt.pack_header("M3KM", 20, 3, 0)) + bytearray(3)
+    word = fmt.items_word(buf)
+    fmt.store_items(word, 0x01020304)
+    assert bytes(buf[20:24]) == b"\x04\x03\x02\x01" and bytes(buf[:20]) == fmt.pack_header("M3KM", 20, 3, 0)[:20]
+    assert fmt.load_items(word) == 0x01020304
+    fmt.store_items(word, fmt.MAX_ITEMS)
+    assert bytes(buf[20:24]) == b"\xff\xff\xff\xff" and fmt.load_items(word) == fmt.MAX_ITEMS
+    word.release()
+    assert fmt._swap32(0x01020304) == 0x04030201 and fmt._swap32(fmt._swap32(0xA1B2C3D4)) == 0xA1B2C3D4

@@ -43,6 +43,7 @@ import collections
 import os
 import random
 import select
+import sys
 import threading
 import time
 from typing import Any
@@ -360,6 +361,68 @@ def test_close_while_other_threads_query(tmp_path: Any) -> None:
         for t in threads:
             t.join(60)
         assert f.closed
+    assert not problems, problems
+
+
+# Regression (found in review): close() released the items view before marking the handle
+# closed, so items_added in another thread raised a plain ValueError; and close() did not
+# wait for a write in flight, whose file lock then vanished with the descriptor.
+@pytest.mark.parametrize("kind", [BloomFilter, CountingBloomFilter])
+def test_close_while_other_threads_write(tmp_path: Any, kind: Any) -> None:
+    """close() from one thread while others add, update, read items_added and query:
+    every call returns or raises FilterClosedError, close raises nothing, and every add
+    that returned is in the file afterwards, which verifies."""
+    config = BloomConfig.for_items(100_000, 0.01)
+    problems: list[str] = []
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # interleave threads finely
+    try:
+        for trial in range(8):
+            path = tmp_path / f"w{trial}.blc"
+            f = kind.create(path, config)
+            done: list[list[str]] = [[], []]
+            started = threading.Barrier(5)
+
+            def writer(w: int, batch: bool) -> None:
+                started.wait()
+                try:
+                    for i in range(100_000):
+                        keys = [f"w{w}-{i}-{j}" for j in range(20)] if batch else [f"w{w}-{i}"]
+                        f.update(keys) if batch else f.add(keys[0])
+                        done[w].extend(keys)
+                except FilterClosedError:
+                    pass
+                except BaseException as exc:
+                    problems.append(f"writer: {type(exc).__name__}: {exc}")
+
+            def reader() -> None:
+                started.wait()
+                try:
+                    for i in range(1_000_000):
+                        assert f.items_added >= 0 and (f"w0-{i}" in f) in (True, False)
+                except FilterClosedError:
+                    pass
+                except BaseException as exc:
+                    problems.append(f"reader: {type(exc).__name__}: {exc}")
+
+            threads = [threading.Thread(target=writer, args=(0, False)), threading.Thread(target=writer, args=(1, True)),
+                       threading.Thread(target=reader), threading.Thread(target=reader)]
+            for t in threads:
+                t.start()
+            started.wait()
+            time.sleep(0.003 * trial)
+            try:
+                f.close()
+            except BaseException as exc:
+                problems.append(f"close: {type(exc).__name__}: {exc}")
+            for t in threads:
+                t.join(60)
+            assert f.closed and not any(t.is_alive() for t in threads)
+            with verify_file(path) as g:
+                acknowledged = done[0] + done[1]
+                assert g.contains_many(acknowledged).all() if acknowledged else True
+    finally:
+        sys.setswitchinterval(switch)
     assert not problems, problems
 
 

@@ -76,12 +76,18 @@ def acked_writer(path: str, count: int, batch: int) -> None:
     time.sleep(60)
 
 
-def add_distinct(path: str, n: int, barrier: Any) -> int:
-    """Add ``n`` distinct items one by one (each is new in a large filter)."""
-    with BloomFilter.open(path) as f:
+def add_distinct(path: str, n: int, barrier: Any, batch: int = 1) -> int:
+    """Add ``n`` distinct items to the filter file of either kind (each is new in a large
+    filter): one by one with ``add``, or ``batch`` at a time with ``update``."""
+    from mmapbloom.verify import open_any
+
+    with open_any(path) as f:
         barrier.wait()
-        for i in range(n):
-            f.add(f"distinct-{i}")
+        for start in range(0, n, batch):
+            if batch == 1:
+                f.add(f"distinct-{start}")  # type: ignore[attr-defined]
+            else:
+                f.update([f"distinct-{i}" for i in range(start, min(n, start + batch))])  # type: ignore[attr-defined]
     return n
 
 
@@ -90,7 +96,9 @@ def watch_items(path: str, until: int, barrier: Any, timeout: float = 60.0) -> t
     number of reads and the first few decreases seen, as ``(previous, value)`` pairs."""
     drops: list[tuple[int, int]] = []
     reads = 0
-    with BloomFilter.open(path, readonly=True) as f:
+    from mmapbloom.verify import open_any
+
+    with open_any(path, readonly=True) as f:
         barrier.wait()
         deadline = time.monotonic() + timeout
         last = 0
