@@ -324,6 +324,23 @@ def test_threads_shared_and_own_handles(tmp_path: Any, thread_trial: int) -> Non
     shared.close()
 
 
+def close_during(f: Any, threads: list[threading.Thread], started: threading.Barrier, delay: float,
+                 problems: list[str]) -> None:
+    """Start ``threads``, meet them at ``started``, close ``f`` after ``delay`` seconds and
+    wait for them all; a close that raises is recorded in ``problems``."""
+    for t in threads:
+        t.start()
+    started.wait()
+    time.sleep(delay)
+    try:
+        f.close()
+    except BaseException as exc:
+        problems.append(f"close: {type(exc).__name__}: {exc}")
+    for t in threads:
+        t.join(60)
+    assert f.closed and not any(t.is_alive() for t in threads)
+
+
 # Regression (found by this suite): close() raised BufferError ('cannot close exported
 # pointers exist') while a batch query held a numpy view, and a query could get a plain
 # ValueError instead of FilterClosedError.
@@ -349,18 +366,7 @@ def test_close_while_other_threads_query(tmp_path: Any) -> None:
             except BaseException as exc:
                 problems.append(f"query: {type(exc).__name__}: {exc}")
 
-        threads = [threading.Thread(target=query) for _ in range(2)]
-        for t in threads:
-            t.start()
-        started.wait()
-        time.sleep(0.002 * trial)
-        try:
-            f.close()
-        except BaseException as exc:
-            problems.append(f"close: {type(exc).__name__}: {exc}")
-        for t in threads:
-            t.join(60)
-        assert f.closed
+        close_during(f, [threading.Thread(target=query) for _ in range(2)], started, 0.002 * trial, problems)
     assert not problems, problems
 
 
@@ -407,17 +413,7 @@ def test_close_while_other_threads_write(tmp_path: Any, kind: Any) -> None:
 
             threads = [threading.Thread(target=writer, args=(0, False)), threading.Thread(target=writer, args=(1, True)),
                        threading.Thread(target=reader), threading.Thread(target=reader)]
-            for t in threads:
-                t.start()
-            started.wait()
-            time.sleep(0.003 * trial)
-            try:
-                f.close()
-            except BaseException as exc:
-                problems.append(f"close: {type(exc).__name__}: {exc}")
-            for t in threads:
-                t.join(60)
-            assert f.closed and not any(t.is_alive() for t in threads)
+            close_during(f, threads, started, 0.003 * trial, problems)
             with verify_file(path) as g:
                 acknowledged = done[0] + done[1]
                 assert g.contains_many(acknowledged).all() if acknowledged else True
