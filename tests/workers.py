@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from mmapbloom import BloomConfig, BloomFilter
+from mmapbloom.verify import open_any
 
 
 def run_and_report(queue: Any, index: int, func: Any, *args: Any) -> None:
@@ -79,8 +80,6 @@ def acked_writer(path: str, count: int, batch: int) -> None:
 def add_distinct(path: str, n: int, barrier: Any, batch: int = 1) -> int:
     """Add ``n`` distinct items to the filter file of either kind (each is new in a large
     filter): one by one with ``add``, or ``batch`` at a time with ``update``."""
-    from mmapbloom.verify import open_any
-
     with open_any(path) as f:
         barrier.wait()
         for start in range(0, n, batch):
@@ -96,8 +95,6 @@ def watch_items(path: str, until: int, barrier: Any, timeout: float = 60.0) -> t
     number of reads and the first few decreases seen, as ``(previous, value)`` pairs."""
     drops: list[tuple[int, int]] = []
     reads = 0
-    from mmapbloom.verify import open_any
-
     with open_any(path, readonly=True) as f:
         barrier.wait()
         deadline = time.monotonic() + timeout
