@@ -467,6 +467,14 @@ def _add_merge_arguments(p: argparse.ArgumentParser) -> None:
 _MERGE_USAGE = "%(prog)s [options] OUT SHARD... | %(prog)s [options] --into EXISTING SHARD..."
 
 
+def _item_input_arguments(p: argparse.ArgumentParser) -> None:
+    """The filter file, the input files and the framing option, shared by add and check
+    (so both frame items identically, FRAMING_HELP)."""
+    p.add_argument("file")
+    p.add_argument("inputs", nargs="*", metavar="INPUT", help="input files; - or none for stdin")
+    p.add_argument("-0", "--null", action="store_true", help="items are NUL-separated; nothing is removed")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of the ``mmapbloom`` command (all subcommands)."""
     parser = _Parser(
@@ -511,9 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "write lock, so other processes may add concurrently. Prints the "
                                    "throughput and the new and already-present counts on stderr.",
                        epilog=FRAMING_HELP)
-    p.add_argument("file")
-    p.add_argument("inputs", nargs="*", metavar="INPUT", help="input files; - or none for stdin")
-    p.add_argument("-0", "--null", action="store_true", help="items are NUL-separated; nothing is removed")
+    _item_input_arguments(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no summary line")
     p.set_defaults(func=_add)
 
@@ -524,9 +530,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "(might be present; with --absent: certainly absent), 1 if at least one "
                                    "did not, 2 on error. Empty input: exit 0.",
                        epilog=FRAMING_HELP)
-    p.add_argument("file")
-    p.add_argument("inputs", nargs="*", metavar="INPUT", help="input files; - or none for stdin")
-    p.add_argument("-0", "--null", action="store_true", help="items are NUL-separated; nothing is removed")
+    _item_input_arguments(p)
     p.add_argument("--absent", action="store_true", help="print the items that are certainly absent instead")
     p.add_argument("-c", "--count", action="store_true", help="print only the counts")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing; only set the exit status")

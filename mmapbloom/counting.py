@@ -54,6 +54,15 @@ def _unpack_counters(chunk: npt.NDArray[np.uint8], width: int) -> npt.NDArray[np
     return np.stack([chunk & 0x0F, chunk >> 4], axis=1).ravel()
 
 
+def _counters_at(cells: npt.NDArray[np.uint8], index: npt.NDArray[np.intp], width: int) -> npt.NDArray[np.uint8]:
+    """Counter values at the cell indices ``index`` (any shape; the result has its shape)."""
+    if width == 8:
+        values: npt.NDArray[np.uint8] = cells[index]
+    else:
+        values = (cells[index >> 1] >> ((index & 1) << 2).astype(np.uint8)) & np.uint8(0x0F)
+    return values
+
+
 class CountingBloomFilter(MappedFilter):
     """A counting Bloom filter in the BLC1 layout, in memory or in a shared file.
 
@@ -283,23 +292,18 @@ class CountingBloomFilter(MappedFilter):
         owner = np.nonzero(distinct)[0]  # the item of each cell occurrence
         touched, first, hits = np.unique(cells, return_index=True, return_counts=True)
         view = self._cells()
-        if self._cell_bits == 8:
-            where = touched
-            before = view[where]
-        else:
-            where = touched >> 1
-            shift = ((touched & 1) << 2).astype(np.uint8)
-            before = (view[where] >> shift) & np.uint8(0x0F)
+        before = _counters_at(view, touched, self._cell_bits)
         fresh = np.zeros(n, dtype=np.bool_)
         fresh[owner[first[before == 0]]] = True
         after = np.minimum(before.astype(np.int64) + hits, self._max).astype(np.uint8)
         saturated = bool(((after == self._max) & (before < self._max)).any())
         if self._cell_bits == 8:
-            view[where] = after
+            view[touched] = after
         else:
             # Both nibbles of a byte may change: clear every touched nibble of the
             # touched bytes, then OR the new values in.
-            nbytes, slot = np.unique(where, return_inverse=True)
+            shift = ((touched & 1) << 2).astype(np.uint8)
+            nbytes, slot = np.unique(touched >> 1, return_inverse=True)
             packed = view[nbytes].copy()
             keep = np.where(touched & 1, np.uint8(0x0F), np.uint8(0xF0))
             np.bitwise_and.at(packed, slot, keep)
@@ -320,11 +324,7 @@ class CountingBloomFilter(MappedFilter):
         for start in range(0, len(keys), step):
             chunk = keys[start:start + step]
             pos = self._strategy.positions_many(chunk, self._probes, self._m)
-            if self._cell_bits == 8:
-                values = cells[pos.astype(np.intp)]
-            else:
-                shift = ((pos & np.uint64(1)) << np.uint64(2)).astype(np.uint8)
-                values = (cells[(pos >> np.uint64(1)).astype(np.intp)] >> shift) & np.uint8(0x0F)
+            values = _counters_at(cells, pos.astype(np.intp), self._cell_bits)
             out[start:start + len(chunk)] = (values != 0).all(axis=1)
         return out
 

@@ -117,14 +117,16 @@ def _swap32(value: int) -> int:
 
 
 def load_items(word: memoryview) -> int:
-    """The items-added count held by an :func:`items_word` view (one 4-byte load)."""
+    """The items-added count (0 <= count <= MAX_ITEMS) held by an :func:`items_word`
+    view, in one 4-byte load. Raises ValueError if the view was released (handle closed)."""
     value: int = word[0]
     return value if _NATIVE_LITTLE else _swap32(value)
 
 
 def store_items(word: memoryview, count: int) -> None:
     """Store ``count`` (0 <= count <= MAX_ITEMS) through an :func:`items_word` view, in
-    one 4-byte store. The caller holds the write lock."""
+    one 4-byte store. The caller holds the write lock. Raises ValueError for a count
+    outside that range or if the view was released (handle closed)."""
     word[0] = count if _NATIVE_LITTLE else _swap32(count)
 
 

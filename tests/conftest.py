@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+from mmapbloom import BloomConfig, BloomFilter  # noqa: E402  (after the path fix above)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -20,6 +23,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.fixture
 def torture(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--torture") or os.environ.get("MMAPBLOOM_TORTURE"))
+
+
+def write_shards(directory: Any, cfg: BloomConfig, parts: list[list[str]], prefix: str = "shard") -> list[str]:
+    """One shard file per part, named ``{prefix}-{i:05d}.blm`` in ``directory`` (written
+    directly from an in-memory filter: fast); returns their paths."""
+    paths = []
+    for i, part in enumerate(parts):
+        f = BloomFilter(cfg)
+        f.update(part)
+        path = os.path.join(str(directory), f"{prefix}-{i:05d}.blm")
+        with open(path, "wb") as out:
+            out.write(f.to_bytes())
+        paths.append(path)
+    return paths
 
 
 def urls(n: int, prefix: str = "https://example.org/page/") -> list[str]:

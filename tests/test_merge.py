@@ -19,7 +19,7 @@ import pytest
 from mmapbloom import BloomConfig, BloomFilter, HashStrategy, IncompatibleFiltersError, register_strategy, verify_file
 from mmapbloom.errors import FormatError, MergeError
 from mmapbloom.merge import expand_shard_args, inspect_shards, merge_into, merge_shards
-from tests.conftest import ROOT, run_on_terminal
+from tests.conftest import ROOT, run_on_terminal, write_shards
 
 ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
        "OPENBLAS_NUM_THREADS": "1"}
@@ -39,19 +39,6 @@ def _argv(args: tuple[str, ...] | list[str], limit_files: int | None = None) -> 
     code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (%d, %d)); "
             "from mmapbloom.cli import main; sys.exit(main(sys.argv[1:]))" % (limit_files, limit_files))
     return [sys.executable, "-c", code, *args]
-
-
-def write_shards(directory, cfg: BloomConfig, parts: list[list[str]], prefix: str = "shard") -> list[str]:  # type: ignore[no-untyped-def]
-    """One shard file per part (written directly from an in-memory filter: fast)."""
-    paths = []
-    for i, part in enumerate(parts):
-        f = BloomFilter(cfg)
-        f.update(part)
-        path = os.path.join(str(directory), f"{prefix}-{i:05d}.blm")
-        with open(path, "wb") as out:
-            out.write(f.to_bytes())
-        paths.append(path)
-    return paths
 
 
 def bits_of(path: str) -> bytes:

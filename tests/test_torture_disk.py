@@ -40,6 +40,7 @@ import pytest
 from mmapbloom import BloomConfig, BloomFilter, verify_file
 from mmapbloom.cli import main as cli_main
 from mmapbloom.merge import merge_into, merge_shards
+from tests.conftest import write_shards
 from tests.torture_support import run_forked
 
 MB = 2**20
@@ -183,18 +184,9 @@ def test_sparse_filter_on_a_full_disk_dies_with_sigbus(tmpfs_1m: str) -> None:
 
 def make_shards(directory: Any, body: int, n: int = 2) -> tuple[list[str], list[str]]:
     """n shard files of ``body`` bytes of bits (on the real disk); returns them and their items."""
-    config = BloomConfig(num_bits=8 * body, num_hashes=3)
-    paths, items = [], []
-    for i in range(n):
-        part = [f"shard{i}-{j}" for j in range(2000)]
-        f = BloomFilter(config)
-        f.update(part)
-        path = os.path.join(str(directory), f"shard-{i}.blm")
-        with open(path, "wb") as fh:
-            fh.write(f.to_bytes())
-        paths.append(path)
-        items += part
-    return paths, items
+    parts = [[f"shard{i}-{j}" for j in range(2000)] for i in range(n)]
+    paths = write_shards(directory, BloomConfig(num_bits=8 * body, num_hashes=3), parts)
+    return paths, [x for part in parts for x in part]
 
 
 def run_merge(how: str, out: str, shards: list[str], *, replace: bool = False, into: bool = False) -> tuple[int, str]:

@@ -322,16 +322,23 @@ def test_create_through_relative_and_symlinked_paths(tmp_path: Any, monkeypatch:
     assert sorted(os.listdir(tmp_path)) == ["link", "real", "é.blm"]
 
 
-# Regression (found by this suite; fixed at the root in mmapbloom.storage).
-@pytest.mark.parametrize("case", ["dotdot-open", "dotdot-create", "trailing-slash"])
-def test_paths_resolve_like_the_os(tmp_path: Any, monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+def real_and_decoy(tmp_path: Any, monkeypatch: pytest.MonkeyPatch, name: str, item: str) -> None:
+    """In ``tmp_path`` (made the working directory): ``real/sub/``, a symlink ``link`` to
+    it, ``real/<name>`` holding ``item`` and a decoy ``<name>`` holding "a decoy". The OS
+    resolves ``link/../<name>`` to ``real/<name>``; a lexical normalisation to the decoy."""
     (tmp_path / "real" / "sub").mkdir(parents=True)
     os.symlink(tmp_path / "real" / "sub", tmp_path / "link")
     monkeypatch.chdir(tmp_path)
-    with BloomFilter.create("real/f.blm", CFG) as f:
-        f.add("the real one")
-    with BloomFilter.create("f.blm", CFG) as f:
+    with BloomFilter.create(f"real/{name}", CFG) as f:
+        f.add(item)
+    with BloomFilter.create(name, CFG) as f:
         f.add("a decoy")
+
+
+# Regression (found by this suite; fixed at the root in mmapbloom.storage).
+@pytest.mark.parametrize("case", ["dotdot-open", "dotdot-create", "trailing-slash"])
+def test_paths_resolve_like_the_os(tmp_path: Any, monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+    real_and_decoy(tmp_path, monkeypatch, "f.blm", "the real one")
     if case == "dotdot-open":
         # The OS resolves link/.. to real/, so this is real/f.blm.
         assert os.stat("link/../f.blm").st_ino == os.stat("real/f.blm").st_ino
@@ -365,13 +372,7 @@ def test_create_with_longest_legal_name(tmp_path: Any) -> None:
 @pytest.mark.parametrize("case", ["dotdot-shard", "dotdot-output", "dotdot-into-shard", "trailing-slash-shard",
                                   "trailing-slash-output"])
 def test_merge_paths_resolve_like_the_os(tmp_path: Any, monkeypatch: pytest.MonkeyPatch, case: str) -> None:
-    (tmp_path / "real" / "sub").mkdir(parents=True)
-    os.symlink(tmp_path / "real" / "sub", tmp_path / "link")
-    monkeypatch.chdir(tmp_path)
-    with BloomFilter.create("real/s.blm", CFG) as f:
-        f.add("the real shard")
-    with BloomFilter.create("s.blm", CFG) as f:
-        f.add("a decoy")
+    real_and_decoy(tmp_path, monkeypatch, "s.blm", "the real shard")
     assert os.stat("link/../s.blm").st_ino == os.stat("real/s.blm").st_ino  # what the OS says
     if case == "dotdot-shard":
         merge_shards("out.blm", ["link/../s.blm"], progress=False)

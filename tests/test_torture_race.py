@@ -404,8 +404,9 @@ def test_close_while_other_threads_write(tmp_path: Any, kind: Any) -> None:
             def reader() -> None:
                 started.wait()
                 try:
-                    for i in range(1_000_000):
-                        assert f.items_added >= 0 and (f"w0-{i}" in f) in (True, False)
+                    for i in range(1_000_000):  # each call returns or raises FilterClosedError
+                        f.items_added
+                        f"w0-{i}" in f
                 except FilterClosedError:
                     pass
                 except BaseException as exc:
