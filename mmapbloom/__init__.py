@@ -22,10 +22,22 @@ from .errors import (
     ReadOnlyFilterError,
     SaturationWarning,
     UnknownSchemeError,
+    UnknownStrategyError,
 )
 from .counting import CountingBloomFilter
 from .filter import BloomFilter
-from .hashing import DEFAULT_STRATEGY, M3KM, HashStrategy, encode_key, get_strategy, register_strategy
+from .hashing import (
+    DEFAULT_STRATEGY,
+    M3BL,
+    M3KM,
+    M3MX,
+    HashStrategy,
+    Strategy,
+    encode_key,
+    get_strategy,
+    register_strategy,
+)
+from .kernels import BACKEND
 from .sizing import BloomConfig
 from .merge import merge_into, merge_shards
 from .verify import open_any, verify_file
@@ -33,6 +45,7 @@ from .verify import open_any, verify_file
 __version__ = "0.1.0"
 
 __all__ = [
+    "BACKEND",
     "DEFAULT_STRATEGY",
     "BadHeaderError",
     "BadMagicError",
@@ -46,14 +59,18 @@ __all__ = [
     "HashStrategy",
     "IncompatibleFiltersError",
     "LengthMismatchError",
+    "M3BL",
     "M3KM",
+    "M3MX",
     "MergeError",
     "MmapBloomError",
     "OverCapacityWarning",
     "PaddingError",
     "ReadOnlyFilterError",
     "SaturationWarning",
+    "Strategy",
     "UnknownSchemeError",
+    "UnknownStrategyError",
     "__version__",
     "encode_key",
     "get_strategy",

@@ -12,12 +12,13 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from typing import Any, Optional, TypeVar, Union
+from typing import Any, Iterable, Optional, TypeVar, Union
 
 import numpy as np
 import numpy.typing as npt
 
 from . import format as fmt
+from . import kernels
 from .errors import (
     BadHeaderError,
     ConfigMismatchError,
@@ -26,24 +27,30 @@ from .errors import (
     OverCapacityWarning,
     ReadOnlyFilterError,
 )
-from .hashing import M3KM, HashStrategy
+from .hashing import HashStrategy, encode_keys, strategy_info
 from .locking import WriteLock
-from .sizing import BloomConfig, expected_fill_ratio, expected_fp_rate
+from .sizing import (
+    BloomConfig,
+    approx_items,
+    approx_items_blocks,
+    expected_fill_ratio,
+    expected_fp_rate,
+    observed_fp_rate,
+    observed_fp_rate_blocks,
+)
 from .storage import DEFAULT_FILE_MODE, FileStorage, MemoryStorage, Storage, create_file
 
-__all__ = ["CHUNK_BYTES", "CHUNK_KEYS", "CHUNK_PAIRS", "OVERFILL_RATIO", "MappedFilter", "PathLike"]
+__all__ = ["CHUNK_BYTES", "CHUNK_KEYS", "OVERFILL_RATIO", "MappedFilter", "PathLike", "validated_keys"]
 
 #: ``add`` warns (OverCapacityWarning, once per handle) past this expected fill ratio
 #: ``1 - e^(-kn/m)`` (Bloom 1970). A filter sized by ``for_items`` stays below it at its
 #: capacity for every p except about 0.351 to 0.36 (k = 2; fill up to 0.603).
 OVERFILL_RATIO = 0.6
 
-#: Keys hashed per chunk by the batch methods: bounds temporary memory to about
-#: ``CHUNK_KEYS * k * 20`` bytes (positions, byte indices, masks) per call.
+#: Keys per write-lock acquisition in the batch writers (``add_many``, ``update``): other
+#: writers interleave between chunks, never inside one. The pure-Python kernels bound their
+#: temporary memory separately (``kernels.PURE_CHUNK_PAIRS``).
 CHUNK_KEYS = 1 << 16
-
-#: Positions per chunk (keys x probes): bounds batch memory when k is large.
-CHUNK_PAIRS = 1 << 19
 
 #: Bytes per step when combining or counting cell arrays (bounded temporary memory).
 CHUNK_BYTES = 1 << 24
@@ -55,15 +62,36 @@ _MAX_ITEMS = fmt.MAX_ITEMS
 F = TypeVar("F", bound="MappedFilter")
 
 
-class MappedFilter:
-    """Base of the filter kinds: an image (header + cells) in memory or in a shared file.
+def validated_keys(items: Iterable[Any]) -> list[Any]:
+    """The items of a batch as a list the kernels accept, every item checked first.
 
-    Subclasses set ``_magic`` and implement ``_new_header(config, **options)``,
-    ``_options(header)`` and the cell operations.
+    ``bytes`` and ASCII ``str`` items pass through (the kernels hash a str's UTF-8 bytes
+    without a copy); anything else is encoded by :func:`~mmapbloom.hashing.encode_keys`,
+    which raises ``TypeError`` (not str or bytes-like) or ``UnicodeEncodeError`` (lone
+    surrogates) before a batch writer touches any cell.
+    """
+    seq = items if isinstance(items, list) else list(items)
+    kinds = set(map(type, seq))
+    if kinds <= {bytes} or (kinds <= {str, bytes} and all(type(x) is bytes or x.isascii() for x in seq)):
+        return seq
+    return encode_keys(seq)
+
+
+class MappedFilter:
+    """Base of the filter kinds: an image (header + cells) in memory or in a shared file,
+    and the interface both kinds share.
+
+    Every kind answers ``add``, ``might_contain`` / ``in``, ``update``, ``add_many``,
+    ``contains_many``, ``union``, ``copy``, ``to_bytes`` and the statistics
+    ``count_ones`` (non-zero cells), ``fill_ratio``, ``expected_fp_rate``,
+    ``observed_fp_rate`` and ``approx_items``, which are computed here once for every kind
+    with the formulas of the filter's strategy. Subclasses set ``_magic`` and implement
+    ``_new_header(config, **options)`` and the cell operations through the handle's
+    :class:`~mmapbloom.kernels.Kernels` (``self._kernels``).
     """
 
     __slots__ = (
-        "_storage", "_buf", "_items", "_config", "_m", "_k", "_probes", "_chunk_keys", "_positions", "_strategy", "_hs", "_cell_bits",
+        "_storage", "_buf", "_items", "_config", "_m", "_k", "_strategy", "_hs", "_cell_bits", "_body", "_kernels",
         "_lock", "_no_write", "_warn_at", "_warned", "_warn_msg", "__weakref__",
     )
 
@@ -85,6 +113,7 @@ class MappedFilter:
 
     def _release_views(self) -> None:
         """Called by :meth:`close` before unmapping: drop buffer views of the image."""
+        self._body.release()
 
     # -- construction -------------------------------------------------------------
     def __init__(self, config: BloomConfig, **options: Any):
@@ -104,17 +133,13 @@ class MappedFilter:
         self._config = config
         self._m = config.num_bits
         self._k = config.num_hashes
-        # With double hashing the positions repeat with a period dividing m
-        # (p_{i+m} = p_i + m * step = p_i mod m), so the first min(k, m) positions are all
-        # the distinct ones: probing only those gives identical answers and bounds the cost
-        # of a query on an untrusted file whose header claims a huge k. Custom strategies
-        # are probed k times.
-        self._probes = min(self._k, self._m) if type(config.strategy) is M3KM else self._k
-        self._chunk_keys = max(1, min(CHUNK_KEYS, CHUNK_PAIRS // self._probes))
         self._strategy = config.strategy
-        self._positions = config.strategy.positions
         self._hs = header.header_size
         self._cell_bits = header.cell_bits
+        # The hot loops (hash, probe, test-and-set, counters) run in the kernels, bound
+        # once to the body (a writable view unless the handle is read-only).
+        self._body = memoryview(storage.buf)[self._hs:]
+        self._kernels: kernels.Kernels = kernels.bind(self._body, config.strategy, self._m, self._k, self._cell_bits)
         self._lock: WriteLock = storage.lock
         self._no_write = storage.readonly
         # Expected fill 1 - e^(-kn/m) > OVERFILL_RATIO  <=>  n > -(m / k) ln(1 - OVERFILL_RATIO).
@@ -198,7 +223,7 @@ class MappedFilter:
         Raises:
             FileNotFoundError, PermissionError, IsADirectoryError, OSError: from the OS
                 (also for a FIFO or device: only regular files are opened).
-            BadMagicError, UnknownSchemeError, BadHeaderError, LengthMismatchError,
+            BadMagicError, UnknownStrategyError, BadHeaderError, LengthMismatchError,
             PaddingError: the file is not a sound filter of this kind (all
             ``FormatError``, a ``ValueError``), with expected and actual values.
         """
@@ -238,7 +263,7 @@ class MappedFilter:
 
         Raises:
             ConfigMismatchError (a ``ValueError``): the existing file's num_bits,
-                num_hashes or scheme differ from ``config`` (the message names the field).
+                num_hashes or strategy differ from ``config`` (the message names the field).
             And whatever :meth:`open` and :meth:`create` raise.
         """
         for _ in range(100):
@@ -362,8 +387,12 @@ class MappedFilter:
             warnings.warn(msg, OverCapacityWarning, stacklevel=stacklevel)
 
     def _bump_items(self, new: int) -> None:
-        """Add ``new`` to the item count (saturating); the caller holds the write lock."""
-        self._set_items(fmt.load_items(self._items) + new)
+        """Add ``new`` (may be negative) to the item count, saturating: a saturated count
+        (``2**32 - 1``) never moves again. The caller holds the write lock. This and
+        :meth:`_set_items` are the only writers of the items field."""
+        count = fmt.load_items(self._items)
+        if count < _MAX_ITEMS:
+            self._set_items(count + new)
 
     def _cells(self) -> npt.NDArray[np.uint8]:
         """A numpy ``uint8`` view of the cell array (no copy; read-only when the handle is)."""
@@ -392,14 +421,53 @@ class MappedFilter:
             self._refuse_write()
         return self._lock
 
+    # -- statistics (shared by every kind; the strategy brings its formulas) -------------
+    def count_ones(self) -> int:
+        """Number of non-zero cells X (set bits of a Bloom filter, non-zero counters of a
+        counting filter); O(m) cells read. Implemented by each kind."""
+        raise NotImplementedError
+
+    def _block_histogram(self, block_bits: int) -> list[int]:
+        """``histogram[j]`` = number of aligned ``block_bits``-cell blocks with j non-zero
+        cells (blocked strategies). Implemented by each kind."""
+        raise NotImplementedError
+
     def expected_fp_rate(self) -> float:
-        """``(1 - e^(-k n / m))^k`` with n = :attr:`items_added` (Bloom 1970).
+        """Expected false-positive rate from :attr:`items_added`, in [0, 1), by the
+        strategy's formula: ``(1 - e^(-k n / m))^k`` (Bloom 1970) for M3MX, M3KM and
+        custom strategies; the blocked formula of Putze, Sanders and Singler 2007 for M3BL.
+        O(1): no cell is read.
 
         Understates the rate of an overfilled filter or one built with unions of
         overlapping sets, because n counts adds, not distinct items; prefer
-        ``observed_fp_rate()`` there.
+        ``observed_fp_rate()`` there. M3KM's floor (see :mod:`mmapbloom.hashing`) is not
+        included.
         """
-        return expected_fp_rate(self.items_added, self._m, self._k)
+        rate = getattr(self._strategy, "expected_fp_rate", None)
+        n = self.items_added
+        return rate(n, self._m, self._k) if rate is not None else expected_fp_rate(n, self._m, self._k)
+
+    def fill_ratio(self) -> float:
+        """Fraction of non-zero cells, X / m, in [0, 1]; O(m) cells read."""
+        return self.count_ones() / self._m
+
+    def observed_fp_rate(self) -> float:
+        """False-positive rate implied by the cells actually set, in [0, 1]: ``(X / m)^k``
+        (Bloom 1970), or for a blocked strategy the mean over blocks of ``(X_b / 512)^k``
+        (Putze et al. 2007). O(m) cells read."""
+        block = strategy_info(self._strategy)[1]
+        if block:
+            return observed_fp_rate_blocks(self._block_histogram(block), block, self._k)
+        return observed_fp_rate(self.count_ones(), self._m, self._k)
+
+    def approx_items(self) -> float:
+        """Estimated distinct items from the cells set: ``-(m / k) ln(1 - X / m)``
+        (Swamidass and Baldi 2007), summed per block for a blocked strategy; ``math.inf``
+        when every cell (of some block) is set, 0.0 (never -0.0) when empty. O(m) cells read."""
+        block = strategy_info(self._strategy)[1]
+        if block:
+            return approx_items_blocks(self._block_histogram(block), block, self._k)
+        return approx_items(self.count_ones(), self._m, self._k)
 
     def is_over_capacity(self) -> bool:
         """True when the expected fill ratio ``1 - e^(-kn/m)`` from the item count exceeds
@@ -424,6 +492,16 @@ class MappedFilter:
         fmt.check_padding(self._buf[len(self._buf) - 1], self._m, source=source, cell_bits=self._cell_bits)
 
     # -- combining --------------------------------------------------------------------
+    def is_compatible(self, other: object) -> bool:
+        """True if ``other`` is an open filter of the same kind whose cells line up with
+        this one's (same num_bits, num_hashes, strategy and counter width), so that union,
+        intersection and merge are defined (as Guava's ``isCompatible``)."""
+        try:
+            self._check_compatible(other)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return False
+        return True
+
     def _check_compatible(self, other: "MappedFilter") -> None:
         if type(other) is not type(self) and not (isinstance(other, MappedFilter) and other._magic == self._magic):
             raise TypeError(f"cannot combine a {type(self).__name__} with {type(other).__name__}")
@@ -524,18 +602,19 @@ class MappedFilter:
         where = self._storage.path or "memory"
         state = "closed" if self.closed else ("read-only" if self.readonly else "read-write")
         return (f"<{type(self).__name__} {where} m={self._m} k={self._k} "
-                f"scheme={self._strategy.name} {state}>")
+                f"strategy={self._strategy.name} {state}>")
 
 
 def check_compatible(a: BloomConfig, b: BloomConfig, where: str = "") -> None:
     """Raise :class:`IncompatibleFiltersError` naming the first of num_bits, num_hashes,
-    scheme that differs between two configs (both values in the message)."""
+    strategy that differs between two configs (both values in the message). The one
+    compatibility check: filters, ``merge_shards`` and ``merge_into`` all call it."""
     if a.num_bits != b.num_bits:
         raise IncompatibleFiltersError("num_bits", a.num_bits, b.num_bits, where=where)
     if a.num_hashes != b.num_hashes:
         raise IncompatibleFiltersError("num_hashes", a.num_hashes, b.num_hashes, where=where)
     if a.strategy.name != b.strategy.name:
-        raise IncompatibleFiltersError("scheme", a.strategy.name, b.strategy.name, where=where)
+        raise IncompatibleFiltersError("strategy", a.strategy.name, b.strategy.name, where=where)
 
 
 def _check_same(expected: BloomConfig, found: BloomConfig, path: str) -> None:
@@ -544,4 +623,4 @@ def _check_same(expected: BloomConfig, found: BloomConfig, path: str) -> None:
     if expected.num_hashes != found.num_hashes:
         raise ConfigMismatchError(path, "num_hashes", expected.num_hashes, found.num_hashes)
     if expected.strategy.name != found.strategy.name:
-        raise ConfigMismatchError(path, "scheme", expected.strategy.name, found.strategy.name)
+        raise ConfigMismatchError(path, "strategy", expected.strategy.name, found.strategy.name)

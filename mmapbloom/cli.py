@@ -272,7 +272,7 @@ def _create(args: argparse.Namespace) -> int:
         raise FileExistsError(exc.errno, "file exists (use --force to replace it)", args.file) from None
     if not args.quiet:
         size = fmt.HEADER_SIZE + fmt.body_size(cfg.num_bits)
-        print(f"created {args.file}: m={cfg.num_bits:,} bits, k={cfg.num_hashes}, scheme {cfg.strategy.name}, "
+        print(f"created {args.file}: m={cfg.num_bits:,} bits, k={cfg.num_hashes}, strategy {cfg.strategy.name}, "
               f"{size:,} bytes ({human_bytes(size)})", file=sys.stderr)
     return 0
 
@@ -327,12 +327,12 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _info_report(f: MappedFilter) -> dict[str, Any]:
-    ones = f.count_ones()  # type: ignore[attr-defined]
+    ones = f.count_ones()
     m, k, n = f.num_bits, f.num_hashes, f.items_added
     approx = approx_items(ones, m, k)
     return {
         "path": f.path,
-        "scheme": f.strategy.name,
+        "strategy": f.strategy.name,
         "num_bits": m,
         "num_hashes": k,
         "size_bytes": f.size_bytes,
@@ -360,7 +360,7 @@ def _info(args: argparse.Namespace) -> int:
         ("path", report["path"]),
         ("kind", report["kind"] + (f" ({report['counter_bits']}-bit counters, {report['saturated_counters']:,} "
                                    "saturated)" if report["counter_bits"] else "")),
-        ("scheme", report["scheme"]),
+        ("strategy", report["strategy"]),
         ("num_bits (m)", f"{report['num_bits']:,}"),
         ("num_hashes (k)", str(report["num_hashes"])),
         ("file size", f"{report['size_bytes']:,} bytes ({human_bytes(report['size_bytes'])})"),
@@ -389,7 +389,7 @@ def _verify(args: argparse.Namespace) -> int:
             print(f"mmapbloom verify: FAILED: {_describe_error(exc)}", file=sys.stderr)
             continue
         with f:
-            print(f"{path}: OK (m={f.num_bits:,}, k={f.num_hashes}, scheme {f.strategy.name}, "
+            print(f"{path}: OK (m={f.num_bits:,}, k={f.num_hashes}, strategy {f.strategy.name}, "
                   f"{f.size_bytes:,} bytes)")
     if len(args.files) > 1 and not bad:
         print(f"all {len(args.files)} files OK")
@@ -428,7 +428,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 # -- parser ------------------------------------------------------------------------------------
 _MERGE_DESCRIPTION = (
-    "Merge BLM1 shard files (same m, k and scheme) into one filter by bitwise OR (union) or, "
+    "Merge BLM1 shard files (same m, k and strategy) into one filter by bitwise OR (union) or, "
     "with --intersection, AND. Every shard is validated before anything is written; an "
     "incompatible one is refused naming the file, the field and both values. Memory is "
     "bounded (two chunks) and one shard is open at a time, so thousands of shards merge. "
@@ -537,7 +537,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_check)
 
     p = sub.add_parser("info", help="show a filter file's shape and fill",
-                       description="Show scheme, m, k, file size, items added, approximate distinct items "
+                       description="Show strategy, m, k, file size, items added, approximate distinct items "
                                    "(from the bits), fill ratio, expected and observed false-positive rate "
                                    "and whether the filter is past its design point.")
     p.add_argument("file")
@@ -546,7 +546,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("verify", help="check files' header, length and padding",
                        description="Check that each file is a sound filter without trusting it (like zip -T): "
-                                   "magic, registered scheme, m >= 1, k >= 1, a length of exactly "
+                                   "magic, registered strategy, m >= 1, k >= 1, a length of exactly "
                                    "24 + ceil(m / 8) bytes and zero padding bits. Exit 0 only if all are sound.")
     p.add_argument("files", nargs="+", metavar="FILE")
     p.set_defaults(func=_verify)

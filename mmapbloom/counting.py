@@ -34,11 +34,10 @@ import numpy as np
 import numpy.typing as npt
 
 from . import format as fmt
-from .base import CHUNK_BYTES, MappedFilter
+from .base import CHUNK_BYTES, CHUNK_KEYS, MappedFilter, validated_keys
 from .errors import ConfigError, ConfigMismatchError, SaturationWarning
 from .filter import BloomFilter
-from .hashing import encode_key, encode_keys
-from .sizing import BloomConfig, approx_items, observed_fp_rate
+from .sizing import BloomConfig
 
 __all__ = ["CountingBloomFilter"]
 
@@ -52,15 +51,6 @@ def _unpack_counters(chunk: npt.NDArray[np.uint8], width: int) -> npt.NDArray[np
     if width == 8:
         return chunk
     return np.stack([chunk & 0x0F, chunk >> 4], axis=1).ravel()
-
-
-def _counters_at(cells: npt.NDArray[np.uint8], index: npt.NDArray[np.intp], width: int) -> npt.NDArray[np.uint8]:
-    """Counter values at the cell indices ``index`` (any shape; the result has its shape)."""
-    if width == 8:
-        values: npt.NDArray[np.uint8] = cells[index]
-    else:
-        values = (cells[index >> 1] >> ((index & 1) << 2).astype(np.uint8)) & np.uint8(0x0F)
-    return values
 
 
 class CountingBloomFilter(MappedFilter):
@@ -123,25 +113,6 @@ class CountingBloomFilter(MappedFilter):
         then never decremented."""
         return super().items_added
 
-    # -- cells ----------------------------------------------------------------------------
-    def _cells_of(self, item: Item) -> list[int]:
-        """The item's distinct cells (duplicate positions count once, for add and remove alike)."""
-        key = item.encode() if type(item) is str else encode_key(item)
-        return sorted(set(self._positions(key, self._probes, self._m)))
-
-    def _get(self, cell: int) -> int:
-        if self._cell_bits == 8:
-            return self._buf[self._hs + cell]
-        return (self._buf[self._hs + (cell >> 1)] >> ((cell & 1) << 2)) & 0x0F
-
-    def _put(self, cell: int, value: int) -> None:
-        if self._cell_bits == 8:
-            self._buf[self._hs + cell] = value
-            return
-        i = self._hs + (cell >> 1)
-        shift = (cell & 1) << 2
-        self._buf[i] = (self._buf[i] & (0xF0 >> shift)) | (value << shift)
-
     # -- per-item operations --------------------------------------------------------------
     def add(self, item: Item) -> bool:
         """Increment the item's counters; return True if it was new (some counter was 0).
@@ -154,26 +125,17 @@ class CountingBloomFilter(MappedFilter):
         """
         if self._no_write:
             self._refuse_write()
-        cells = self._cells_of(item)
-        with self._lock:
-            new, saturated = self._add_cells(cells)
+        try:
+            with self._lock:
+                result: tuple[bool, bool] = self._kernels.add(item)
+                new, saturated = result
+                if new:
+                    self._bump_items(1)
+        except ValueError:
+            self._check_open()
+            raise
         self._flush_warnings(saturated, stacklevel=3)
         return new
-
-    def _add_cells(self, cells: list[int]) -> tuple[bool, bool]:
-        """Increment the cells; return (new, some counter saturated now). Caller holds the lock."""
-        top = self._max
-        new = saturated = False
-        for c in cells:
-            v = self._get(c)
-            if v == 0:
-                new = True
-            if v < top:
-                self._put(c, v + 1)
-                saturated |= v + 1 == top
-        if new:
-            self._bump_items(1)
-        return new, saturated
 
     def _flush_warnings(self, saturated: bool, stacklevel: int) -> None:
         """Emit pending warnings once the write is complete and the lock released."""
@@ -189,6 +151,7 @@ class CountingBloomFilter(MappedFilter):
 
         Only remove items that were added: removing a false positive (an item never added
         whose counters are all non-zero) corrupts other items, as in every counting filter.
+        Probes lazily: an absent item is refused at its first zero counter.
 
         Raises:
             KeyError: the item is certainly absent (one of its counters is 0); nothing changes.
@@ -196,21 +159,16 @@ class CountingBloomFilter(MappedFilter):
         """
         if self._no_write:
             self._refuse_write()
-        cells = self._cells_of(item)
-        top = self._max
-        with self._lock:
-            values = [self._get(c) for c in cells]
-            if 0 in values:
-                raise KeyError(item)
-            emptied = False
-            for c, v in zip(cells, values):
-                if v < top:
-                    self._put(c, v - 1)
-                    emptied |= v == 1
-            if emptied:
-                count = fmt.load_items(self._items)
-                if count < _MAX_ITEMS:
-                    self._set_items(count - 1)
+        try:
+            with self._lock:
+                result = self._kernels.remove(item)
+                if result > 0:
+                    self._bump_items(-1)
+        except ValueError:
+            self._check_open()
+            raise
+        if result < 0:
+            raise KeyError(item)
 
     def discard(self, item: Item) -> bool:
         """Remove the item if it might be present; return whether it was removed."""
@@ -222,111 +180,70 @@ class CountingBloomFilter(MappedFilter):
 
     def count(self, item: Item) -> int:
         """The minimum of the item's counters: an upper bound on how many times it was
-        added (minus removed); 0 means certainly absent. Takes no lock."""
+        added (minus removed); 0 means certainly absent. Takes no lock; stops at the first
+        zero counter."""
         self._check_open()
-        return min(self._get(c) for c in self._cells_of(item))
+        try:
+            return self._kernels.count(item)
+        except ValueError:
+            self._check_open()
+            raise
 
     def might_contain(self, item: Item) -> bool:
         """True if the item may be present (all its counters non-zero); False only if it
         is certainly absent. Takes no lock; stops at the first zero counter."""
-        key = item.encode() if type(item) is str else encode_key(item)
-        buf, hs = self._buf, self._hs
         try:
-            if self._cell_bits == 8:
-                for c in self._positions(key, self._probes, self._m):
-                    if not buf[hs + c]:
-                        return False
-            else:
-                for c in self._positions(key, self._probes, self._m):
-                    if not (buf[hs + (c >> 1)] >> ((c & 1) << 2)) & 0x0F:
-                        return False
+            return self._kernels.contains(item)
         except ValueError:
             self._check_open()
             raise
-        return True
 
     __contains__ = might_contain
 
     # -- batch operations -------------------------------------------------------------------
-    def update(self, items: Iterable[Item]) -> int:
-        """Add many items, vectorised with numpy; return how many were new.
-
-        The counters, the item count and the return value are exactly those of calling
-        :meth:`add` once per item in order, duplicates in ``items`` included, and so are
-        the warnings, except that they are emitted once the batch is done. The write lock
-        is taken once per chunk of keys (``CHUNK_PAIRS`` positions, or one key when k
-        exceeds that), so other writers interleave between chunks, never inside an item.
-        Every item is validated before any counter changes. Raises as :meth:`add`."""
+    def add_many(self, items: Iterable[Item]) -> npt.NDArray[np.bool_]:
+        """Batch add: a ``bool`` array, True where the item was new, exactly as sequential
+        :meth:`add` calls (duplicates in ``items`` included); counters, item count and
+        warnings too, except that warnings are emitted once the batch is done. The write
+        lock is taken once per chunk of ``CHUNK_KEYS`` keys, so other writers interleave
+        between chunks, never inside an item. Every item is validated before any counter
+        changes. Raises as :meth:`add`."""
         if self._no_write:
             self._refuse_write()
-        keys = encode_keys(items)
-        new = 0
+        self._check_open()
+        keys = validated_keys(items)
+        out = np.zeros(len(keys), dtype=np.bool_)
         saturated = False
-        step = self._chunk_keys
-        for start in range(0, len(keys), step):
-            pos = self._strategy.positions_many(keys[start:start + step], self._probes, self._m)
-            with self._lock:  # once per chunk of at most CHUNK_PAIRS positions
-                n, s = self._add_rows(pos)
-            new += n
-            saturated |= s
+        add_many = self._kernels.add_many
+        try:
+            for start in range(0, len(keys), CHUNK_KEYS):
+                chunk = keys[start:start + CHUNK_KEYS]
+                with self._lock:
+                    flags, new, sat = add_many(chunk)
+                    if new:
+                        self._bump_items(new)
+                out[start:start + len(chunk)] = flags
+                saturated |= sat
+        except ValueError:
+            self._check_open()
+            raise
         self._flush_warnings(saturated, stacklevel=3)
-        return new
+        return out
 
-    def _add_rows(self, pos: npt.NDArray[np.uint64]) -> tuple[int, bool]:
-        """Vectorised :meth:`_add_cells` over the rows of ``pos`` (shape ``(n, probes)``, one
-        item per row, in order): the same counters, "new" count and saturation as adding
-        the items one by one. Returns (items new, some counter saturated now). Caller
-        holds the lock.
-
-        Item j is new when one of its distinct cells was 0 before it, that is, the cell
-        was 0 before the batch and j is the first item of the batch to touch it. Each cell
-        ends at ``min(before + (items touching it), max)``.
-        """
-        n = pos.shape[0]
-        if n == 0:
-            return 0, False
-        rows = np.sort(pos, axis=1)
-        distinct = np.ones(rows.shape, dtype=np.bool_)  # an item counts each cell once
-        distinct[:, 1:] = rows[:, 1:] != rows[:, :-1]
-        cells = rows[distinct].astype(np.intp)  # row-major: item order is kept
-        owner = np.nonzero(distinct)[0]  # the item of each cell occurrence
-        touched, first, hits = np.unique(cells, return_index=True, return_counts=True)
-        view = self._cells()
-        before = _counters_at(view, touched, self._cell_bits)
-        fresh = np.zeros(n, dtype=np.bool_)
-        fresh[owner[first[before == 0]]] = True
-        after = np.minimum(before.astype(np.int64) + hits, self._max).astype(np.uint8)
-        saturated = bool(((after == self._max) & (before < self._max)).any())
-        if self._cell_bits == 8:
-            view[touched] = after
-        else:
-            # Both nibbles of a byte may change: clear every touched nibble of the
-            # touched bytes, then OR the new values in.
-            shift = ((touched & 1) << 2).astype(np.uint8)
-            nbytes, slot = np.unique(touched >> 1, return_inverse=True)
-            packed = view[nbytes].copy()
-            keep = np.where(touched & 1, np.uint8(0x0F), np.uint8(0xF0))
-            np.bitwise_and.at(packed, slot, keep)
-            np.bitwise_or.at(packed, slot, (after << shift).astype(np.uint8))
-            view[nbytes] = packed
-        new = int(np.count_nonzero(fresh))
-        if new:
-            self._bump_items(new)
-        return new, saturated
+    def update(self, items: Iterable[Item]) -> int:
+        """Add many items; return how many were new (as :meth:`add_many`, summed)."""
+        return int(np.count_nonzero(self.add_many(items)))
 
     def contains_many(self, items: Iterable[Item]) -> npt.NDArray[np.bool_]:
-        """Vectorised :meth:`might_contain`: a ``bool`` array of shape ``(len(items),)``."""
+        """Vectorised :meth:`might_contain`: a ``bool`` array of shape ``(len(items),)``.
+        Takes no lock. Raises TypeError (bad item), FilterClosedError."""
         self._check_open()
-        keys = encode_keys(items)
-        out = np.empty(len(keys), dtype=np.bool_)
-        cells = self._cells()
-        step = self._chunk_keys
-        for start in range(0, len(keys), step):
-            chunk = keys[start:start + step]
-            pos = self._strategy.positions_many(chunk, self._probes, self._m)
-            values = _counters_at(cells, pos.astype(np.intp), self._cell_bits)
-            out[start:start + len(chunk)] = (values != 0).all(axis=1)
-        return out
+        seq = items if isinstance(items, (list, tuple)) else list(items)
+        try:
+            return self._kernels.contains_many(seq)
+        except ValueError:
+            self._check_open()
+            raise
 
     # -- statistics -----------------------------------------------------------------------
     def _count_where(self, test: Any) -> int:
@@ -352,17 +269,18 @@ class CountingBloomFilter(MappedFilter):
         """Number of counters at their maximum (they are never decremented again)."""
         return self._count_where(lambda v: v == self._max)
 
-    def fill_ratio(self) -> float:
-        """Fraction of non-zero counters, X / m."""
-        return self.nonzero_counters() / self._m
-
-    def observed_fp_rate(self) -> float:
-        """``(X / m)^k`` from the non-zero counters (Bloom 1970)."""
-        return observed_fp_rate(self.nonzero_counters(), self._m, self._k)
-
-    def approx_items(self) -> float:
-        """Estimated distinct items ``-(m / k) ln(1 - X / m)`` (Swamidass and Baldi 2007)."""
-        return approx_items(self.nonzero_counters(), self._m, self._k)
+    def _block_histogram(self, block_bits: int) -> list[int]:
+        """``histogram[j]`` = number of ``block_bits``-cell blocks with j non-zero counters."""
+        self._check_open()
+        cells = self._cells()
+        per_block = block_bits * self._cell_bits // 8
+        step = CHUNK_BYTES - CHUNK_BYTES % per_block
+        hist = np.zeros(block_bits + 1, dtype=np.int64)
+        for start in range(0, cells.shape[0], step):
+            values = _unpack_counters(cells[start:start + step], self._cell_bits)
+            nonzero = np.count_nonzero(values.reshape(-1, block_bits), axis=1)
+            hist += np.bincount(nonzero, minlength=block_bits + 1)
+        return hist.tolist()
 
     # -- combining and conversion -----------------------------------------------------------
     def union(self, other: "CountingBloomFilter") -> "CountingBloomFilter":
@@ -373,7 +291,7 @@ class CountingBloomFilter(MappedFilter):
         doubles every counter: it is a multiset sum, taken from a snapshot of ``other``.
 
         Raises:
-            IncompatibleFiltersError: num_bits, num_hashes, scheme or counter_bits differ.
+            IncompatibleFiltersError: num_bits, num_hashes, strategy or counter_bits differ.
             TypeError, ReadOnlyFilterError, FilterClosedError.
         """
         if self._no_write:
@@ -392,7 +310,7 @@ class CountingBloomFilter(MappedFilter):
                     lo = np.minimum((a & 0x0F) + (b & 0x0F), 15)
                     hi = np.minimum((a >> 4) + (b >> 4), 15)
                     a[:] = lo | (hi << 4)
-            self._set_items(min(self.items_added + other.items_added, _MAX_ITEMS))
+            self._set_items(self.items_added + other.items_added)
         self._flush_warning()
         return self
 
@@ -426,5 +344,5 @@ class CountingBloomFilter(MappedFilter):
             values = _unpack_counters(cells[b0:b0 + bytes_per_chunk], self._cell_bits)[:c1 - c0]
             packed = np.packbits(values != 0, bitorder="little")
             bits[c0 // 8:c0 // 8 + packed.shape[0]] = packed
-        fmt.store_items(out._items, self.items_added)
+        out._set_items(self.items_added)
         return out

@@ -7,7 +7,7 @@ and also from the matching built-in, so callers may catch either::
     ├── ConfigError(ValueError)              bad sizing input (n, p, m, k)
     ├── FormatError(ValueError)              a file or byte string is not a sound filter
     │   ├── BadMagicError                    the first four bytes are not the expected magic
-    │   ├── UnknownSchemeError               the hash-scheme name is not registered
+    │   ├── UnknownStrategyError             the hash-strategy name is not registered
     │   ├── BadHeaderError                   m = 0, k = 0 or another impossible header field
     │   ├── LengthMismatchError              truncated or over-long body
     │   └── PaddingError                     a padding bit past m is set
@@ -44,6 +44,7 @@ __all__ = [
     "ReadOnlyFilterError",
     "SaturationWarning",
     "UnknownSchemeError",
+    "UnknownStrategyError",
 ]
 
 
@@ -87,8 +88,12 @@ class BadMagicError(FormatError):
     """The first four bytes are not the magic of the expected kind of filter."""
 
 
-class UnknownSchemeError(FormatError):
-    """The header names a hash scheme that is not registered in this process."""
+class UnknownStrategyError(FormatError):
+    """The header names a hash strategy that is not registered in this process."""
+
+
+#: The former name of :class:`UnknownStrategyError` (kept so existing code keeps working).
+UnknownSchemeError = UnknownStrategyError
 
 
 class BadHeaderError(FormatError):

@@ -6,9 +6,9 @@ BLM1 is a 24-byte little-endian header followed by the bit array.
 offset  size    type       field
 ======  ======  =========  ===========================================================
 0       4       bytes      magic ``b"BLM1"``
-4       4       ASCII      hash-scheme name, e.g. ``b"M3KM"`` (see ``mmapbloom.hashing``)
+4       4       ASCII      hash-strategy name, e.g. ``b"M3MX"`` (see ``mmapbloom.hashing``)
 8       8       u64 LE     num_bits m, ``1 <= m < 2**64``
-16      4       u32 LE     num_hashes k, ``1 <= k < 2**32``
+16      4       u32 LE     num_hashes k, ``1 <= k <= 4096`` (``sizing.MAX_NUM_HASHES``)
 20      4       u32 LE     items added (adds that set a new bit), saturating at 2**32 - 1
 24      ceil(m/8) bytes    bit array: bit i is in byte ``24 + (i >> 3)``, mask ``1 << (i & 7)``
 ======  ======  =========  ===========================================================
@@ -48,6 +48,7 @@ from typing import Union
 
 from .errors import BadHeaderError, BadMagicError, LengthMismatchError, PaddingError
 from .hashing import HashStrategy, get_strategy
+from .sizing import MAX_NUM_HASHES
 
 __all__ = [
     "COUNTER_WIDTHS",
@@ -76,7 +77,7 @@ MAGIC = b"BLM1"
 COUNTING_MAGIC = b"BLC1"
 #: Magic -> human name of every kind of filter, for "wrong kind" messages.
 KINDS = {MAGIC: "Bloom filter", COUNTING_MAGIC: "counting Bloom filter"}
-#: magic, scheme, num_bits, num_hashes, items added.
+#: magic, strategy, num_bits, num_hashes, items added.
 HEADER = struct.Struct("<4s4sQII")
 HEADER_SIZE = HEADER.size  # 24
 #: Byte offset of the items-added field, rewritten in place by writers.
@@ -154,14 +155,14 @@ def body_size(num_bits: int, cell_bits: int = 1) -> int:
     return (num_bits * cell_bits + 7) >> 3
 
 
-def pack_header(scheme: str, num_bits: int, num_hashes: int, items_added: int, magic: bytes = MAGIC) -> bytes:
+def pack_header(strategy: str, num_bits: int, num_hashes: int, items_added: int, magic: bytes = MAGIC) -> bytes:
     """The 24 header bytes for the given fields (see the module table)."""
-    return HEADER.pack(magic, scheme.encode("ascii"), num_bits, num_hashes, min(items_added, MAX_ITEMS))
+    return HEADER.pack(magic, strategy.encode("ascii"), num_bits, num_hashes, min(items_added, MAX_ITEMS))
 
 
-def pack_counting_header(scheme: str, num_bits: int, num_hashes: int, items: int, width: int) -> bytes:
+def pack_counting_header(strategy: str, num_bits: int, num_hashes: int, items: int, width: int) -> bytes:
     """The 32 BLC1 header bytes (see the module table)."""
-    return pack_header(scheme, num_bits, num_hashes, items, COUNTING_MAGIC) + COUNTING_EXT.pack(width, bytes(7))
+    return pack_header(strategy, num_bits, num_hashes, items, COUNTING_MAGIC) + COUNTING_EXT.pack(width, bytes(7))
 
 
 def parse_header(data: bytes, *, source: str = "<bytes>", magic: bytes = MAGIC) -> Header:
@@ -177,7 +178,7 @@ def parse_header(data: bytes, *, source: str = "<bytes>", magic: bytes = MAGIC) 
         BadHeaderError: a short header, m = 0, k = 0, or (BLC1) a counter width other
             than 4 or 8 or non-zero reserved bytes.
         BadMagicError: wrong magic.
-        UnknownSchemeError: a scheme name that is not registered.
+        UnknownStrategyError: a strategy name that is not registered.
         (all ``FormatError``, a ``ValueError``)
     """
     kind = KINDS[magic]
@@ -187,7 +188,7 @@ def parse_header(data: bytes, *, source: str = "<bytes>", magic: bytes = MAGIC) 
             f"truncated header: expected at least {need} bytes, got {len(data)}",
             source=source, expected=need, actual=len(data),
         )
-    got_magic, scheme, m, k, items = HEADER.unpack_from(data, 0)
+    got_magic, strategy, m, k, items = HEADER.unpack_from(data, 0)
     if got_magic != magic:
         known = KINDS.get(got_magic)
         what = f" (a {known}, not a {kind})" if known else ""
@@ -196,14 +197,25 @@ def parse_header(data: bytes, *, source: str = "<bytes>", magic: bytes = MAGIC) 
             source=source, expected=magic, actual=got_magic,
         )
     try:
-        name = scheme.decode("ascii")
+        name = strategy.decode("ascii")
     except UnicodeDecodeError:
-        name = scheme.decode("latin-1")
+        name = strategy.decode("latin-1")
     strategy = get_strategy(name, source=source)
     if m == 0:
         raise BadHeaderError("num_bits is 0: expected at least 1", source=source, expected=">= 1", actual=0)
     if k == 0:
         raise BadHeaderError("num_hashes is 0: expected at least 1", source=source, expected=">= 1", actual=0)
+    if k > MAX_NUM_HASHES:
+        # Every operation costs O(k): a forged k must not make each call take minutes.
+        raise BadHeaderError(f"num_hashes is {k}: expected at most {MAX_NUM_HASHES} (the supported maximum)",
+                             source=source, expected=f"<= {MAX_NUM_HASHES}", actual=k)
+    check = getattr(strategy, "check_num_bits", None)
+    if check is not None:
+        try:
+            check(m)
+        except ValueError as exc:
+            raise BadHeaderError(f"num_bits {m} is not valid for strategy {name}: {exc}", source=source,
+                                 expected=f"num_bits valid for {name}", actual=m) from None
     if magic != COUNTING_MAGIC:
         return Header(got_magic, strategy, m, k, items)
     if len(data) < COUNTING_HEADER_SIZE:

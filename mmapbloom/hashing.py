@@ -2,52 +2,97 @@
 
 A strategy's 4-character ASCII ``name`` is written into every file, so a strategy's
 arithmetic is part of the file format and must never change once released; the golden
-positions in ``tests/test_hashing.py`` freeze it.
+positions in ``tests/test_hashing.py`` freeze it. Improvements get a new name.
 
-The default strategy ``M3KM`` (MurmurHash3 x64 128-bit, Kirsch-Mitzenmacher double
-hashing) is defined exactly as::
+This module is the readable reference of every built-in strategy (plain Python integers
+and ``mmh3``); the compiled kernel (``mmapbloom._kernels``, chosen in
+:mod:`mmapbloom.kernels`) gives the same positions, which the tests check. In every
+definition ``h = mmh3.hash128(key, seed=0, x64arch=True, signed=False)`` (MurmurHash3 x64
+128, Appleby 2011) and all arithmetic is on exact integers.
 
-    h     = mmh3.hash128(key, seed=0, x64arch=True, signed=False)   # 128-bit unsigned int
-    h1    = h mod 2**64
-    h2    = h >> 64
-    p0    = h1 mod m
-    step  = 1 + (h2 mod (m - 1))   if m > 1,   0 if m == 1
-    pos_i = (p0 + i * step) mod m  for i = 0 .. k-1             # exact integer arithmetic
+``M3KM`` (kernel id 1; the default before M3MX, readable and writable forever)::
 
-Kirsch and Mitzenmacher 2006 ("Less hashing, same performance: building a better Bloom
-filter") show that g_i = h1 + i h2 mod m keeps the asymptotic false-positive rate of k
-independent hashes. The step lies in [1, m - 1], so it is never 0 mod m and the k
-positions of one key never all collapse onto one bit (for m > 1).
+    h1 = h mod 2^64 ;  h2 = h >> 64
+    p0 = h1 mod m ;  step = 1 + (h2 mod (m - 1))  if m > 1, else 0
+    pos_i = (p0 + i * step) mod m                  for i = 0 .. k-1
+
+Kirsch and Mitzenmacher 2006 ("Less hashing, same performance") show that
+g_i = h1 + i h2 mod m keeps the *asymptotic* false-positive rate of k independent hashes.
+M3KM's limit: both halves are reduced modulo m before they are combined, so a key's k
+positions are one of only m(m - 1) sequences, a step sharing a factor with m cycles early,
+and an absent key with a stored key's step shares most of its bits. That puts a floor of
+roughly 0.1/m to 2/m under the false-positive rate, whatever k is (:data:`M3KM_FP_FLOOR`);
+``BloomConfig.for_items(..., strategy=M3KM())`` warns when asked for less.
+
+``M3MX`` (kernel id 2, the default): each probe mixed to 64 bits before reduction::
+
+    a = h mod 2^64 ;  b = h >> 64
+    z_i   = fmix64((a + i * b) mod 2^64)           for i = 0 .. k-1
+    pos_i = (z_i * m) >> 64                        (multiply-shift, Lemire 2019)
+
+fmix64 is MurmurHash3's 64-bit finalizer (z ^= z >> 33; z *= 0xff51afd7ed558ccd;
+z ^= z >> 33; z *= 0xc4ceb9fe1a85ec53; z ^= z >> 33, all mod 2^64), a bijection. Each probe
+depends on all 128 hash bits, there is no division, and a power-of-two m is as good as any.
+
+``M3BL`` (kernel id 3): cache-line-blocked (Putze, Sanders and Singler 2007)::
+
+    x = h mod 2^64 ;  y = h >> 64 ;  B = m / 512   (m must be a multiple of 512)
+    block = (x * B) >> 64
+    for i = 0 .. k-1:
+        y = (y * 0x9E3779B97F4A7C15) mod 2^64
+        pos_i = block * 512 + (y >> 55)            (the top 9 bits pick the bit)
+
+All k bits of a key lie in one 512-bit block (one 64-byte cache line), so a query costs one
+cache miss; the price is a higher false-positive rate for the same m (blocks receive a
+Poisson-distributed share of the items), which :meth:`M3BL.expected_fp_rate` and
+:meth:`M3BL.size_for` account for.
 """
 
 from __future__ import annotations
 
 import abc
 import threading
-from typing import ClassVar, Iterable, Sequence, Union
+import warnings
+from typing import Any, ClassVar, Iterable, Optional, Protocol, Sequence, Union, runtime_checkable
 
 import mmh3
 import numpy as np
 import numpy.typing as npt
 
+from . import sizing as _sizing
 from .errors import UnknownSchemeError
 
 __all__ = [
+    "BLOCK_BITS",
     "DEFAULT_STRATEGY",
     "HashStrategy",
     "Key",
+    "M3BL",
     "M3KM",
+    "M3KM_FP_FLOOR",
+    "M3MX",
+    "Strategy",
     "encode_key",
     "encode_keys",
+    "fmix64",
     "get_strategy",
     "register_strategy",
     "registered_strategies",
+    "strategy_info",
 ]
 
 #: What a filter accepts as an item.
 Key = Union[str, bytes, bytearray, memoryview]
 
 _MASK64 = (1 << 64) - 1
+
+#: M3KM cannot deliver false-positive rates below about ``M3KM_FP_FLOOR / m`` (issue 10:
+#: floors of 0.1/m to 2/m measured over the test grid, pinned in tests/test_strategies.py).
+M3KM_FP_FLOOR = 2.0
+
+#: M3BL's block: 512 bits, one 64-byte cache line.
+BLOCK_BITS = 512
+_GOLDEN64 = 0x9E3779B97F4A7C15
 
 
 def encode_key(item: object) -> bytes:
@@ -94,19 +139,42 @@ def encode_keys(items: Iterable[object]) -> list[bytes]:
     return out
 
 
+@runtime_checkable
+class Strategy(Protocol):
+    """What a hash strategy is: any object with a 4-character ASCII ``name`` and
+    ``positions(key, num_hashes, num_bits)`` returning ``num_hashes`` ints in
+    ``[0, num_bits)``. It must be deterministic across machines, processes and runs, and
+    stateless (thread-safe). Register an instance with :func:`register_strategy`.
+
+    Optional members, used when present (:class:`HashStrategy` provides them all):
+    ``positions_many(keys, num_hashes, num_bits)`` (``uint64`` array of shape
+    ``(len(keys), num_hashes)``), ``kernel_id`` (built-in strategies only: the compiled
+    kernel's id), ``block_bits`` (0, or the block of a blocked layout), and the statistics
+    ``expected_fp_rate(n, m, k)``, ``size_for(n, p)``, ``check_num_bits(m)``.
+    A custom strategy runs on the pure-Python path and uses the classic formulas.
+    """
+
+    name: str
+
+    def positions(self, key: bytes, num_hashes: int, num_bits: int) -> Sequence[int]: ...
+
+
 class HashStrategy(abc.ABC):
-    """Maps a key (bytes) to k bit positions in [0, m).
+    """A convenient base class for strategies: adds :meth:`positions_many` (a loop over
+    :meth:`positions`), equality by ``name``, pickling by name, and the classic statistics
+    (Bloom 1970) that positions spread over the whole array obey.
 
-    Subclasses set a class attribute ``name`` of exactly 4 ASCII characters, implement
-    :meth:`positions`, and may override :meth:`positions_many` for speed; its answers must
-    equal :meth:`positions` key by key. Register a subclass instance with
-    :func:`register_strategy` so that files naming it can be opened.
-
-    Strategies must be deterministic across machines, processes and runs, and stateless
-    (thread-safe). Instances are compared by ``name``.
+    Subclasses set a class attribute ``name`` of exactly 4 ASCII characters and implement
+    :meth:`positions`; they may override :meth:`positions_many` for speed (its answers must
+    equal :meth:`positions` key by key).
     """
 
     name: ClassVar[str]
+    #: The compiled kernel's id for this strategy; None for custom strategies (pure path).
+    kernel_id: ClassVar[Optional[int]] = None
+    #: 0: positions spread over the whole array. Otherwise all k positions of a key lie in
+    #: one aligned block of this many cells, and the statistics are taken per block.
+    block_bits: ClassVar[int] = 0
 
     @abc.abstractmethod
     def positions(self, key: bytes, num_hashes: int, num_bits: int) -> Sequence[int]:
@@ -122,6 +190,21 @@ class HashStrategy(abc.ABC):
             out[i] = self.positions(key, num_hashes, num_bits)
         return out
 
+    def check_num_bits(self, num_bits: int) -> None:
+        """Raise ``ValueError`` if this strategy cannot address ``num_bits`` cells
+        (every m >= 1 is accepted unless a strategy says otherwise)."""
+
+    def expected_fp_rate(self, num_items: float, num_bits: int, num_hashes: int) -> float:
+        """Expected false-positive rate after ``num_items`` distinct items, in [0, 1):
+        ``(1 - e^(-k n / m))^k`` (Bloom 1970)."""
+        return _sizing.expected_fp_rate(num_items, num_bits, num_hashes)
+
+    def size_for(self, capacity: int, fp_rate: float) -> tuple[int, int]:
+        """``(m, k)`` for ``capacity`` items at ``fp_rate``: ``m = ceil(-n ln p / (ln 2)^2)``,
+        ``k = max(1, round((m / n) ln 2))`` (Bloom 1970; Broder and Mitzenmacher 2004).
+        Raises ConfigError when m does not fit the header."""
+        return _sizing.classic_size(capacity, fp_rate)
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, HashStrategy) and other.name == self.name
 
@@ -135,15 +218,70 @@ class HashStrategy(abc.ABC):
         return (get_strategy, (self.name,))
 
 
-class M3KM(HashStrategy):
-    """The default strategy: MurmurHash3 x64 128 with Kirsch-Mitzenmacher double hashing.
+def hash_halves(keys: Iterable[bytes]) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
+    """``(h mod 2^64, h >> 64)`` of ``hash128(key, seed=0, x64arch=True, signed=False)`` for
+    every key (any iterable of bytes), as two ``uint64`` arrays. ``mmh3_x64_128_digest``
+    returns the 128-bit hash as 16 little-endian bytes."""
+    digest = mmh3.mmh3_x64_128_digest
+    raw = np.frombuffer(b"".join(map(digest, keys)), dtype="<u8").reshape(-1, 2)
+    return raw[:, 0].astype(np.uint64, copy=False), raw[:, 1].astype(np.uint64, copy=False)
 
-    Exact definition in the module docstring (it is part of the BLM1 format). Cost: one
-    128-bit MurmurHash3 per key plus k integer operations; the batch form does the same
-    with numpy in exact unsigned 64-bit arithmetic.
+
+def fmix64(z: int) -> int:
+    """MurmurHash3's 64-bit finalizer (Appleby 2011), a bijection on [0, 2^64).
+
+    >>> fmix64(0), fmix64(1)
+    (0, 12994781566227106604)
+    """
+    z ^= z >> 33
+    z = (z * 0xFF51AFD7ED558CCD) & _MASK64
+    z ^= z >> 33
+    z = (z * 0xC4CEB9FE1A85EC53) & _MASK64
+    return z ^ (z >> 33)
+
+
+def _fmix64_np(z: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """:func:`fmix64` over a ``uint64`` array (numpy wraps modulo 2^64, as required)."""
+    z = z ^ (z >> np.uint64(33))
+    z = z * np.uint64(0xFF51AFD7ED558CCD)
+    z = z ^ (z >> np.uint64(33))
+    z = z * np.uint64(0xC4CEB9FE1A85EC53)
+    return z ^ (z >> np.uint64(33))
+
+
+def mulhi64(a: npt.NDArray[np.uint64], m: int) -> npt.NDArray[np.uint64]:
+    """``(a * m) >> 64`` for a ``uint64`` array and an int ``0 <= m < 2^64``, exactly, from
+    32-bit limbs (numpy has no 128-bit product)."""
+    lo32, s32 = np.uint64(0xFFFFFFFF), np.uint64(32)
+    a_lo, a_hi = a & lo32, a >> s32
+    m_lo, m_hi = np.uint64(m & 0xFFFFFFFF), np.uint64(m >> 32)
+    lh, hl = a_lo * m_hi, a_hi * m_lo
+    mid = ((a_lo * m_lo) >> s32) + (lh & lo32) + (hl & lo32)  # < 3 * 2^32: no overflow
+    high: npt.NDArray[np.uint64] = a_hi * m_hi + (lh >> s32) + (hl >> s32) + (mid >> s32)
+    return high
+
+
+class M3KM(HashStrategy):
+    """MurmurHash3 x64 128 with Kirsch-Mitzenmacher double hashing (the default before
+    M3MX; files naming it keep opening, reading and writing exactly as before).
+
+    Exact definition and its false-positive floor in the module docstring. Cost: one
+    128-bit MurmurHash3 per key plus k integer operations.
     """
 
     name = "M3KM"
+    kernel_id = 1
+
+    def size_for(self, capacity: int, fp_rate: float) -> tuple[int, int]:
+        """As the classic sizing, but warns (``UserWarning``) when ``fp_rate`` is below
+        ``M3KM_FP_FLOOR / m``, the floor M3KM's arithmetic puts under the rate."""
+        m, k = super().size_for(capacity, fp_rate)
+        if fp_rate < M3KM_FP_FLOOR / m:
+            warnings.warn(
+                f"M3KM cannot deliver fp_rate {fp_rate:g} at m = {m}: its positions put a floor of about "
+                f"{M3KM_FP_FLOOR / m:.2g} ({M3KM_FP_FLOOR:g}/m) under the rate; use the default strategy M3MX",
+                UserWarning, stacklevel=4)
+        return m, k
 
     def positions(self, key: bytes, num_hashes: int, num_bits: int) -> list[int]:
         """The M3KM positions of ``key`` (definition in the module docstring)."""
@@ -160,14 +298,8 @@ class M3KM(HashStrategy):
     hash_pair = staticmethod(mmh3.mmh3_x64_128_utupledigest)
 
     def hash_pairs(self, keys: Iterable[bytes]) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
-        """``(h1, h2)`` for every key (any iterable of bytes) as two ``uint64`` arrays.
-
-        ``mmh3_x64_128_digest`` returns the 128-bit hash as 16 little-endian bytes, the
-        same value as ``hash128(key, seed=0, x64arch=True, signed=False)``.
-        """
-        digest = mmh3.mmh3_x64_128_digest
-        raw = np.frombuffer(b"".join(map(digest, keys)), dtype="<u8").reshape(-1, 2)
-        return raw[:, 0].astype(np.uint64, copy=False), raw[:, 1].astype(np.uint64, copy=False)
+        """``(h1, h2)`` for every key as two ``uint64`` arrays (see :func:`hash_halves`)."""
+        return hash_halves(keys)
 
     def positions_many(self, keys: Sequence[bytes], num_hashes: int, num_bits: int) -> npt.NDArray[np.uint64]:
         """Vectorised :meth:`positions` (numpy, exact 64-bit arithmetic)."""
@@ -203,13 +335,106 @@ class M3KM(HashStrategy):
         return out
 
 
-_REGISTRY: dict[str, HashStrategy] = {}
+class M3MX(HashStrategy):
+    """The default strategy: MurmurHash3 x64 128, each probe mixed to 64 bits by fmix64
+    before multiply-shift reduction (exact definition in the module docstring).
+
+    Keeps the classic false-positive rate at every size: small m, rates far below 1/m and
+    power-of-two m (the grid of issue 10 is checked in tests/test_strategies.py). Cost: one
+    128-bit MurmurHash3 per key plus k multiply-xorshift rounds, no division.
+    """
+
+    name = "M3MX"
+    kernel_id = 2
+
+    def positions(self, key: bytes, num_hashes: int, num_bits: int) -> list[int]:
+        """The M3MX positions of ``key`` (definition in the module docstring)."""
+        h = mmh3.hash128(key, seed=0, x64arch=True, signed=False)
+        a, b = h & _MASK64, h >> 64
+        return [(fmix64((a + i * b) & _MASK64) * num_bits) >> 64 for i in range(num_hashes)]
+
+    def positions_many(self, keys: Sequence[bytes], num_hashes: int, num_bits: int) -> npt.NDArray[np.uint64]:
+        """Vectorised :meth:`positions` (numpy, exact 64-bit arithmetic)."""
+        if type(self).positions is not M3MX.positions:
+            return super().positions_many(keys, num_hashes, num_bits)
+        a, b = hash_halves(keys)
+        out = np.empty((a.shape[0], num_hashes), dtype=np.uint64)
+        z = a.copy()
+        for i in range(num_hashes):
+            out[:, i] = mulhi64(_fmix64_np(z), num_bits)
+            z += b  # wraps modulo 2^64
+        return out
+
+
+class M3BL(HashStrategy):
+    """Cache-line-blocked strategy (Putze, Sanders and Singler 2007, "Cache-, hash- and
+    space-efficient Bloom filters"; RocksDB's FastLocalBloom and Parquet's split-block
+    filter are production relatives): all k positions of a key in one 512-bit block.
+
+    ``num_bits`` must be a positive multiple of 512 (``ValueError`` otherwise;
+    ``BloomConfig.for_items`` sizes in whole blocks). The false-positive rate is higher
+    than the classic one for the same m and k; :meth:`expected_fp_rate` and
+    :meth:`size_for` use the blocked formula.
+    """
+
+    name = "M3BL"
+    kernel_id = 3
+    block_bits = BLOCK_BITS
+
+    def check_num_bits(self, num_bits: int) -> None:
+        """Raise ``ValueError`` unless ``num_bits`` is a positive multiple of 512."""
+        if num_bits < BLOCK_BITS or num_bits % BLOCK_BITS:
+            raise ValueError(f"M3BL needs num_bits to be a positive multiple of {BLOCK_BITS} "
+                             f"(whole 64-byte blocks), got {num_bits}")
+
+    def positions(self, key: bytes, num_hashes: int, num_bits: int) -> list[int]:
+        """The M3BL positions of ``key`` (definition in the module docstring)."""
+        self.check_num_bits(num_bits)
+        h = mmh3.hash128(key, seed=0, x64arch=True, signed=False)
+        x, y = h & _MASK64, h >> 64
+        base = ((x * (num_bits // BLOCK_BITS)) >> 64) * BLOCK_BITS
+        out = []
+        for _ in range(num_hashes):
+            y = (y * _GOLDEN64) & _MASK64
+            out.append(base + (y >> 55))
+        return out
+
+    def positions_many(self, keys: Sequence[bytes], num_hashes: int, num_bits: int) -> npt.NDArray[np.uint64]:
+        """Vectorised :meth:`positions` (numpy, exact 64-bit arithmetic)."""
+        if type(self).positions is not M3BL.positions:
+            return super().positions_many(keys, num_hashes, num_bits)
+        self.check_num_bits(num_bits)
+        x, y = hash_halves(keys)
+        base = mulhi64(x, num_bits // BLOCK_BITS) * np.uint64(BLOCK_BITS)
+        out = np.empty((x.shape[0], num_hashes), dtype=np.uint64)
+        golden, top = np.uint64(_GOLDEN64), np.uint64(55)
+        y = y.copy()
+        for i in range(num_hashes):
+            y *= golden  # wraps modulo 2^64
+            out[:, i] = base + (y >> top)
+        return out
+
+    def expected_fp_rate(self, num_items: float, num_bits: int, num_hashes: int) -> float:
+        """Blocked false-positive rate (Putze, Sanders and Singler 2007, section 3): a key's
+        block holds a Poisson(n / B) number of other items, and a block of s = 512 bits
+        holding i items gives a false positive with probability ``(1 - (1 - 1/s)^(i k))^k``."""
+        return _sizing.blocked_fp_rate(num_items, num_bits, num_hashes, BLOCK_BITS)
+
+    def size_for(self, capacity: int, fp_rate: float) -> tuple[int, int]:
+        """The smallest whole number of 512-bit blocks, with its best k, that meets
+        ``fp_rate`` at ``capacity`` under the blocked formula (Putze et al. 2007)."""
+        return _sizing.blocked_size(capacity, fp_rate, BLOCK_BITS)
+
+
+_REGISTRY: dict[str, Any] = {}
 _REGISTRY_LOCK = threading.Lock()
 
 
-def register_strategy(strategy: HashStrategy) -> HashStrategy:
+def register_strategy(strategy: Any) -> Any:
     """Register a strategy instance under its ``name`` so files naming it can be opened.
 
+    Any object satisfying the :class:`Strategy` protocol registers (a 4-character ASCII
+    ``name`` and a callable ``positions``); subclassing :class:`HashStrategy` is optional.
     Registering the same name again with an instance of the same class is a no-op.
 
     Returns:
@@ -217,10 +442,11 @@ def register_strategy(strategy: HashStrategy) -> HashStrategy:
     Raises:
         ValueError: the name is not exactly 4 ASCII characters, or the name is already
             registered to a different class.
-        TypeError: ``strategy`` is not a :class:`HashStrategy` instance.
+        TypeError: ``strategy`` has no ``name`` or no callable ``positions``.
     """
-    if not isinstance(strategy, HashStrategy):
-        raise TypeError(f"register_strategy needs a HashStrategy instance, got {strategy!r}")
+    if not isinstance(strategy, Strategy) or not callable(getattr(strategy, "positions", None)):
+        raise TypeError("register_strategy needs an object with a 4-character name and "
+                        f"positions(key, num_hashes, num_bits), got {strategy!r}")
     name = getattr(strategy, "name", None)
     if not isinstance(name, str) or len(name) != 4 or not name.isascii():
         raise ValueError(f"a strategy name must be exactly 4 ASCII characters, got {name!r}")
@@ -237,7 +463,7 @@ def register_strategy(strategy: HashStrategy) -> HashStrategy:
         return strategy
 
 
-def get_strategy(name: str, *, source: str = "<bytes>") -> HashStrategy:
+def get_strategy(name: str, *, source: str = "<bytes>") -> Any:
     """Look up a registered strategy by its 4-character name.
 
     Raises:
@@ -248,18 +474,27 @@ def get_strategy(name: str, *, source: str = "<bytes>") -> HashStrategy:
         return _REGISTRY[name]
     except KeyError:
         raise UnknownSchemeError(
-            f"unknown hash scheme {name!r}; registered: {sorted(_REGISTRY)}",
+            f"unknown hash strategy {name!r}; registered: {sorted(_REGISTRY)}",
             source=source,
             expected=sorted(_REGISTRY),
             actual=name,
         ) from None
 
 
-def registered_strategies() -> dict[str, HashStrategy]:
+def registered_strategies() -> dict[str, Any]:
     """A copy of the registry: name -> strategy instance."""
     with _REGISTRY_LOCK:
         return dict(_REGISTRY)
 
 
-#: The default strategy instance, used by every constructor unless told otherwise.
-DEFAULT_STRATEGY: HashStrategy = register_strategy(M3KM())
+register_strategy(M3KM())
+register_strategy(M3BL())
+#: The default strategy instance (M3MX), used by every constructor unless told otherwise.
+DEFAULT_STRATEGY: HashStrategy = register_strategy(M3MX())
+
+
+def strategy_info(strategy: Any) -> tuple[Optional[int], int]:
+    """``(kernel_id, block_bits)`` of any registered strategy: the compiled kernel's id
+    (None for a custom strategy, which runs on the pure path) and the block size of a
+    blocked layout (0: positions spread over the whole array)."""
+    return getattr(strategy, "kernel_id", None), int(getattr(strategy, "block_bits", 0) or 0)

@@ -1,13 +1,13 @@
 """Merging: combine many BLM1 shard files into one filter, offline, in bounded memory.
 
-A pipeline that builds one shard filter per worker (same m, k and scheme) merges them
+A pipeline that builds one shard filter per worker (same m, k and strategy) merges them
 here into one output by bitwise OR (union: the output contains every item of every shard)
 or AND (intersection: the output contains at least every item added to all shards).
 
 How it runs, and what it promises:
 
 * **Validate first.** Every shard's header, length and padding are checked, and its m, k
-  and scheme compared with the first shard's, before anything is written; each shard is
+  and strategy compared with the first shard's, before anything is written; each shard is
   opened, checked and closed again, one at a time. An incompatible shard is refused with
   :class:`~mmapbloom.errors.IncompatibleFiltersError`, naming the file, the field and
   both values.
@@ -81,7 +81,7 @@ class ShardInfo:
     Attributes:
         path: absolute path.
         num_bits, num_hashes: m and k.
-        scheme: the 4-character hash-scheme name.
+        strategy: the 4-character hash-strategy name.
         items_added: the header's items-added field when it was validated.
         size_bytes: file length, ``24 + ceil(m / 8)``.
         dev, ino: ``st_dev`` and ``st_ino``, to notice a file replaced during the merge.
@@ -90,7 +90,7 @@ class ShardInfo:
     path: str
     num_bits: int
     num_hashes: int
-    scheme: str
+    strategy: str
     items_added: int
     size_bytes: int
     dev: int
@@ -106,7 +106,7 @@ class MergeResult:
         shards: number of shards merged.
         bytes_read: bytes of bit arrays read from the shards.
         seconds: wall-clock time of the whole merge, validation and fsync included.
-        num_bits, num_hashes, scheme: the shape of the output.
+        num_bits, num_hashes, strategy: the shape of the output.
         items_added: the output's items-added field afterwards.
         intersection: True for AND, False for OR.
         in_place: True for :func:`merge_into`.
@@ -118,7 +118,7 @@ class MergeResult:
     seconds: float
     num_bits: int
     num_hashes: int
-    scheme: str
+    strategy: str
     items_added: int
     intersection: bool
     in_place: bool
@@ -231,14 +231,14 @@ def _check_compatible(first: ShardInfo, other: ShardInfo) -> None:
         raise IncompatibleFiltersError("num_bits", other.num_bits, first.num_bits, where=where)
     if other.num_hashes != first.num_hashes:
         raise IncompatibleFiltersError("num_hashes", other.num_hashes, first.num_hashes, where=where)
-    if other.scheme != first.scheme:
-        raise IncompatibleFiltersError("scheme", other.scheme, first.scheme, where=where)
+    if other.strategy != first.strategy:
+        raise IncompatibleFiltersError("strategy", other.strategy, first.strategy, where=where)
 
 
 def inspect_shards(paths: Sequence[PathLike]) -> list[ShardInfo]:
     """Validate every shard and check that all are compatible, opening one file at a time.
 
-    Each file is opened, checked like ``mmapbloom verify`` (regular file, magic, scheme,
+    Each file is opened, checked like ``mmapbloom verify`` (regular file, magic, strategy,
     m >= 1, k >= 1, length exactly ``24 + ceil(m / 8)``, zero padding bits) and closed.
     Cost: O(1) per shard (two small ``pread`` calls), whatever its size.
 
@@ -251,7 +251,7 @@ def inspect_shards(paths: Sequence[PathLike]) -> list[ShardInfo]:
     Raises:
         MergeError: no paths, or one file named twice (same device and inode, so hard
             links and different spellings of a path count as the same file).
-        IncompatibleFiltersError: a shard's num_bits, num_hashes or scheme differs from the
+        IncompatibleFiltersError: a shard's num_bits, num_hashes or strategy differs from the
             first shard's; the message names the file, the field and both values.
         FormatError subclasses: a damaged shard (the message names the file).
         OSError: a shard cannot be opened or read, or is not a regular file.
@@ -283,7 +283,7 @@ def _read_chunk(shard: ShardInfo, offset: int, out: npt.NDArray[np.uint8]) -> No
         if (st.st_dev, st.st_ino, st.st_size) != (shard.dev, shard.ino, shard.size_bytes):
             raise MergeError(f"{shard.path}: shard was replaced or resized during the merge", path=shard.path)
         header = fmt.parse_header(os.pread(fd, fmt.HEADER_SIZE, 0), source=shard.path)
-        if (header.num_bits, header.num_hashes, header.strategy.name) != (shard.num_bits, shard.num_hashes, shard.scheme):
+        if (header.num_bits, header.num_hashes, header.strategy.name) != (shard.num_bits, shard.num_hashes, shard.strategy):
             raise MergeError(f"{shard.path}: shard header changed during the merge", path=shard.path)
         view = memoryview(out)  # type: ignore[arg-type]
         pos = fmt.HEADER_SIZE + offset
@@ -422,11 +422,11 @@ def merge_shards(output: PathLike, shards: Sequence[PathLike], *, intersection: 
             for start, size in _chunks(body, chunk):
                 _accumulate(infos, start, acc[:size], scratch[:size], intersection, bar)
                 _pwrite_all(fd, acc[:size], fmt.HEADER_SIZE + start)
-            os.pwrite(fd, fmt.pack_header(first.scheme, first.num_bits, first.num_hashes, items), 0)
+            os.pwrite(fd, fmt.pack_header(first.strategy, first.num_bits, first.num_hashes, items), 0)
     finally:
         bar.close()
     return MergeResult(dest, len(infos), body * len(infos), time.perf_counter() - t0, first.num_bits,
-                       first.num_hashes, first.scheme, items, intersection, in_place=False)
+                       first.num_hashes, first.strategy, items, intersection, in_place=False)
 
 
 def merge_into(target: PathLike, shards: Sequence[PathLike], *, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
@@ -451,7 +451,7 @@ def merge_into(target: PathLike, shards: Sequence[PathLike], *, chunk_bytes: int
     then lose items they added. Write a new output with :func:`merge_shards` instead.
 
     Args:
-        target: an existing, writable filter file with the shards' m, k and scheme.
+        target: an existing, writable filter file with the shards' m, k and strategy.
         shards: the shard files (at least one, the target not among them).
         chunk_bytes, progress: as :func:`merge_shards`.
         flush: ``msync`` the target at the end so the merge survives power loss.
@@ -463,7 +463,7 @@ def merge_into(target: PathLike, shards: Sequence[PathLike], *, chunk_bytes: int
         MergeError: the target is among the shards (it would count its items twice), or a
             shard changed during the merge.
         IncompatibleFiltersError: a shard differs from the target (num_bits, num_hashes or
-            scheme); nothing is changed.
+            strategy); nothing is changed.
         FormatError, OSError: a damaged or unreadable target or shard; nothing is changed.
     """
     t0 = time.perf_counter()
@@ -500,4 +500,4 @@ def merge_into(target: PathLike, shards: Sequence[PathLike], *, chunk_bytes: int
         if flush:
             f.flush()
     return MergeResult(tpath, len(infos), body * len(infos), time.perf_counter() - t0, mine.num_bits,
-                       mine.num_hashes, mine.scheme, items, intersection=False, in_place=True)
+                       mine.num_hashes, mine.strategy, items, intersection=False, in_place=True)

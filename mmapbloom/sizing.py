@@ -11,6 +11,13 @@ Broder and Mitzenmacher 2004, "Network applications of Bloom filters: a survey")
 * ``fill(n) = 1 - e^(-k n / m)``: expected fraction of bits set after n distinct items.
 * ``n* = -(m / k) ln(1 - X / m)``: estimated distinct items from X set bits
   (Swamidass and Baldi 2007).
+
+Blocked layouts (strategy M3BL: all k bits of a key in one block of s = 512 bits; Putze,
+Sanders and Singler 2007, section 3): a key's block holds a Poisson(n / B) number of items
+(B = m / s blocks), so ``p(n) = sum_i Pois(i; n / B) (1 - (1 - 1/s)^(i k))^k``; the
+observed rate and the item estimate are taken per block from the set bits of each block.
+Each strategy says which formulas it obeys (``HashStrategy.expected_fp_rate`` /
+``size_for`` / ``block_bits``); this module holds the formulas themselves.
 """
 
 from __future__ import annotations
@@ -30,15 +37,23 @@ __all__ = [
     "MAX_NUM_HASHES",
     "BloomConfig",
     "approx_items",
+    "approx_items_blocks",
+    "blocked_fp_rate",
+    "blocked_size",
+    "classic_size",
     "expected_fill_ratio",
     "expected_fp_rate",
     "observed_fp_rate",
+    "observed_fp_rate_blocks",
 ]
 
 #: num_bits must be below 2^64: it is stored as an unsigned 64-bit header field.
 MAX_NUM_BITS = 2**64 - 1
-#: num_hashes must be below 2^32: it is stored as an unsigned 32-bit header field.
-MAX_NUM_HASHES = 2**32 - 1
+#: The largest supported num_hashes k. The header field is 32 bits wide, but every
+#: operation costs O(k) (and a counting filter O(k) memory), so a forged header could make
+#: each call take minutes; ``for_items`` never needs more than about 1,100 (k = log2(1/p)
+#: at the smallest double p). Configs and files above it are refused (issue 12).
+MAX_NUM_HASHES = 4096
 
 _LN2_SQUARED = math.log(2) ** 2
 
@@ -88,20 +103,22 @@ class BloomConfig:
 
     Args:
         num_bits: m, the number of bits, ``1 <= m < 2**64``.
-        num_hashes: k, the number of bit positions per item, ``1 <= k < 2**32``.
+        num_hashes: k, the number of bit positions per item, ``1 <= k <= MAX_NUM_HASHES``
+            (4096).
         strategy: a :class:`~mmapbloom.hashing.HashStrategy` registered with
             :func:`~mmapbloom.hashing.register_strategy`; ``None`` means the default
-            ``M3KM`` (MurmurHash3 x64 128 with Kirsch-Mitzenmacher double hashing).
+            ``M3MX`` (see :mod:`mmapbloom.hashing`).
         capacity: the expected number of items n the filter was sized for, or ``None``.
         fp_rate: the target false-positive rate at ``capacity``, or ``None``.
 
     Raises:
-        ConfigError (a ``ValueError``): m or k out of range or not an integer, or a
-            strategy that is not the one registered under its name.
+        ConfigError (a ``ValueError``): m or k out of range or not an integer, a
+            strategy that is not the one registered under its name, or an m the strategy
+            cannot address (M3BL: not a multiple of 512).
 
     >>> c = BloomConfig.for_items(1000, 0.01)
     >>> (c.num_bits, c.num_hashes, c.strategy.name)
-    (9586, 7, 'M3KM')
+    (9586, 7, 'M3MX')
     >>> c == BloomConfig(num_bits=9586, num_hashes=7)
     True
     """
@@ -113,63 +130,71 @@ class BloomConfig:
     fp_rate: Optional[float] = None
 
     def __post_init__(self) -> None:
-        from .hashing import DEFAULT_STRATEGY, HashStrategy, registered_strategies
+        from .hashing import DEFAULT_STRATEGY, registered_strategies
 
         object.__setattr__(self, "num_bits", _check_int("num_bits", self.num_bits, 1, MAX_NUM_BITS))
         object.__setattr__(self, "num_hashes", _check_int("num_hashes", self.num_hashes, 1, MAX_NUM_HASHES))
         if self.strategy is None:
             object.__setattr__(self, "strategy", DEFAULT_STRATEGY)
-        elif not isinstance(self.strategy, HashStrategy):
-            raise ConfigError(f"strategy must be a HashStrategy instance, got {self.strategy!r}")
         else:
-            # Files name their scheme; a config must use the class registered under that
+            # Files name their strategy; a config must use the class registered under that
             # name, or readers (other processes) would hash differently: false negatives.
             registered = registered_strategies().get(getattr(self.strategy, "name", None))  # type: ignore[arg-type]
             if registered is None or type(registered) is not type(self.strategy):
                 raise ConfigError(
                     f"strategy {self.strategy!r} is not the one registered under its name "
                     f"(registered: {registered!r}); call register_strategy() first")
+        check = getattr(self.strategy, "check_num_bits", None)
+        if check is not None:
+            try:
+                check(self.num_bits)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
 
     @classmethod
     def for_items(cls, capacity: float, fp_rate: float, strategy: "Optional[HashStrategy]" = None) -> "BloomConfig":
         """Size a filter for ``capacity`` distinct items at false-positive rate ``fp_rate``.
 
-        ``m = ceil(-n ln p / (ln 2)^2)``, ``k = max(1, round((m / n) ln 2))`` (Bloom 1970;
-        optimum k per Broder and Mitzenmacher 2004).
+        The strategy brings its formula: classic strategies (M3MX, M3KM, custom ones)
+        use ``m = ceil(-n ln p / (ln 2)^2)``, ``k = max(1, round((m / n) ln 2))`` (Bloom
+        1970; optimum k per Broder and Mitzenmacher 2004); M3BL takes the smallest whole
+        number of 512-bit blocks that meets p under the blocked formula (Putze et al. 2007).
+        M3KM warns (``UserWarning``) when p is below the floor its arithmetic allows.
 
         Args:
             capacity: n, a positive integer (an integral float such as ``1e6`` is accepted,
                 a bool is not).
             fp_rate: p, strictly between 0 and 1, finite.
-            strategy: hash strategy, default ``M3KM``.
+            strategy: hash strategy, default ``M3MX``.
 
         Returns:
             The config, with ``capacity`` and ``fp_rate`` remembered.
 
         Raises:
-            ConfigError (a ``ValueError``): bad n or p, or an m or k that does not fit the
-                header (m >= 2**64 or k >= 2**32). The message shows the value.
+            ConfigError (a ``ValueError``): bad n or p (including an n beyond the float
+                range), or an m or k beyond the maximum (m >= 2**64, k > MAX_NUM_HASHES).
+                The message shows the value.
 
         >>> c = BloomConfig.for_items(1_000_000, 0.001)
         >>> c.num_bits, c.num_hashes
         (14377588, 10)
         """
+        from .hashing import DEFAULT_STRATEGY
+
         n = _check_capacity(capacity)
         p = _check_fp_rate(fp_rate)
-        m_float = -n * math.log(p) / _LN2_SQUARED
-        if not m_float < MAX_NUM_BITS:
-            raise ConfigError(f"capacity {n} at fp_rate {p} needs {m_float:.4g} bits, more than the maximum {MAX_NUM_BITS}")
-        m = math.ceil(m_float)
-        k = max(1, round(m / n * math.log(2)))
-        if m > MAX_NUM_BITS:
-            raise ConfigError(f"capacity {n} at fp_rate {p} needs {m} bits, more than the maximum {MAX_NUM_BITS}")
+        chosen = DEFAULT_STRATEGY if strategy is None else strategy
+        size_for = getattr(chosen, "size_for", None)
+        m, k = size_for(n, p) if size_for is not None else classic_size(n, p)
         if k > MAX_NUM_HASHES:
             raise ConfigError(f"capacity {n} at fp_rate {p} needs {k} hashes, more than the maximum {MAX_NUM_HASHES}")
-        return cls(num_bits=m, num_hashes=k, strategy=strategy, capacity=n, fp_rate=p)  # type: ignore[arg-type]
+        return cls(num_bits=m, num_hashes=k, strategy=chosen, capacity=n, fp_rate=p)
 
     @property
     def size_bytes(self) -> int:
-        """Bytes of the bit array, ``ceil(m / 8)`` (the file adds a 24-byte header)."""
+        """Bytes of a Bloom filter's bit array, ``ceil(m / 8)`` (a BLM1 file adds its 24-byte
+        header; a counting filter's body is 4 or 8 times larger, see
+        ``CountingBloomFilter.size_bytes`` for a whole image)."""
         return (self.num_bits + 7) // 8
 
     def _key(self) -> tuple[int, int, str]:
@@ -199,15 +224,15 @@ def _config_from_state(m: int, k: int, scheme: str, capacity: Optional[int], fp_
     return BloomConfig(num_bits=m, num_hashes=k, strategy=get_strategy(scheme), capacity=capacity, fp_rate=fp_rate)
 
 
-def expected_fill_ratio(num_items: int, num_bits: int, num_hashes: int) -> float:
+def expected_fill_ratio(num_items: float, num_bits: int, num_hashes: int) -> float:
     """Expected fraction of set bits after ``num_items`` distinct items: ``1 - e^(-k n / m)``.
 
     Returns a float in [0, 1). Source: Bloom 1970.
     """
-    return -math.expm1(-num_hashes * num_items / num_bits)
+    return 0.0 - math.expm1(-num_hashes * num_items / num_bits)  # 0.0 - : never -0.0
 
 
-def expected_fp_rate(num_items: int, num_bits: int, num_hashes: int) -> float:
+def expected_fp_rate(num_items: float, num_bits: int, num_hashes: int) -> float:
     """Expected false-positive rate after ``num_items`` distinct items: ``(1 - e^(-k n / m))^k``.
 
     Returns a float in [0, 1). Source: Bloom 1970; the approximation is accurate for
@@ -235,4 +260,112 @@ def approx_items(ones: int, num_bits: int, num_hashes: int) -> float:
     """
     if ones >= num_bits:
         return math.inf
-    return -(num_bits / num_hashes) * math.log1p(-ones / num_bits)
+    return 0.0 - (num_bits / num_hashes) * math.log1p(-ones / num_bits)  # 0.0 - : never -0.0
+
+
+def classic_size(capacity: int, fp_rate: float) -> tuple[int, int]:
+    """``(m, k)`` for n = ``capacity`` at p = ``fp_rate``: ``m = ceil(-n ln p / (ln 2)^2)``,
+    ``k = max(1, round((m / n) ln 2))`` (Bloom 1970; Broder and Mitzenmacher 2004).
+
+    Raises:
+        ConfigError: m would not fit the 64-bit header field (the message shows it).
+
+    >>> classic_size(1000, 0.01)
+    (9586, 7)
+    """
+    n, p = capacity, fp_rate
+    try:
+        m_float = -n * math.log(p) / _LN2_SQUARED
+    except OverflowError:  # n beyond the float range
+        m_float = math.inf
+    if not m_float < MAX_NUM_BITS:
+        shown = n if n < 10**15 else f"~1e{len(str(n)) - 1}"
+        raise ConfigError(f"capacity {shown} at fp_rate {p} needs {m_float:.4g} bits, more than the maximum {MAX_NUM_BITS}")
+    m = math.ceil(m_float)
+    if m > MAX_NUM_BITS:
+        raise ConfigError(f"capacity {n} at fp_rate {p} needs {m} bits, more than the maximum {MAX_NUM_BITS}")
+    return m, max(1, round(m / n * math.log(2)))
+
+
+def _poisson_terms(lam: float) -> "list[tuple[int, float]]":
+    """``(i, Pois(i; lam))`` for every i that carries probability above about 1e-17."""
+    if lam <= 0:
+        return [(0, 1.0)]
+    spread = 12 * math.sqrt(lam) + 30
+    lo, hi = max(0, int(lam - spread)), int(lam + spread) + 1
+    log_lam = math.log(lam)
+    return [(i, math.exp(i * log_lam - lam - math.lgamma(i + 1))) for i in range(lo, hi + 1)]
+
+
+def blocked_fp_rate(num_items: float, num_bits: int, num_hashes: int, block_bits: int) -> float:
+    """Expected false-positive rate of a blocked Bloom filter after ``num_items`` items:
+    ``sum_i Pois(i; n / B) (1 - (1 - 1/s)^(i k))^k`` with B = m / s blocks of s =
+    ``block_bits`` bits (Putze, Sanders and Singler 2007, section 3; the k bits inside a
+    block are drawn with replacement, hence ``(1 - 1/s)^(i k)``). Returns a float in [0, 1).
+    """
+    if num_items <= 0:
+        return 0.0
+    lam = num_items * block_bits / num_bits
+    log_empty = math.log1p(-1.0 / block_bits) * num_hashes
+    total = 0.0
+    for i, weight in _poisson_terms(lam):
+        total += weight * (-math.expm1(i * log_empty)) ** num_hashes
+    return min(total, 1.0)
+
+
+def blocked_size(capacity: int, fp_rate: float, block_bits: int) -> tuple[int, int]:
+    """``(m, k)``: the smallest whole number of ``block_bits``-bit blocks, with the k that
+    minimises :func:`blocked_fp_rate` for it, that meets ``fp_rate`` at ``capacity``
+    (Putze, Sanders and Singler 2007). Searched by bisection on the block count from the
+    classic size upwards; each step tries the k near the optimum ``(s / lam) ln 2``.
+
+    Raises:
+        ConfigError: the size would not fit the header.
+    """
+    m0, _ = classic_size(capacity, fp_rate)
+
+    def best(blocks: int) -> tuple[float, int]:
+        lam = capacity * block_bits / (blocks * block_bits)
+        k0 = max(1, round(block_bits / lam * math.log(2)))
+        return min((blocked_fp_rate(capacity, blocks * block_bits, k, block_bits), k)
+                   for k in range(max(1, k0 - 3), min(k0 + 12, MAX_NUM_HASHES) + 1))
+
+    lo = max(1, -(-m0 // block_bits))
+    hi = lo
+    while best(hi)[0] > fp_rate:
+        lo = hi + 1
+        hi *= 2
+        if hi * block_bits > MAX_NUM_BITS:
+            raise ConfigError(f"capacity {capacity} at fp_rate {fp_rate} needs more than {MAX_NUM_BITS} bits "
+                              f"with {block_bits}-bit blocks")
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if best(mid)[0] <= fp_rate:
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi * block_bits, best(hi)[1]
+
+
+def observed_fp_rate_blocks(histogram: "list[int]", block_bits: int, num_hashes: int) -> float:
+    """False-positive rate implied by the set bits of a blocked filter: the mean over blocks
+    of ``(X_b / s)^k``, from ``histogram[j]`` = number of blocks with j bits set (a query
+    hashes to a uniformly random block; Putze et al. 2007). With one block of s = m bits
+    this is :func:`observed_fp_rate`."""
+    blocks = sum(histogram)
+    if blocks == 0:
+        return 0.0
+    return sum(count * (j / block_bits) ** num_hashes for j, count in enumerate(histogram) if count) / blocks
+
+
+def approx_items_blocks(histogram: "list[int]", block_bits: int, num_hashes: int) -> float:
+    """Estimated distinct items of a blocked filter: the sum over blocks of
+    ``-(s / k) ln(1 - X_b / s)`` (Swamidass and Baldi 2007, per block); ``math.inf`` when
+    some block is full."""
+    total = 0.0
+    for j, count in enumerate(histogram):
+        if count and j:
+            if j >= block_bits:
+                return math.inf
+            total -= count * (block_bits / num_hashes) * math.log1p(-j / block_bits)
+    return total

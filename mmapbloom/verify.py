@@ -31,7 +31,7 @@ def open_any(path: Union[str, "os.PathLike[str]"], readonly: bool = False) -> Ma
 
 def verify_file(path: Union[str, "os.PathLike[str]"]) -> MappedFilter:
     """Check that ``path`` is a sound filter file of either kind (BLM1 or BLC1, chosen by
-    its magic): a known magic, a registered scheme, m >= 1, k >= 1, a length of exactly
+    its magic): a known magic, a registered strategy, m >= 1, k >= 1, a length of exactly
     header + cells (checked with ``fstat`` before mapping), zero padding bits and, for
     BLC1, a valid counter width and zero reserved bytes.
 

@@ -250,12 +250,11 @@ def test_add_takes_the_lock_once_per_chunk(tmp_path, monkeypatch) -> None:  # ty
 
     monkeypatch.setattr(WriteLock, "acquire", counting)
     assert cli.main(["add", "-q", filt, str(src)]) == 0
-    # `add` reads 65,536 lines per chunk (4 chunks); add_many splits each further into
-    # chunks of about CHUNK_PAIRS // k keys (k = 20 here): one lock per chunk, not per line.
-    from mmapbloom.base import CHUNK_PAIRS
+    # `add` reads 65,536 lines per chunk (4 chunks); add_many takes the lock once per
+    # CHUNK_KEYS keys of each: one lock per chunk, not per line.
+    from mmapbloom.base import CHUNK_KEYS
 
-    per_lock = CHUNK_PAIRS // 20
-    assert len(calls) == sum(-(-n // per_lock) for n in (65_536, 65_536, 65_536, 200_000 - 3 * 65_536))
+    assert len(calls) == sum(-(-n // CHUNK_KEYS) for n in (65_536, 65_536, 65_536, 200_000 - 3 * 65_536))
     monkeypatch.undo()
     with BloomFilter.open(filt) as f:
         assert f.items_added == 200_000
@@ -294,16 +293,16 @@ def test_info_json_and_text(tmp_path) -> None:  # type: ignore[no-untyped-def]
     proc, text = run_all((["info", path, "--json"], b""), (["info", path], b""))
     assert proc.returncode == 0, proc.stderr
     info = json.loads(proc.stdout)
-    assert (info["scheme"], info["num_bits"], info["num_hashes"], info["size_bytes"]) == ("M3KM", 9586, 7, 1223)
+    assert (info["strategy"], info["num_bits"], info["num_hashes"], info["size_bytes"]) == ("M3MX", 9586, 7, 1223)
     assert info["items_added"] in range(985, 1001)  # a few adds may set no new bit
     assert info["approx_items"] == pytest.approx(1000, rel=0.05)
-    assert info["fill_ratio"] == pytest.approx(0.5, abs=0.02)
+    assert info["fill_ratio"] == pytest.approx(0.518, abs=0.02)  # 1 - e^(-kn/m) at capacity
     assert info["expected_fp_rate"] == pytest.approx(0.01, rel=0.1)
     assert info["observed_fp_rate"] == pytest.approx(0.01, rel=0.2)
     assert info["over_capacity"] is False
     out = text.stdout.decode()
     assert text.returncode == 0
-    for needle in ("M3KM", "9,586", "1,223 bytes (1.2 KB)", "approx items", "over design point  no"):
+    for needle in ("M3MX", "9,586", "1,223 bytes (1.2 KB)", "approx items", "over design point  no"):
         assert needle in out, out
 
 
@@ -328,7 +327,7 @@ def damaged_files(tmp_path) -> dict[str, tuple[str, str]]:  # type: ignore[no-un
         "truncated": (image[:-1], "truncated"),
         "overlong": (image + b"\0", "over-long"),
         "magic": (b"XXXX" + image[4:], "bad magic"),
-        "scheme": (image[:4] + b"NOPE" + image[8:], "unknown hash scheme"),
+        "scheme": (image[:4] + b"NOPE" + image[8:], "unknown hash strategy"),
         "zero_k": (image[:16] + b"\0\0\0\0" + image[20:], "num_hashes is 0"),
         "padding": (image[:-1] + bytes([image[-1] | 0x80]), "padding"),
         "short_header": (image[:10], "truncated header"),
@@ -351,7 +350,7 @@ def test_verify_good_and_each_kind_of_damage(tmp_path) -> None:  # type: ignore[
         (["verify", damaged["padding"][0]], b""),
         (["verify", good, *[p for p, _ in damaged.values()], str(tmp_path / "missing.blm"), str(tmp_path)], b""),
     )
-    assert ok.returncode == 0 and ok.stdout == f"{good}: OK (m=100, k=3, scheme M3KM, 37 bytes)\n".encode()
+    assert ok.returncode == 0 and ok.stdout == f"{good}: OK (m=100, k=3, strategy M3MX, 37 bytes)\n".encode()
     assert_one_line_error(bad_one, "FAILED", "padding", "padding.blm")
     assert everything.returncode == 2
     assert everything.stdout.decode().count(": OK") == 1

@@ -21,6 +21,7 @@ from mmapbloom import (
     ConfigMismatchError,
     CountingBloomFilter,
     IncompatibleFiltersError,
+    M3KM,
     LengthMismatchError,
     OverCapacityWarning,
     PaddingError,
@@ -43,7 +44,7 @@ def test_seed_scenario(tmp_path) -> None:  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("width", [4, 8])
 def test_golden_header(width: int) -> None:
-    f = CountingBloomFilter(BloomConfig(num_bits=9, num_hashes=3), counter_bits=width)
+    f = CountingBloomFilter(BloomConfig(num_bits=9, num_hashes=3, strategy=M3KM()), counter_bits=width)
     f.add("x")
     data = f.to_bytes()
     assert data[:24].hex() == "424c43314d334b4d" + "0900000000000000" + "03000000" + "01000000"
@@ -56,7 +57,7 @@ def test_golden_header(width: int) -> None:
 
 
 def test_golden_bytes_4bit() -> None:
-    g = CountingBloomFilter(BloomConfig(num_bits=9, num_hashes=3))
+    g = CountingBloomFilter(BloomConfig(num_bits=9, num_hashes=3, strategy=M3KM()))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SaturationWarning)
         for _ in range(20):
@@ -225,13 +226,15 @@ def test_update_equals_sequential_adds(batches: list[list[int]], prefill: list[i
     batch_f.check()
 
 
-def test_update_chunks_and_writes_a_shared_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_update_chunks_and_writes_a_shared_file(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A batch larger than one chunk, into a file: equal to sequential adds, byte for byte."""
     cfg = BloomConfig(num_bits=5_001, num_hashes=9)
     items = urls(3_000) + urls(1_000)  # a quarter are repeats
+    import mmapbloom.counting as counting_module
+
+    monkeypatch.setattr(counting_module, "CHUNK_KEYS", 700)  # several lock acquisitions, chunk edges in the repeats
     for width in (4, 8):
         with CountingBloomFilter.create(tmp_path / f"u{width}.blc", cfg, counter_bits=width) as f:
-            f._chunk_keys = 700  # several lock acquisitions, chunk edges inside the repeats
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 new = f.update(items)

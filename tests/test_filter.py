@@ -176,7 +176,7 @@ def test_incompatible_scheme_refused() -> None:
     register_strategy(XorShift())
     a = BloomFilter(BloomConfig(num_bits=1000, num_hashes=3))
     b = BloomFilter(BloomConfig(num_bits=1000, num_hashes=3, strategy=XorShift()))
-    with pytest.raises(IncompatibleFiltersError, match=r"scheme differs \('M3KM' != 'TEST'\)"):
+    with pytest.raises(IncompatibleFiltersError, match=r"strategy differs \('M3MX' != 'TEST'\)"):
         a |= b
 
 
@@ -397,9 +397,9 @@ def test_unknown_options_refused(tmp_path) -> None:  # type: ignore[no-untyped-d
 
 @pytest.mark.filterwarnings("ignore::mmapbloom.OverCapacityWarning")
 def test_huge_k_batch_falls_back_to_single_adds(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    import mmapbloom.base as base_module
+    import mmapbloom.kernels as kernels_module
 
-    monkeypatch.setattr(base_module, "CHUNK_PAIRS", 16)  # so min(k, m) = 64 probes is "huge"
+    monkeypatch.setattr(kernels_module, "PURE_CHUNK_PAIRS", 16)  # one key per numpy chunk
     cfg = BloomConfig(num_bits=64, num_hashes=1000)
     a, b = BloomFilter(cfg), BloomFilter(cfg)
     items = ["a", "b", "a", "c"]

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from mmapbloom import BloomConfig, ConfigError, M3KM
-from mmapbloom.sizing import approx_items, expected_fill_ratio, expected_fp_rate, observed_fp_rate
+from mmapbloom import M3KM, M3MX, BloomConfig, ConfigError
+from mmapbloom.sizing import MAX_NUM_HASHES, approx_items, expected_fill_ratio, expected_fp_rate, observed_fp_rate
 
 
 @pytest.mark.parametrize(
@@ -25,7 +25,7 @@ def test_sizing_table(n: float, p: float, m: int, k: int) -> None:
     c = BloomConfig.for_items(n, p)
     assert (c.num_bits, c.num_hashes) == (m, k)
     assert c.capacity == int(n) and c.fp_rate == p
-    assert c.strategy.name == "M3KM"
+    assert c.strategy.name == "M3MX"  # the default; classic sizing
 
 
 def test_k_never_below_one() -> None:
@@ -65,13 +65,22 @@ def test_explicit_config_range(m: object, k: object) -> None:
 
 
 def test_explicit_config_bounds_accepted() -> None:
-    c = BloomConfig(num_bits=2**64 - 1, num_hashes=2**32 - 1)
-    assert c.num_bits == 2**64 - 1 and c.num_hashes == 2**32 - 1
+    c = BloomConfig(num_bits=2**64 - 1, num_hashes=MAX_NUM_HASHES)
+    assert c.num_bits == 2**64 - 1 and c.num_hashes == MAX_NUM_HASHES == 4096
+
+
+def test_num_hashes_above_the_supported_maximum_refused() -> None:
+    """Issue 12 fault 1: a k that makes every operation cost minutes is refused."""
+    with pytest.raises(ConfigError, match="num_hashes"):
+        BloomConfig(num_bits=2**26, num_hashes=2**32 - 1)
+    with pytest.raises(ConfigError, match="num_hashes"):
+        BloomConfig(num_bits=2**26, num_hashes=MAX_NUM_HASHES + 1)
 
 
 def test_equality_ignores_capacity() -> None:
     a = BloomConfig.for_items(1000, 0.01)
-    b = BloomConfig(num_bits=9586, num_hashes=7, strategy=M3KM())
+    b = BloomConfig(num_bits=9586, num_hashes=7, strategy=M3MX())
+    assert a != BloomConfig(num_bits=9586, num_hashes=7, strategy=M3KM())
     assert a == b and hash(a) == hash(b)
     assert a != BloomConfig(num_bits=9587, num_hashes=7)
     assert len({a, b}) == 1

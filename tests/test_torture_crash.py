@@ -50,7 +50,7 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
-from mmapbloom import BloomConfig, BloomFilter, CountingBloomFilter, verify_file
+from mmapbloom import M3KM, BloomConfig, BloomFilter, CountingBloomFilter, verify_file
 from mmapbloom.merge import merge_into, merge_shards
 from tests.torture_support import CountingModel, trials
 
@@ -269,7 +269,7 @@ def check_killed_create(tmp_path: Any, config: BloomConfig, acked: int) -> None:
 
 # -- the counting filter: adds and removes ------------------------------------------------------
 
-COUNTING_CONFIG = BloomConfig(num_bits=200_003, num_hashes=5)  # odd m: a 4-bit padding nibble
+COUNTING_CONFIG = BloomConfig(num_bits=200_003, num_hashes=5, strategy=M3KM())  # odd m: a 4-bit padding nibble
 COUNTING_BATCH = 400
 
 
@@ -410,7 +410,7 @@ def killed_merge(tmp_path: Any, p: Progress, rng: random.Random, seed: int, reco
     out_dir.mkdir()
     old = b""
     if replace:  # the file being replaced: a sound filter of another shape
-        with BloomFilter.create(out_dir / "out.blm", BloomConfig(num_bits=1000, num_hashes=2)) as f:
+        with BloomFilter.create(out_dir / "out.blm", BloomConfig(num_bits=1000, num_hashes=2, strategy=M3KM())) as f:
             f.add("old")
             old = f.to_bytes()
     acked, phase = run_and_kill(lambda: write_merges(str(out_dir), shards, p, replace, via_cli), p, rng, 0.3)
@@ -458,7 +458,7 @@ def killed_merge_into(tmp_path: Any, p: Progress, rng: random.Random, seed: int,
     via_cli = seed % 2 == 1
     shards, union, total = make_shards(str(tmp_path), rng)
     original = [f"original-{seed}-{i}" for i in range(20_000)]
-    f = BloomFilter(BloomConfig(num_bits=8 * MERGE_BODY, num_hashes=3))
+    f = BloomFilter(BloomConfig(num_bits=8 * MERGE_BODY, num_hashes=3, strategy=M3KM()))
     f.update(original)
     image, orig_items = f.to_bytes(), f.items_added
     orig_bits = np.frombuffer(image[24:], dtype=np.uint8)

@@ -264,7 +264,7 @@ def test_damaged_inputs(kind: Kind, tmp_path: Any, request: pytest.FixtureReques
     counts = result["counts"]
     assert counts.get("sound", 0) > 1000
     refusals = {key for key in counts if key.startswith("refused:")}
-    assert {"refused:BadMagicError", "refused:UnknownSchemeError", "refused:BadHeaderError",
+    assert {"refused:BadMagicError", "refused:UnknownStrategyError", "refused:BadHeaderError",
             "refused:LengthMismatchError", "refused:PaddingError"} <= refusals, counts
     assert sum(c["name"].startswith("wrong-kind/") for c in cases) >= 20
 

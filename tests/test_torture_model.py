@@ -55,6 +55,7 @@ from hypothesis.stateful import (
 )
 
 from mmapbloom import (
+    M3KM,
     BloomConfig,
     ConfigMismatchError,
     FilterClosedError,
@@ -148,7 +149,7 @@ class FilterMachine(RuleBasedStateMachine):
         return len(self.all) < MAX_HANDLES
 
     def _config(self, m: int, k: int) -> BloomConfig:
-        return BloomConfig(num_bits=m, num_hashes=k)
+        return BloomConfig(num_bits=m, num_hashes=k, strategy=M3KM())
 
     def _options(self, index: int) -> dict[str, Any]:
         sets = self.KIND.option_sets

@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 import mmh3
 
 import mmapbloom
-from mmapbloom import BadMagicError, BloomConfig, BloomFilter, CountingBloomFilter, MmapBloomError
+from mmapbloom import M3KM, BadMagicError, BloomConfig, BloomFilter, CountingBloomFilter, MmapBloomError
 
 # -- trial counts ------------------------------------------------------------------------
 
@@ -144,7 +144,7 @@ def bloom_base_images() -> list[tuple[str, bytes]]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # m=64 with 200 items is over capacity on purpose
         for m, k, items in shapes:
-            f = BloomFilter(BloomConfig(num_bits=m, num_hashes=k))
+            f = BloomFilter(BloomConfig(num_bits=m, num_hashes=k, strategy=M3KM()))
             f.update(items)
             out.append((f"m{m}k{k}", f.to_bytes()))
     return out
@@ -271,7 +271,7 @@ def counting_base_images() -> list[tuple[str, bytes]]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # over capacity and saturated on purpose
         for m, k, width, adds, removes in shapes:
-            f = CountingBloomFilter(BloomConfig(num_bits=m, num_hashes=k), counter_bits=width)
+            f = CountingBloomFilter(BloomConfig(num_bits=m, num_hashes=k, strategy=M3KM()), counter_bits=width)
             f.update(adds)
             for x in removes:
                 f.remove(x)
