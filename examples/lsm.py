@@ -57,8 +57,7 @@ try:
 except ImportError:  # run from a source checkout without installing
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from mmapbloom import BloomConfig, BloomFilter
-from mmapbloom.cli import human_bytes, parse_fp_rate
-from mmapbloom.storage import atomic_file
+from tqdm import tqdm  # a dependency of mmapbloom; its format_sizeof formats byte counts
 
 __all__ = ["LSMStore", "LookupStats", "Segment", "absent_key", "main", "run", "stdlib_identifiers"]
 
@@ -71,6 +70,49 @@ INDEX_ENTRY_TAIL = struct.Struct("<QI")
 _SEGMENT_NAME = re.compile(r"^seg-(\d{6})\.dat$")
 
 Key = Union[bytes, str]
+
+
+def human_bytes(n: float) -> str:
+    """Bytes in decimal units through ``tqdm.format_sizeof``: ``1223`` -> ``'1.22kB'``."""
+    return str(tqdm.format_sizeof(n, "B", 1000))
+
+
+def fp_rate_arg(text: str) -> float:
+    """argparse type for a false-positive rate: ``0.01`` or a percentage ``1%``.
+
+    Raises:
+        argparse.ArgumentTypeError: not a number, or not strictly between 0 and 1.
+    """
+    s = text.strip()
+    try:
+        value = float(s[:-1]) / 100 if s.endswith("%") else float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a rate: {text!r} (examples: 1%, 0.01)") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be strictly between 0 and 1 (0% and 100%), got {text!r}")
+    return value
+
+
+def write_new_file(path: str, data: bytes) -> None:
+    """Publish ``data`` at ``path`` only when complete: write and fsync a temporary file in
+    the same directory, then ``os.link`` it to ``path`` (FileExistsError, and nothing
+    changed, if ``path`` exists) and fsync the directory. A crash leaves no torn segment."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".lsm-", suffix=".tmp")
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+        os.link(tmp, path)
+    finally:
+        os.close(fd)
+        os.unlink(tmp)
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def _key_bytes(key: Key) -> bytes:
@@ -176,10 +218,7 @@ class Segment:
         if keys:
             index += INDEX_ENTRY_TAIL.pack(block_start, len(body) - block_start)
         image = bytes(body) + bytes(index) + FOOTER.pack(len(body), blocks, len(keys), FOOTER_MAGIC)
-        with atomic_file(data_path, replace=False) as fd:
-            view = memoryview(image)
-            while view:
-                view = view[os.write(fd, view):]
+        write_new_file(data_path, image)
 
     def might_contain(self, key: bytes) -> bool:
         """Ask the filter (no disk read): False means the key is certainly not here."""
@@ -461,7 +500,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="lsm.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--max-files", type=int, default=None, help="use only the first N files (sorted)")
     parser.add_argument("--memtable-keys", type=int, default=8192, help="keys per segment (default 8192)")
-    parser.add_argument("--fp-rate", type=parse_fp_rate, default=0.01, help="each filter's rate (default 1%%)")
+    parser.add_argument("--fp-rate", type=fp_rate_arg, default=0.01, help="each filter's rate (default 1%%)")
     parser.add_argument("--root", default=None, help="source tree to read (default: this Python's stdlib)")
     parser.add_argument("--dir", default=None, help="store directory (default: a temporary one, removed)")
     parser.add_argument("--keep", action="store_true", help="keep the store directory")

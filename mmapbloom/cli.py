@@ -1,8 +1,7 @@
 """The ``mmapbloom`` command line (console script and ``python -m mmapbloom``).
 
 Subcommands: ``plan`` (sizing table), ``create``, ``add``, ``check``, ``info``, ``verify``,
-``merge`` (also ``tools/merge_shards.py``) and ``demo`` (the crawler demo). Every
-subcommand has ``--help``.
+and ``merge`` (also ``tools/merge_shards.py``). Every subcommand has ``--help``.
 
 Exit status: 0 on success; 1 when ``check`` answers "certainly absent" for an item whose
 presence was asked for (or, with ``--absent``, "might be present" for an item whose
@@ -420,12 +419,6 @@ def _merge(args: argparse.Namespace) -> int:
     return 0
 
 
-def _demo(args: argparse.Namespace) -> int:
-    from .demo import main as demo_main
-
-    return demo_main(args.demo_args)
-
-
 # -- parser ------------------------------------------------------------------------------------
 _MERGE_DESCRIPTION = (
     "Merge BLM1 shard files (same m, k and strategy) into one filter by bitwise OR (union) or, "
@@ -554,10 +547,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("merge", help="merge shard files (OR, or AND with --intersection)",
                        description=_MERGE_DESCRIPTION, epilog=_MERGE_EPILOG, usage=_MERGE_USAGE)
     _add_merge_arguments(p)
-
-    p = sub.add_parser("demo", help="run the crawler demo (see examples/crawl.py)", add_help=False)
-    p.add_argument("demo_args", nargs=argparse.REMAINDER)
-    p.set_defaults(func=_demo)
     return parser
 
 
@@ -617,10 +606,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         2 bad usage or a damaged or unreadable file (one line on stderr), 130 interrupted.
     """
     args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["demo"]:
-        # Hand everything after "demo" to the demo's own parser untouched: argparse would
-        # take a leading option such as "--help" for one of ours.
-        return _call(argparse.Namespace(func=_demo, demo_args=args[1:]), "mmapbloom")
     return _run(build_parser(), args, "mmapbloom")
 
 

@@ -374,7 +374,7 @@ def test_damaged_or_missing_file_is_exit_2_without_traceback(tmp_path) -> None: 
     assert_one_line_error(check_dir, "directory")
 
 
-# -- merge, demo, entry points ------------------------------------------------------------------
+# -- merge, entry points ------------------------------------------------------------------------
 def test_merge_subcommand_and_tools_script_agree(tmp_path) -> None:  # type: ignore[no-untyped-def]
     cfg = BloomConfig.for_items(1000, 0.01)
     shards = []
@@ -396,7 +396,7 @@ def test_merge_subcommand_and_tools_script_agree(tmp_path) -> None:  # type: ign
 
 
 def test_help_on_every_subcommand() -> None:
-    subs = ("plan", "create", "add", "check", "info", "verify", "merge", "demo")
+    subs = ("plan", "create", "add", "check", "info", "verify", "merge")
     for sub, proc in zip(subs, run_all(*[([sub, "--help"], b"") for sub in subs])):
         assert proc.returncode == 0, (sub, proc.stderr)
         assert proc.stdout.startswith(b"usage: mmapbloom " + sub.encode()), sub

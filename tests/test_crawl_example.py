@@ -1,0 +1,107 @@
+"""The crawler example (examples/crawl.py), end to end: a real pydoc server, real worker
+processes, one shared filter file, run as ``python examples/crawl.py`` in a subprocess;
+and its link helpers, loaded by path as tests/test_lsm.py loads examples/lsm.py."""
+
+from __future__ import annotations
+
+import doctest
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+SCRIPT = os.path.join(ROOT, "examples", "crawl.py")
+MAX_PAGES = 60
+
+
+@pytest.fixture(scope="module")
+def crawl_example():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("crawl_example", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["crawl_example"] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    cmd = [sys.executable, SCRIPT, "--max-pages", str(MAX_PAGES), "--workers", "3", "--time-limit", "45", "--json"]
+    # About 5 s on an idle machine; the limits leave room for a loaded one. Run from an
+    # unrelated directory, as a user would from anywhere.
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=str(tmp_path_factory.mktemp("cwd")))
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return json.loads(proc.stdout)
+
+
+def test_crawl_fetches_the_budget_and_no_page_twice(report: dict) -> None:
+    assert report["ok"] is True and report["problems"] == []
+    assert report["stop_reason"] == "page limit reached"
+    assert report["fetch_attempts"] == MAX_PAGES
+    assert MAX_PAGES - 5 <= report["pages_fetched"] <= MAX_PAGES
+    assert report["pages_fetched_twice"] == 0
+
+
+def test_filter_numbers_agree_with_the_crawl(report: dict) -> None:
+    f = report["filter"]
+    assert f["items_added"] >= report["pages_fetched"]
+    # Every add that returned True counts once: the root (added by the parent) and the
+    # links the workers judged new.
+    assert f["items_added"] == f["items_added_this_run"] == report["links_new"] + 1
+    assert report["links_seen"] == report["links_new"] + report["duplicates_skipped"]
+    assert report["duplicates_skipped"] > 0  # pydoc pages link to each other a lot
+    assert report["distinct_links"] == report["links_new"] + 1 + report["false_positives"]
+    assert report["false_positives"] == 0  # 20,000-item filter, a few hundred links
+    assert 0 < f["fill_ratio"] < 0.5
+    assert 0 <= f["expected_fp_rate"] < 0.01 and 0 <= f["observed_fp_rate"] < 0.01
+
+
+def test_shutdown_was_clean(report: dict) -> None:
+    assert report["server_stopped_cleanly"] is True
+    assert report["workers_killed"] == 0
+    assert 0 < report["crawl_time_s"] <= report["wall_time_s"]
+
+
+def test_skip_list_and_link_normalisation(crawl_example) -> None:  # type: ignore[no-untyped-def]
+    m = crawl_example
+    assert {"antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo"} <= m.SKIP_MODULES
+    origin = ("127.0.0.1", 8080)
+    base = "http://127.0.0.1:8080/os.html"
+    assert m.normalise_link(base, "posixpath.html#join", origin) == "http://127.0.0.1:8080/posixpath.html"
+    assert m.normalise_link(base, "HTTP://127.0.0.1:8080/x.html", origin) == "http://127.0.0.1:8080/x.html"
+    assert m.normalise_link(base, "http://localhost:8080/x.html", origin) is None
+    assert m.normalise_link(base, "mailto:a@b.c", origin) is None
+    for path in ("idlelib.html", "idlelib.pyshell.html", "turtledemo.__main__.html", "venv.__main__.html",
+                 "this.html", "tkinter.ttk.html", "get?key=antigravity"):
+        assert m.is_skipped_url("http://127.0.0.1:8080/" + path), path
+    for path in ("", "index.html", "os.path.html", "topic?key=ASSERTION", "json.tool.html"):
+        assert not m.is_skipped_url("http://127.0.0.1:8080/" + path), path
+
+
+def test_doctests_of_the_link_helpers(crawl_example) -> None:  # type: ignore[no-untyped-def]
+    # The package's --doctest-modules run does not reach examples/: run them here.
+    links = sys.modules["crawler.links"]
+    failed, attempted = doctest.testmod(links, verbose=False, report=False)
+    assert failed == 0 and attempted >= 7  # the examples of extract_links, normalise_link, is_skipped_*
+
+
+def test_example_uses_only_the_public_api() -> None:
+    sources = [SCRIPT] + [os.path.join(ROOT, "examples", "crawler", n)
+                          for n in sorted(os.listdir(os.path.join(ROOT, "examples", "crawler"))) if n.endswith(".py")]
+    sources.append(os.path.join(ROOT, "examples", "lsm.py"))
+    for path in sources:
+        with open(path) as fh:
+            text = fh.read()
+        assert "from mmapbloom." not in text and "import mmapbloom." not in text, path
+
+
+def test_demo_subcommand_is_gone() -> None:
+    proc = subprocess.run([sys.executable, "-m", "mmapbloom", "demo"], capture_output=True, text=True, timeout=60,
+                          cwd=ROOT)
+    assert proc.returncode == 2 and "invalid choice: 'demo'" in proc.stderr
+    assert importlib.util.find_spec("mmapbloom.demo") is None
