@@ -421,6 +421,34 @@ class MappedFilter:
             self._refuse_write()
         return self._lock
 
+    # -- the query and write interface both kinds implement ------------------------------
+    def add(self, item: Any) -> bool:
+        """Add one item (str or bytes-like); True if it was new. Atomic across threads and
+        processes. Implemented by each kind."""
+        raise NotImplementedError
+
+    def might_contain(self, item: Any) -> bool:
+        """False only if ``item`` was certainly never added (no false negatives); takes no
+        lock. Implemented by each kind."""
+        raise NotImplementedError
+
+    def __contains__(self, item: Any) -> bool:
+        return self.might_contain(item)
+
+    def add_many(self, items: Iterable[Any]) -> npt.NDArray[np.bool_]:
+        """Batch add: a ``bool`` array of shape ``(len(items),)``, True where the item was
+        new, exactly as sequential :meth:`add` calls. Implemented by each kind."""
+        raise NotImplementedError
+
+    def update(self, items: Iterable[Any]) -> int:
+        """Batch add; returns how many items were new. Implemented by each kind."""
+        raise NotImplementedError
+
+    def contains_many(self, items: Iterable[Any]) -> npt.NDArray[np.bool_]:
+        """Batch :meth:`might_contain`: a ``bool`` array of shape ``(len(items),)``; takes no
+        lock. Implemented by each kind."""
+        raise NotImplementedError
+
     # -- statistics (shared by every kind; the strategy brings its formulas) -------------
     def count_ones(self) -> int:
         """Number of non-zero cells X (set bits of a Bloom filter, non-zero counters of a

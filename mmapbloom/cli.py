@@ -32,7 +32,6 @@ import stat
 import sys
 import time
 import warnings
-from fractions import Fraction
 from typing import Any, BinaryIO, Callable, Iterator, NoReturn, Optional, Sequence, TextIO
 
 from . import format as fmt
@@ -40,10 +39,12 @@ from .base import MappedFilter
 from .counting import CountingBloomFilter
 from .errors import MmapBloomError
 from .filter import BloomFilter
+from .units import format_bytes, format_count, format_rate, parse_count, parse_fp_rate, progress_bar
 from .verify import open_any
-from .sizing import BloomConfig, approx_items, expected_fill_ratio, expected_fp_rate, observed_fp_rate
+from .hashing import DEFAULT_STRATEGY, get_strategy, registered_strategies, strategy_info
+from .sizing import BloomConfig, approx_items, expected_fill_ratio, observed_fp_rate
 
-__all__ = ["build_parser", "main", "merge_main", "parse_count", "parse_fp_rate", "human_bytes"]
+__all__ = ["build_parser", "main", "merge_main"]
 
 #: Items per ``add_many`` / ``contains_many`` call. ``add_many`` takes the write lock once
 #: per chunk of min(65,536, 524,288 / k) keys (one ``flock`` each), never per line.
@@ -51,8 +52,6 @@ CHUNK_ITEMS = 1 << 16
 
 #: Bytes read from an input per step.
 READ_BYTES = 1 << 22
-
-_SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 
 FRAMING_HELP = (
     "key framing: one item per line; the terminating \\n or \\r\\n is removed and nothing "
@@ -63,70 +62,6 @@ FRAMING_HELP = (
 
 
 # -- parsing helpers ------------------------------------------------------------------------
-def parse_count(text: str) -> int:
-    """Parse a positive whole number written for humans.
-
-    Accepts digits with ``_`` or ``,`` separators (``1_000``, ``1,000``), decimal and
-    scientific notation that comes out whole (``1e6``, ``2.5k``), and the decimal suffixes
-    ``k`` (10^3), ``M`` (10^6), ``G`` (10^9) and ``T`` (10^12), in either case.
-
-    Raises:
-        ValueError: not a number, not whole, or below 1.
-
-    >>> [parse_count(s) for s in ("50M", "1e6", "1_000", "10k", "2.5K", "9,586")]
-    [50000000, 1000000, 1000, 10000, 2500, 9586]
-    """
-    s = text.strip().replace("_", "").replace(",", "")
-    mult = 1
-    if s and s[-1].lower() in _SUFFIXES:
-        mult = _SUFFIXES[s[-1].lower()]
-        s = s[:-1]
-    try:
-        value = Fraction(s) * mult
-    except (ValueError, ZeroDivisionError):
-        raise ValueError(f"not a number: {text!r} (examples: 1000, 1_000, 10k, 50M, 1e6)") from None
-    if value.denominator != 1 or value < 1:
-        raise ValueError(f"expected a whole number >= 1, got {text!r}")
-    return int(value)
-
-
-def parse_fp_rate(text: str) -> float:
-    """Parse a false-positive rate: ``0.01``, ``1e-3``, ``1/1000`` or a percentage ``1%``.
-
-    Raises:
-        ValueError: not a number, or not strictly between 0 and 1.
-
-    >>> [parse_fp_rate(s) for s in ("1%", "0.1%", "0.01", "1e-3", "1/1000")]
-    [0.01, 0.001, 0.01, 0.001, 0.001]
-    """
-    s = text.strip().replace("_", "")
-    scale = Fraction(1)
-    if s.endswith("%"):
-        s, scale = s[:-1], Fraction(1, 100)
-    try:
-        value = Fraction(s.strip()) * scale
-    except (ValueError, ZeroDivisionError):
-        raise ValueError(f"not a rate: {text!r} (examples: 1%, 0.1%, 0.01, 1e-3)") from None
-    if not 0 < value < 1:
-        raise ValueError(f"a false-positive rate must be strictly between 0 and 1 (0% and 100%), got {text!r}")
-    return float(value)
-
-
-def human_bytes(n: float) -> str:
-    """Decimal units, one decimal: ``1223`` -> ``'1.2 KB'``; below 1000, ``'999 B'``.
-
-    >>> human_bytes(1223), human_bytes(1_198_157), human_bytes(999)
-    ('1.2 KB', '1.2 MB', '999 B')
-    """
-    if n < 1000:
-        return f"{int(n)} B"
-    for unit in ("KB", "MB", "GB", "TB", "PB"):
-        n /= 1000
-        if n < 999.95:
-            return f"{n:.1f} {unit}"
-    return f"{n:.1f} EB"
-
-
 def _arg_type(func: Callable[[str], Any]) -> Callable[[str], Any]:
     def convert(text: str) -> Any:
         try:
@@ -205,34 +140,19 @@ def _item_chunks(names: Sequence[str], null: bool, progress: Any) -> Iterator[li
 
 
 def _progress_bar(names: Sequence[str], desc: str) -> Any:
-    if not sys.stderr.isatty():
-        return None
-    from tqdm import tqdm  # type: ignore[import-untyped]
-
-    return tqdm(total=_input_size(names), unit="B", unit_scale=True, unit_divisor=1024, desc=desc,
-                file=sys.stderr, leave=False)
-
-
-def _rate(count: float, seconds: float) -> str:
-    if seconds <= 0:
-        return "inf"
-    per_s = count / seconds
-    for div, unit in ((1e9, " G"), (1e6, " M"), (1e3, " k")):
-        if per_s >= div:
-            return f"{per_s / div:.2f}{unit}"
-    return f"{per_s:.0f} "
+    return progress_bar(_input_size(names), desc)
 
 
 # -- subcommands -----------------------------------------------------------------------------
 def _plan(args: argparse.Namespace) -> int:
     rows = []
     for n, p in itertools.product(args.n, args.p):
-        cfg = BloomConfig.for_items(n, p)
+        cfg = BloomConfig.for_items(n, p, strategy=get_strategy(args.strategy))
         m, k = cfg.num_bits, cfg.num_hashes
         size = fmt.HEADER_SIZE + fmt.body_size(m)
         rows.append({
-            "n": n, "p": p, "num_bits": m, "num_hashes": k, "size_bytes": size, "size_human": human_bytes(size),
-            "bits_per_item": m / n, "expected_fp_rate": expected_fp_rate(n, m, k),
+            "n": n, "p": p, "num_bits": m, "num_hashes": k, "size_bytes": size, "size_human": format_bytes(size),
+            "bits_per_item": m / n, "expected_fp_rate": cfg.strategy.expected_fp_rate(n, m, k),
         })
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -254,32 +174,40 @@ def _config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
     explicit = args.bits is not None or args.hashes is not None
     if sized and explicit:
         parser.error("give either -n and -p, or --bits and --hashes, not both")
+    strategy = get_strategy(args.strategy)
     if sized:
         if args.n is None or args.p is None:
             parser.error("-n and -p go together")
-        return BloomConfig.for_items(args.n, args.p)
+        return BloomConfig.for_items(args.n, args.p, strategy=strategy)
     if args.bits is None or args.hashes is None:
         parser.error("give -n N -p P, or --bits M --hashes K")
-    return BloomConfig(num_bits=args.bits, num_hashes=args.hashes)
+    return BloomConfig(num_bits=args.bits, num_hashes=args.hashes, strategy=strategy)
 
 
 def _create(args: argparse.Namespace) -> int:
     cfg = _config_from_args(args, args.parser)
+    if args.counter_bits is not None and not args.counting:
+        args.parser.error("--counter-bits needs --counting")
+    options = {"counter_bits": args.counter_bits or 4} if args.counting else {}
+    kind: type[MappedFilter] = CountingBloomFilter if args.counting else BloomFilter
     try:
-        BloomFilter.create(args.file, cfg, sparse=args.sparse, overwrite=args.force).close()
+        f = kind.create(args.file, cfg, sparse=args.sparse, overwrite=args.force, **options)
     except FileExistsError as exc:
         raise FileExistsError(exc.errno, "file exists (use --force to replace it)", args.file) from None
+    with f:
+        size = f.size_bytes
     if not args.quiet:
-        size = fmt.HEADER_SIZE + fmt.body_size(cfg.num_bits)
-        print(f"created {args.file}: m={cfg.num_bits:,} bits, k={cfg.num_hashes}, strategy {cfg.strategy.name}, "
-              f"{size:,} bytes ({human_bytes(size)})", file=sys.stderr)
+        what = f"counting filter, {options['counter_bits']}-bit counters, " if args.counting else ""
+        print(f"created {args.file}: {what}m={cfg.num_bits:,} {'cells' if args.counting else 'bits'}, "
+              f"k={cfg.num_hashes}, strategy {cfg.strategy.name}, {size:,} bytes ({format_bytes(size)})",
+              file=sys.stderr)
     return 0
 
 
 def _add(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     total = new = 0
-    with BloomFilter.open(args.file) as f:
+    with open_any(args.file) as f:
         bar = _progress_bar(args.inputs, "add")
         try:
             for chunk in _item_chunks(args.inputs, args.null, bar):
@@ -291,8 +219,8 @@ def _add(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - t0
     if not args.quiet:
         n_inputs = len(args.inputs) or 1
-        print(f"added {total:,} items from {n_inputs} input{'s' if n_inputs != 1 else ''} to {args.file} "
-              f"in {seconds:.2f} s ({_rate(total, seconds)}items/s): {new:,} new, "
+        print(f"added {format_count(total, 'item')} from {format_count(n_inputs, 'input')} to {args.file} "
+              f"in {seconds:.2f} s ({format_rate(total, seconds)}items/s): {new:,} new, "
               f"{total - new:,} already present (duplicates or false positives)", file=sys.stderr)
     return 0
 
@@ -302,7 +230,7 @@ def _check(args: argparse.Namespace) -> int:
     sep = b"\0" if args.null else b"\n"
     out = sys.stdout.buffer
     show = not (args.count or args.quiet)
-    with BloomFilter.open(args.file, readonly=True) as f:
+    with open_any(args.file, readonly=True) as f:
         bar = _progress_bar(args.inputs, "check")
         try:
             for chunk in _item_chunks(args.inputs, args.null, bar):
@@ -328,7 +256,8 @@ def _check(args: argparse.Namespace) -> int:
 def _info_report(f: MappedFilter) -> dict[str, Any]:
     ones = f.count_ones()
     m, k, n = f.num_bits, f.num_hashes, f.items_added
-    approx = approx_items(ones, m, k)
+    blocked = strategy_info(f.strategy)[1] != 0  # per-block statistics need their own scan
+    approx = f.approx_items() if blocked else approx_items(ones, m, k)
     return {
         "path": f.path,
         "strategy": f.strategy.name,
@@ -340,7 +269,8 @@ def _info_report(f: MappedFilter) -> dict[str, Any]:
         "fill_ratio": ones / m,
         "expected_fill_ratio": expected_fill_ratio(n, m, k),
         "expected_fp_rate": f.expected_fp_rate(),
-        "observed_fp_rate": observed_fp_rate(ones, m, k),
+        "observed_fp_rate": f.observed_fp_rate() if blocked else observed_fp_rate(ones, m, k),
+        "items_saturated": n >= fmt.MAX_ITEMS,
         "over_capacity": f.is_over_capacity(),
         "kind": type(f).__name__,
         "counter_bits": getattr(f, "counter_bits", None),
@@ -362,8 +292,9 @@ def _info(args: argparse.Namespace) -> int:
         ("strategy", report["strategy"]),
         ("num_bits (m)", f"{report['num_bits']:,}"),
         ("num_hashes (k)", str(report["num_hashes"])),
-        ("file size", f"{report['size_bytes']:,} bytes ({human_bytes(report['size_bytes'])})"),
-        ("items added", f"{report['items_added']:,}"),
+        ("file size", f"{report['size_bytes']:,} bytes ({format_bytes(report['size_bytes'])})"),
+        ("items added", f"{report['items_added']:,}" + (" (saturated at 2^32 - 1: no longer counted; see approx items)"
+                                                       if report["items_saturated"] else "")),
         ("approx items", "all bits set (unknown)" if approx is None else f"{approx:,.0f} (distinct, from the bits)"),
         ("fill ratio", f"{report['fill_ratio']:.4f} (expected {report['expected_fill_ratio']:.4f} from items added)"),
         ("expected fp rate", f"{report['expected_fp_rate']:.4g} (from items added)"),
@@ -468,6 +399,12 @@ def _item_input_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-0", "--null", action="store_true", help="items are NUL-separated; nothing is removed")
 
 
+def _strategy_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--strategy", default=DEFAULT_STRATEGY.name, metavar="NAME",
+                   help=f"hash strategy: one of {', '.join(sorted(registered_strategies()))} "
+                        f"(default {DEFAULT_STRATEGY.name}; M3BL is cache-line blocked, for big filters)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of the ``mmapbloom`` command (all subcommands)."""
     parser = _Parser(
@@ -485,6 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
                    required=True, metavar="N", help="expected distinct items: 1000, 1_000, 10k, 50M, 1e6 (repeatable)")
     p.add_argument("-p", "--fp-rate", dest="p", type=_arg_type(parse_fp_rate), nargs="+", action="extend",
                    required=True, metavar="P", help="target false-positive rate: 0.01, 1%%, 1e-3 (repeatable)")
+    _strategy_argument(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_plan)
 
@@ -500,6 +438,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="target false-positive rate (1%%, 0.001 ...)")
     p.add_argument("--bits", type=_arg_type(parse_count), metavar="M", help="number of bits m")
     p.add_argument("--hashes", type=_arg_type(parse_count), metavar="K", help="number of hashes k")
+    _strategy_argument(p)
+    p.add_argument("--counting", action="store_true",
+                   help="create a counting filter (BLC1: supports removal; 4 or 8 times the size)")
+    p.add_argument("--counter-bits", type=int, choices=(4, 8), default=None,
+                   help="counter width of a --counting filter (default 4)")
     p.add_argument("--force", action="store_true", help="replace an existing file atomically")
     p.add_argument("--sparse", action="store_true",
                    help="do not reserve disk space now (a full disk later kills writers with SIGBUS)")

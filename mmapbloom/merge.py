@@ -41,6 +41,7 @@ and by the final fsync.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import glob
 import os
 import stat
@@ -52,6 +53,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import format as fmt
+from .units import progress_bar
 from .errors import IncompatibleFiltersError, MergeError
 from .filter import BloomFilter
 from .storage import DEFAULT_FILE_MODE, absolute_path, atomic_file, reserve_space
@@ -188,7 +190,7 @@ def _expand_one(arg: str) -> list[str]:
         return [arg]
     matches = sorted(glob.glob(arg, recursive=True))
     if not matches:
-        raise FileNotFoundError(2, "no file matches the pattern", arg)
+        raise FileNotFoundError(errno.ENOENT, "no file matches the pattern", arg)
     return matches
 
 
@@ -198,8 +200,8 @@ def _read_shard_header(fd: int, path: str) -> tuple[fmt.Header, os.stat_result]:
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         if stat.S_ISDIR(st.st_mode):
-            raise IsADirectoryError(21, "is a directory, not a filter file", path)
-        raise OSError(22, "not a regular file", path)
+            raise IsADirectoryError(errno.EISDIR, "is a directory, not a filter file", path)
+        raise OSError(errno.EINVAL, "not a regular file", path)
     head = os.pread(fd, fmt.HEADER_SIZE, 0)
     header = fmt.parse_header(head, source=path)
     fmt.check_length(fmt.HEADER_SIZE + fmt.body_size(header.num_bits), st.st_size, source=path)
@@ -312,14 +314,7 @@ class _Progress:
     """A tqdm bar over bytes, or nothing."""
 
     def __init__(self, total: int, enabled: Optional[bool], desc: str):
-        if enabled is None:
-            enabled = sys.stderr.isatty()
-        self._bar = None
-        if enabled:
-            from tqdm import tqdm  # type: ignore[import-untyped]
-
-            self._bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc,
-                             file=sys.stderr, leave=False)
+        self._bar = progress_bar(total, desc, enabled)
 
     def update(self, n: int) -> None:
         if self._bar is not None:

@@ -326,9 +326,11 @@ def blocked_size(capacity: int, fp_rate: float, block_bits: int) -> tuple[int, i
 
     def best(blocks: int) -> tuple[float, int]:
         lam = capacity * block_bits / (blocks * block_bits)
+        # The classic optimum k0 = (s / lam) ln 2 overshoots when few items share a block
+        # (the Poisson tail dominates), so every k from 1 to a little past it is tried.
         k0 = max(1, round(block_bits / lam * math.log(2)))
         return min((blocked_fp_rate(capacity, blocks * block_bits, k, block_bits), k)
-                   for k in range(max(1, k0 - 3), min(k0 + 12, MAX_NUM_HASHES) + 1))
+                   for k in range(1, min(k0 + 12, 128) + 1))
 
     lo = max(1, -(-m0 // block_bits))
     hi = lo

@@ -1,0 +1,114 @@
+"""Units: parsing and formatting numbers for humans (counts, rates, bytes), and the one
+progress-bar helper (tqdm) used by the command line and the merge tools."""
+
+from __future__ import annotations
+
+import sys
+from fractions import Fraction
+from typing import Any, Optional
+
+__all__ = ["format_bytes", "format_count", "format_rate", "parse_count", "parse_fp_rate", "progress_bar"]
+
+_SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+
+
+def parse_count(text: str) -> int:
+    """Parse a positive whole number written for humans.
+
+    Accepts digits with ``_`` or ``,`` separators (``1_000``, ``1,000``), decimal and
+    scientific notation that comes out whole (``1e6``, ``2.5k``), and the decimal suffixes
+    ``k`` (10^3), ``M`` (10^6), ``G`` (10^9) and ``T`` (10^12), in either case.
+
+    Raises:
+        ValueError: not a number, not whole, or below 1.
+
+    >>> [parse_count(s) for s in ("50M", "1e6", "1_000", "10k", "2.5K", "9,586")]
+    [50000000, 1000000, 1000, 10000, 2500, 9586]
+    """
+    s = text.strip().replace("_", "").replace(",", "")
+    mult = 1
+    if s and s[-1].lower() in _SUFFIXES:
+        mult = _SUFFIXES[s[-1].lower()]
+        s = s[:-1]
+    try:
+        value = Fraction(s) * mult
+    except (ValueError, ZeroDivisionError):
+        raise ValueError(f"not a number: {text!r} (examples: 1000, 1_000, 10k, 50M, 1e6)") from None
+    if value.denominator != 1 or value < 1:
+        raise ValueError(f"expected a whole number >= 1, got {text!r}")
+    return int(value)
+
+
+def parse_fp_rate(text: str) -> float:
+    """Parse a false-positive rate: ``0.01``, ``1e-3``, ``1/1000`` or a percentage ``1%``.
+
+    Raises:
+        ValueError: not a number, or not strictly between 0 and 1.
+
+    >>> [parse_fp_rate(s) for s in ("1%", "0.1%", "0.01", "1e-3", "1/1000")]
+    [0.01, 0.001, 0.01, 0.001, 0.001]
+    """
+    s = text.strip().replace("_", "")
+    scale = Fraction(1)
+    if s.endswith("%"):
+        s, scale = s[:-1], Fraction(1, 100)
+    try:
+        value = Fraction(s.strip()) * scale
+    except (ValueError, ZeroDivisionError):
+        raise ValueError(f"not a rate: {text!r} (examples: 1%, 0.1%, 0.01, 1e-3)") from None
+    if not 0 < value < 1:
+        raise ValueError(f"a false-positive rate must be strictly between 0 and 1 (0% and 100%), got {text!r}")
+    return float(value)
+
+
+def format_bytes(n: float) -> str:
+    """Decimal units, one decimal: ``1223`` -> ``'1.2 KB'``; below 1000, ``'999 B'``.
+
+    >>> format_bytes(1223), format_bytes(1_198_157), format_bytes(999)
+    ('1.2 KB', '1.2 MB', '999 B')
+    """
+    if n < 1000:
+        return f"{int(n)} B"
+    for unit in ("KB", "MB", "GB", "TB", "PB"):
+        n /= 1000
+        if n < 999.95:
+            return f"{n:.1f} {unit}"
+    return f"{n:.1f} EB"
+
+
+def format_rate(count: float, seconds: float) -> str:
+    """A per-second rate with a decimal prefix and a trailing space for the unit:
+    ``format_rate(2_500_000, 2) == '1.25 M'``; ``'inf'`` for a zero duration.
+
+    >>> format_rate(2_500_000, 2), format_rate(12, 4)
+    ('1.25 M', '3 ')
+    """
+    if seconds <= 0:
+        return "inf"
+    per_s = count / seconds
+    for div, unit in ((1e9, " G"), (1e6, " M"), (1e3, " k")):
+        if per_s >= div:
+            return f"{per_s / div:.2f}{unit}"
+    return f"{per_s:.0f} "
+
+
+def format_count(count: int, noun: str) -> str:
+    """``'1 item'``, ``'2,000 items'``: a count with thousands separators and the noun's
+    plural when needed (regular English plurals only).
+
+    >>> format_count(1, "item"), format_count(2000, "item"), format_count(0, "file")
+    ('1 item', '2,000 items', '0 files')
+    """
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+def progress_bar(total: Optional[int], desc: str, enabled: Optional[bool] = None) -> Any:
+    """A tqdm bar over bytes on stderr, or None. ``enabled=None`` shows it only when stderr
+    is a terminal. The caller calls ``update(n)`` and ``close()`` on it."""
+    if enabled is None:
+        enabled = sys.stderr.isatty()
+    if not enabled:
+        return None
+    from tqdm import tqdm  # type: ignore[import-untyped]
+
+    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, file=sys.stderr, leave=False)

@@ -1,0 +1,276 @@
+"""Strategies M3MX and M3BL (issue 10): golden positions checked by independent exact-integer
+arithmetic, byte-exact golden files, the false-positive grid against each strategy's formula,
+and the same bits on every code path."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import mmh3
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mmapbloom import (
+    M3BL,
+    M3KM,
+    M3MX,
+    BloomConfig,
+    BloomFilter,
+    ConfigError,
+    CountingBloomFilter,
+    get_strategy,
+    merge_shards,
+)
+from mmapbloom.hashing import M3KM_FP_FLOOR
+
+GOLDEN_DIR = Path(__file__).parent / "golden"
+M64 = 2**64 - 1
+
+
+def ref_m3mx(key: bytes, k: int, m: int) -> list[int]:
+    """M3MX from the issue's definition, written out independently of the package."""
+    h = mmh3.hash128(key, seed=0, x64arch=True, signed=False)
+    a, b = h % 2**64, h >> 64
+    out = []
+    for i in range(k):
+        z = (a + i * b) % 2**64
+        z ^= z >> 33
+        z = z * 0xFF51AFD7ED558CCD % 2**64
+        z ^= z >> 33
+        z = z * 0xC4CEB9FE1A85EC53 % 2**64
+        z ^= z >> 33
+        out.append(z * m >> 64)
+    return out
+
+
+def ref_m3bl(key: bytes, k: int, m: int) -> list[int]:
+    """M3BL from the issue's definition, written out independently of the package."""
+    h = mmh3.hash128(key, seed=0, x64arch=True, signed=False)
+    x, y = h % 2**64, h >> 64
+    block = x * (m // 512) >> 64
+    out = []
+    for _ in range(k):
+        y = y * 0x9E3779B97F4A7C15 % 2**64
+        out.append(block * 512 + (y >> 55))
+    return out
+
+
+# The empty key hashes to 0 under MurmurHash3 with seed 0, so all its probes land on bit 0
+# (block 0 for M3BL): a property of the definition, pinned here.
+GOLDEN_M3MX = [
+    (b"", 7, 9586, [0, 0, 0, 0, 0, 0, 0]),
+    (b"hello", 5, 1, [0, 0, 0, 0, 0]),
+    (b"hello", 7, 100, [31, 45, 39, 94, 4, 99, 72]),
+    (b"https://example.org/", 4, 2**20, [867571, 423858, 21260, 168251]),
+    (b"abc", 3, 2**33 + 17, [6988754073, 6535237532, 1659605338]),
+]
+GOLDEN_M3BL = [
+    (b"", 4, 512, [0, 0, 0, 0]),
+    (b"hello", 6, 1024, [640, 707, 763, 581, 973, 782]),
+    (b"https://example.org/", 3, 512 * 1000, [137316, 137415, 137703]),
+    (b"abc", 5, 512 * 3, [1251, 1461, 1334, 1473, 1306]),
+]
+
+
+@pytest.mark.parametrize("key, k, m, expected", GOLDEN_M3MX)
+def test_m3mx_golden_positions(key: bytes, k: int, m: int, expected: list[int]) -> None:
+    assert ref_m3mx(key, k, m) == expected
+    assert list(M3MX().positions(key, k, m)) == expected
+    assert M3MX().positions_many([key], k, m).tolist() == [expected]
+
+
+@pytest.mark.parametrize("key, k, m, expected", GOLDEN_M3BL)
+def test_m3bl_golden_positions(key: bytes, k: int, m: int, expected: list[int]) -> None:
+    assert ref_m3bl(key, k, m) == expected
+    assert list(M3BL().positions(key, k, m)) == expected
+    assert M3BL().positions_many([key], k, m).tolist() == [expected]
+    assert len({p // 512 for p in expected}) == 1  # one block
+
+
+@settings(max_examples=200, deadline=None)
+@given(key=st.binary(max_size=40), k=st.integers(1, 40),
+       m=st.one_of(st.integers(1, 5000), st.integers(1, M64), st.sampled_from([1, 2, 2**20, 2**33 + 17, M64])))
+def test_m3mx_matches_reference(key: bytes, k: int, m: int) -> None:
+    assert list(M3MX().positions(key, k, m)) == ref_m3mx(key, k, m)
+    assert M3MX().positions_many([key, key + b"x"], k, m).tolist() == [ref_m3mx(key, k, m), ref_m3mx(key + b"x", k, m)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(key=st.binary(max_size=40), k=st.integers(1, 40), blocks=st.one_of(st.integers(1, 3000), st.integers(1, 2**55 - 1)))
+def test_m3bl_matches_reference(key: bytes, k: int, blocks: int) -> None:
+    m = 512 * blocks
+    assert list(M3BL().positions(key, k, m)) == ref_m3bl(key, k, m)
+    assert M3BL().positions_many([key], k, m).tolist() == [ref_m3bl(key, k, m)]
+
+
+def test_m3bl_needs_whole_blocks() -> None:
+    for m in (1, 511, 513, 1000):
+        with pytest.raises(ConfigError, match="multiple of 512"):
+            BloomConfig(num_bits=m, num_hashes=3, strategy=M3BL())
+    assert BloomConfig.for_items(1000, 0.01, strategy=M3BL()).num_bits % 512 == 0
+
+
+def test_default_strategy_is_m3mx() -> None:
+    assert BloomConfig.for_items(1000, 0.01).strategy.name == "M3MX"
+    assert BloomConfig(num_bits=10, num_hashes=2).strategy.name == "M3MX"
+    assert BloomFilter(BloomConfig(num_bits=10, num_hashes=2)).to_bytes()[4:8] == b"M3MX"
+
+
+def _golden_image(name: str) -> bytes:
+    strategy = get_strategy(name)
+    m = 4096 if name == "M3BL" else 1000
+    f = BloomFilter(BloomConfig(num_bits=m, num_hashes=5, strategy=strategy))
+    f.update([f"golden-{i}" for i in range(100)] + [b"\x00\xff", "é"])
+    return f.to_bytes()
+
+
+@pytest.mark.parametrize("name", ["M3KM", "M3MX", "M3BL"])
+def test_golden_file(name: str) -> None:
+    """A byte-exact file per strategy: any change to a strategy's arithmetic fails here."""
+    path = GOLDEN_DIR / f"{name.lower()}.blm"
+    if os.environ.get("MMAPBLOOM_WRITE_GOLDEN"):
+        path.write_bytes(_golden_image(name))
+    assert _golden_image(name) == path.read_bytes()
+    with BloomFilter.open(path, readonly=True) as f:
+        assert f.strategy.name == name and f.items_added == 102
+        assert f.contains_many([f"golden-{i}" for i in range(100)]).all()
+
+
+# -- the false-positive grid ---------------------------------------------------------------
+GRID = [(10, 1e-3), (10, 1e-6), (20, 1e-10), (100, 1e-6), (1000, 1e-3), (1000, 1e-9), (10_000, 0.01),
+        (100_000, 0.05)]
+ABSENT = 200_000
+
+
+def _measure(config: BloomConfig, n: int, absent: int) -> tuple[float, int]:
+    f = BloomFilter(config)
+    f.update([f"in-{i}" for i in range(n)])
+    hits = int(f.contains_many([f"out-{i}" for i in range(absent)]).sum())
+    # From the true n: items_added omits adds that were already false positives.
+    return config.strategy.expected_fp_rate(n, config.num_bits, config.num_hashes), hits
+
+
+def _within(hits: int, trials: int, rate: float) -> bool:
+    """hits within 5 binomial standard deviations (+3 for tiny rates) of trials * rate."""
+    mean = trials * rate
+    slack = 5 * math.sqrt(mean * (1 - rate)) + 3
+    return abs(hits - mean) <= slack
+
+
+@pytest.mark.parametrize("n, p", GRID)
+@pytest.mark.parametrize("name", ["M3MX", "M3BL"])
+def test_fp_rate_matches_the_strategys_formula(name: str, n: int, p: float) -> None:
+    config = BloomConfig.for_items(n, p, strategy=get_strategy(name))
+    expected, hits = _measure(config, n, ABSENT)
+    assert expected <= p * 1.05
+    assert _within(hits, ABSENT, expected), (name, n, p, config, expected, hits / ABSENT)
+
+
+@pytest.mark.parametrize("n, p", GRID)
+def test_m3km_stays_above_its_documented_floor_only(n: int, p: float) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        config = BloomConfig.for_items(n, p, strategy=M3KM())
+    expected, hits = _measure(config, n, ABSENT)
+    assert hits <= ABSENT * (expected + M3KM_FP_FLOOR / config.num_bits) + 5 * math.sqrt(ABSENT * (expected + 2 / config.num_bits)) + 3
+
+
+def test_issue_example_measures_about_one_in_a_million() -> None:
+    f = BloomFilter(BloomConfig.for_items(10, 1e-6))  # m = 288, k = 20
+    f.update([str(i) for i in range(10)])
+    hits = int(f.contains_many([str(i) for i in range(10, 1_000_010)]).sum())
+    assert hits <= 8  # expected about 1; M3KM gave 7,210
+    m3km = BloomFilter(BloomConfig(num_bits=288, num_hashes=20, strategy=M3KM()))
+    m3km.update([str(i) for i in range(10)])
+    assert int(m3km.contains_many([str(i) for i in range(10, 200_010)]).sum()) > 500  # the fault, kept visible
+
+
+def test_power_of_two_m_and_distinct_positions() -> None:
+    config = BloomConfig(num_bits=1024, num_hashes=16)
+    pos = config.strategy.positions_many([f"k{i}".encode() for i in range(20_000)], 16, 1024)
+    distinct = np.mean([len(set(row)) for row in pos.tolist()])
+    assert distinct == pytest.approx(1024 * (1 - (1 - 1 / 1024) ** 16), abs=0.03)  # 15.88, as random
+    expected, hits = _measure(config, 50, ABSENT)
+    assert _within(hits, ABSENT, expected)
+
+
+def test_m3km_warns_below_its_floor() -> None:
+    with pytest.warns(UserWarning, match="M3KM cannot deliver"):
+        BloomConfig.for_items(10, 1e-6, strategy=M3KM())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        BloomConfig.for_items(100_000, 0.01, strategy=M3KM())
+        BloomConfig.for_items(10, 1e-6)
+
+
+def test_blocked_sizing_premium() -> None:
+    """M3BL costs a few percent more memory at 1% and 0.1% (README table)."""
+    for p, low, high in ((0.01, 1.0, 1.1), (0.001, 1.0, 1.15)):
+        classic = BloomConfig.for_items(1_000_000, p)
+        blocked = BloomConfig.for_items(1_000_000, p, strategy=M3BL())
+        assert low < blocked.num_bits / classic.num_bits < high
+        assert M3BL().expected_fp_rate(1_000_000, blocked.num_bits, blocked.num_hashes) <= p
+        smaller = blocked.num_bits - 512
+        assert min(M3BL().expected_fp_rate(1_000_000, smaller, k) for k in range(1, 30)) > p
+
+
+def test_blocked_statistics_use_blocks() -> None:
+    config = BloomConfig.for_items(5000, 0.01, strategy=M3BL())
+    f = BloomFilter(config)
+    f.update([f"s{i}" for i in range(5000)])
+    assert f.approx_items() == pytest.approx(5000, rel=0.05)
+    assert f.observed_fp_rate() == pytest.approx(f.expected_fp_rate(), rel=0.3)
+    c = CountingBloomFilter(config)
+    c.update([f"s{i}" for i in range(5000)])
+    assert c.observed_fp_rate() == pytest.approx(f.observed_fp_rate())
+    assert c.approx_items() == pytest.approx(f.approx_items())
+    assert BloomFilter(config).approx_items() == 0.0 and math.copysign(1, BloomFilter(config).approx_items()) == 1
+
+
+# -- every code path gives the same bits ------------------------------------------------------
+@settings(max_examples=40, deadline=None)
+@given(items=st.lists(st.one_of(st.text(max_size=20), st.binary(max_size=20)), max_size=60),
+       name=st.sampled_from(["M3KM", "M3MX", "M3BL"]), k=st.integers(1, 12), blocks=st.integers(1, 6))
+def test_every_path_sets_the_same_bits(items: list, name: str, k: int, blocks: int) -> None:
+    config = BloomConfig(num_bits=512 * blocks, num_hashes=k, strategy=get_strategy(name))
+    one = BloomFilter(config)
+    flags = [one.add(x) for x in items]
+    batch = BloomFilter(config)
+    assert batch.add_many(items).tolist() == flags
+    assert batch.to_bytes() == one.to_bytes()
+    counting = CountingBloomFilter(config)
+    counting.update(items)
+    assert counting.to_bloom().to_bytes() == one.to_bytes()
+    assert counting.contains_many(items).all() and one.contains_many(items).all()
+    assert all(x in one for x in items)
+
+
+def test_merge_and_cli_set_the_same_bits(tmp_path: Path) -> None:
+    for name in ("M3KM", "M3MX", "M3BL"):
+        config = BloomConfig(num_bits=512 * 20, num_hashes=6, strategy=get_strategy(name))
+        items = [f"item-{i}" for i in range(300)]
+        ref = BloomFilter(config)
+        ref.update(items)
+        shards = []
+        for part in range(3):
+            path = tmp_path / f"{name}-{part}.blm"
+            with BloomFilter.create(path, config) as f:
+                f.update(items[part::3])
+            shards.append(path)
+        merged = tmp_path / f"{name}-merged.blm"
+        merge_shards(merged, shards)
+        assert merged.read_bytes()[24:] == ref.to_bytes()[24:]
+        cli_file = tmp_path / f"{name}-cli.blm"
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+        subprocess.run([sys.executable, "-m", "mmapbloom", "create", str(cli_file), "--bits", str(512 * 20),
+                        "--hashes", "6", "--strategy", name], check=True, env=env, capture_output=True)
+        subprocess.run([sys.executable, "-m", "mmapbloom", "add", "-q", str(cli_file)], check=True, env=env,
+                       input="\n".join(items).encode() + b"\n", capture_output=True)
+        assert cli_file.read_bytes() == ref.to_bytes()
