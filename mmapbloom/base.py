@@ -9,10 +9,13 @@ Subclasses (:class:`~mmapbloom.filter.BloomFilter`,
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import signal
+import threading
 import warnings
-from typing import Any, Iterable, Optional, TypeVar, Union
+from typing import Any, Iterable, Iterator, Optional, TypeVar, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -40,7 +43,7 @@ from .sizing import (
 )
 from .storage import DEFAULT_FILE_MODE, FileStorage, MemoryStorage, Storage, create_file
 
-__all__ = ["CHUNK_BYTES", "CHUNK_KEYS", "OVERFILL_RATIO", "MappedFilter", "PathLike", "validated_keys"]
+__all__ = ["CHUNK_BYTES", "CHUNK_KEYS", "OVERFILL_RATIO", "MappedFilter", "PathLike", "deferred_signals", "validated_keys"]
 
 #: ``add`` warns (OverCapacityWarning, once per handle) past this expected fill ratio
 #: ``1 - e^(-kn/m)`` (Bloom 1970). A filter sized by ``for_items`` stays below it at its
@@ -60,6 +63,41 @@ PathLike = Union[str, "os.PathLike[str]"]
 _MAX_ITEMS = fmt.MAX_ITEMS
 
 F = TypeVar("F", bound="MappedFilter")
+
+
+@contextlib.contextmanager
+def deferred_signals() -> Iterator[None]:
+    """Hold SIGINT, SIGTERM and SIGHUP for the duration of a batch commit (cells and items
+    counter), then deliver them: an interrupt then lands between chunks, never between a
+    chunk's cells and its count, so bits and ``items_added`` always agree (issue 12).
+
+    Only the main thread receives signals in Python, so elsewhere this does nothing. A
+    signal that arrives inside is re-raised with ``signal.raise_signal`` once the original
+    handlers are back, so it has exactly its usual effect (KeyboardInterrupt, the
+    default action, or the program's own handler). Costs a few microseconds per call:
+    used once per chunk of ``CHUNK_KEYS`` keys, never per item.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        pending.append(signum)
+
+    saved = []
+    try:
+        for sig in _DEFERRED_SIGNALS:
+            saved.append((sig, signal.signal(sig, hold)))
+        yield
+    finally:
+        for sig, handler in saved:
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(pending):
+            signal.raise_signal(sig)
+
+
+_DEFERRED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 def validated_keys(items: Iterable[Any]) -> list[Any]:

@@ -211,8 +211,14 @@ def _add(args: argparse.Namespace) -> int:
         bar = _progress_bar(args.inputs, "add")
         try:
             for chunk in _item_chunks(args.inputs, args.null, bar):
-                new += int(f.update(chunk))  # add_many: one lock acquisition per chunk
+                new += int(f.update(chunk))  # one lock acquisition per chunk; signals wait for its end
                 total += len(chunk)
+        except KeyboardInterrupt as exc:
+            # Chunks commit whole (cells and items counter together), so this is exact.
+            total += getattr(exc, "committed_items", 0)
+            print(f"mmapbloom add: interrupted: the first {format_count(total, 'item')} were committed to "
+                  f"{args.file}; the rest were not added", file=sys.stderr)
+            raise
         finally:
             if bar is not None:
                 bar.close()

@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import format as fmt
-from .base import CHUNK_BYTES, CHUNK_KEYS, MappedFilter, validated_keys
+from .base import CHUNK_BYTES, CHUNK_KEYS, MappedFilter, deferred_signals, validated_keys
 from .errors import ConfigError, ConfigMismatchError, SaturationWarning
 from .filter import BloomFilter
 from .sizing import BloomConfig
@@ -207,7 +207,8 @@ class CountingBloomFilter(MappedFilter):
         warnings too, except that warnings are emitted once the batch is done. The write
         lock is taken once per chunk of ``CHUNK_KEYS`` keys, so other writers interleave
         between chunks, never inside an item. Every item is validated before any counter
-        changes. Raises as :meth:`add`."""
+        changes. Signals and ``committed_items`` as ``BloomFilter.add_many``. Raises as
+        :meth:`add`."""
         if self._no_write:
             self._refuse_write()
         self._check_open()
@@ -215,17 +216,22 @@ class CountingBloomFilter(MappedFilter):
         out = np.zeros(len(keys), dtype=np.bool_)
         saturated = False
         add_many = self._kernels.add_many
+        committed = 0
         try:
             for start in range(0, len(keys), CHUNK_KEYS):
                 chunk = keys[start:start + CHUNK_KEYS]
-                with self._lock:
+                with deferred_signals(), self._lock:
                     flags, new, sat = add_many(chunk)
                     if new:
                         self._bump_items(new)
+                    committed = start + len(chunk)
                 out[start:start + len(chunk)] = flags
                 saturated |= sat
         except ValueError:
             self._check_open()
+            raise
+        except BaseException as exc:  # KeyboardInterrupt: tell the caller how far it got
+            exc.committed_items = committed  # type: ignore[attr-defined]
             raise
         self._flush_warnings(saturated, stacklevel=3)
         return out
@@ -301,7 +307,7 @@ class CountingBloomFilter(MappedFilter):
         source = other.to_bytes()[other._hs:] if self._same_image(other) else None
         mine = self._cells()
         theirs = np.frombuffer(source, dtype=np.uint8) if source is not None else other._cells()
-        with self._lock:
+        with deferred_signals(), self._lock:
             for start in range(0, mine.shape[0], CHUNK_BYTES):
                 a, b = mine[start:start + CHUNK_BYTES], theirs[start:start + CHUNK_BYTES]
                 if self._cell_bits == 8:

@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import format as fmt
-from .base import CHUNK_BYTES, CHUNK_KEYS, OVERFILL_RATIO, MappedFilter, validated_keys
+from .base import CHUNK_BYTES, CHUNK_KEYS, OVERFILL_RATIO, MappedFilter, deferred_signals, validated_keys
 
 __all__ = ["BloomFilter", "OVERFILL_RATIO", "popcount"]
 
@@ -148,7 +148,10 @@ class BloomFilter(MappedFilter):
         Every item is validated before any bit is set, so a bad item leaves the filter
         unchanged. The write lock is taken once per chunk of ``CHUNK_KEYS`` keys, so
         another writer may interleave between chunks (each chunk is atomic, and its bits
-        and the items counter agree when it ends).
+        and the items counter agree when it ends). SIGINT, SIGTERM and SIGHUP arriving
+        during a chunk's commit are delivered after it; an exception such as
+        KeyboardInterrupt leaving this method carries ``committed_items``, the number of
+        leading items whose chunks were committed.
 
         Raises TypeError, UnicodeEncodeError, ReadOnlyFilterError, FilterClosedError.
         """
@@ -162,16 +165,21 @@ class BloomFilter(MappedFilter):
     def _add_many(self, keys: list[Any]) -> npt.NDArray[np.bool_]:
         out = np.zeros(len(keys), dtype=np.bool_)
         add_many = self._kernels.add_many
+        committed = 0
         try:
             for start in range(0, len(keys), CHUNK_KEYS):
                 chunk = keys[start:start + CHUNK_KEYS]
-                with self._lock:
+                with deferred_signals(), self._lock:
                     flags, new = add_many(chunk)
                     if new:
                         self._bump_items(new)
+                    committed = start + len(chunk)
                 out[start:start + len(chunk)] = flags
         except ValueError:
             self._check_open()
+            raise
+        except BaseException as exc:  # KeyboardInterrupt: tell the caller how far it got
+            exc.committed_items = committed  # type: ignore[attr-defined]
             raise
         return out
 
@@ -191,7 +199,7 @@ class BloomFilter(MappedFilter):
         if self._same_image(other):
             return self  # x | x == x & x == x: nothing changes, and no self-deadlock
         mine, theirs = self._bits(), other._bits()
-        with self._lock:
+        with deferred_signals(), self._lock:
             for start in range(0, mine.shape[0], CHUNK_BYTES):
                 stop = start + CHUNK_BYTES
                 op(mine[start:stop], theirs[start:stop], out=mine[start:stop])
