@@ -6,10 +6,22 @@ filters, an exclusive ``flock`` on the filter file, taken through portalocker's 
 Why ``flock``: it is what portalocker uses on POSIX (``portalocker.LOCKER`` is
 ``fcntl.flock``), it is released by the kernel when a process dies (a SIGKILLed writer
 never leaves the file locked), and it belongs to the *open file description*, not the
-process. That last point matters across ``fork()``: a child that inherits the descriptor
-shares the parent's lock instead of being excluded by it. So after a fork the child
-reopens its own description of the *same inode* (through ``/proc/self/fd/N``, or by path
-with a st_dev/st_ino check, never a different file that now has the path) before it locks.
+process. That last point matters across ``fork()``: a child that inherits a descriptor
+shares the parent's description, and so keeps the parent's lock alive after the parent
+dies (the kernel drops a flock only when the last reference to its description goes).
+
+So the lock is never taken on the descriptor that the storage maps (a mapping, and the
+descriptor ``mmap`` duplicates internally, also reference that description). Each lock
+opens a description of its own on the *same inode* (through ``/proc/self/fd/N``, or by
+path with a st_dev/st_ino check, never a different file that now has the path) and flocks
+only that one. In a fork child, the ``os.register_at_fork`` hook replaces the inherited
+lock descriptor at once, with ``os.dup2`` of a fresh open of the same inode, whether or
+not the child ever writes: after the fork no child references the parent's lock
+description, so a SIGKILLed holder's lock is released even while its children live, and
+the child's own writes are excluded by the parent's lock like any other process's. (Only
+if the file cannot be reopened at all, e.g. a mode that denies the owner both read and
+write, does the lock fall back to the storage descriptor; then a fork child reopens before
+its first write, as before, and the holder's lock lives as long as the child.)
 
 On POSIX, when portalocker's locker is ``fcntl.flock``, the hot path calls
 ``fcntl.flock`` directly: the same primitive, without portalocker's per-call validation
@@ -17,8 +29,7 @@ On POSIX, when portalocker's locker is ``fcntl.flock``, the hot path calls
 (Windows) ``portalocker.lock`` is used as is.
 
 Thread locks held by other threads when ``fork()`` happens would stay held forever in the
-child; an ``os.register_at_fork`` hook gives every live lock a fresh thread lock in the
-child.
+child; the same at-fork hook gives every live lock a fresh thread lock in the child.
 """
 
 from __future__ import annotations
@@ -95,41 +106,77 @@ class WriteLock:
         if fd is not None:
             st = os.fstat(fd)
             self._ino = (st.st_dev, st.st_ino)
+            try:  # a description of our own, referenced by no mapping (module docstring)
+                self._own_fd = self._open_same_inode()
+            except OSError:
+                self._own_fd = None  # fall back to the storage's descriptor
         _LIVE.add(self)  # in-memory filters too: their thread lock is reset after fork
 
     # -- fork handling --------------------------------------------------------------
     def _reset_after_fork(self) -> None:
         # Runs in the child right after fork(), when only the forking thread exists. The
         # child holds nothing: not the thread lock (a fresh one) and not the flock (it is the
-        # parent's; the child reopens its own description before locking). If the forking
-        # thread was inside ``with lock:`` blocks, leaving them in the child is a no-op
-        # (``_inherited``); a write inside them takes the lock for real, waiting for the
-        # parent to leave its block.
+        # parent's). The inherited lock descriptor is replaced right away by a fresh
+        # description of the same inode (module docstring), so that the parent's lock dies
+        # with the parent. If the forking thread was inside ``with lock:`` blocks, leaving
+        # them in the child is a no-op (``_inherited``); a write inside them takes the lock
+        # for real, waiting for the parent to leave its block.
         self._tlock = threading.RLock()
         self._depth = 0
         self._inherited = self._forker_depth
         self._forker_depth = 0
-        self._stale = self._fd is not None
+        if self._fd is None or self._closed:
+            return
+        if self._own_fd is None:
+            self._stale = True  # sharing the storage's description: reopen before locking
+            return
+        try:
+            new = self._open_same_inode()
+        except OSError:
+            # Cannot reopen now: drop the parent's description anyway (never keep its lock
+            # alive); the first write in the child reopens, or raises.
+            os.close(self._own_fd)
+            self._own_fd = None
+            self._stale = True
+            return
+        try:
+            os.dup2(new, self._own_fd, inheritable=False)
+        finally:
+            os.close(new)
+
+    def _open_same_inode(self) -> int:
+        """A new open file description of the file's inode (never another file that has
+        taken its path). Raises OSError when it cannot be opened."""
+        assert self._fd is not None and self._ino is not None
+        last: Optional[OSError] = None
+        for mode in (os.O_RDONLY, os.O_WRONLY):  # flock needs no particular access mode
+            flags = mode | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+            proc = f"/proc/self/fd/{self._fd}"
+            try:
+                if os.path.exists(proc):
+                    new = os.open(proc, flags)
+                elif self._path is not None:
+                    new = os.open(self._path, flags)
+                else:  # pragma: no cover
+                    raise OSError("cannot reopen the lock descriptor: no /proc and no path")
+            except PermissionError as exc:
+                last = exc
+                continue
+            st = os.fstat(new)
+            if (st.st_dev, st.st_ino) != self._ino:
+                os.close(new)
+                raise OSError(
+                    f"{self._path}: the path now names another file "
+                    f"(inode {st.st_dev}:{st.st_ino}, expected {self._ino[0]}:{self._ino[1]}); "
+                    "reopen the filter"
+                )
+            return new
+        assert last is not None
+        raise last
 
     def _reopen(self) -> None:
         """Open a new description of the same inode, so our flock excludes the parent's."""
-        assert self._fd is not None and self._ino is not None
-        flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
-        proc = f"/proc/self/fd/{self._fd}"
-        if os.path.exists(proc):
-            new = os.open(proc, flags)
-        elif self._path is not None:
-            new = os.open(self._path, flags)
-        else:  # pragma: no cover
-            raise OSError("cannot reopen the lock descriptor after fork: no /proc and no path")
-        st = os.fstat(new)
-        if (st.st_dev, st.st_ino) != self._ino:
-            os.close(new)
-            raise OSError(
-                f"{self._path}: after fork the path names another file "
-                f"(inode {st.st_dev}:{st.st_ino}, expected {self._ino[0]}:{self._ino[1]}); "
-                "reopen the filter in the child"
-            )
+        new = self._open_same_inode()
         old = self._own_fd
         self._own_fd = new
         self._stale = False
