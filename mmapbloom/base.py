@@ -27,7 +27,7 @@ from .errors import (
     ReadOnlyFilterError,
 )
 from .hashing import M3KM, HashStrategy
-from .locking import WriteLock
+from .locking import TimedWriteLock, WriteLock
 from .sizing import BloomConfig, expected_fill_ratio, expected_fp_rate
 from .storage import DEFAULT_FILE_MODE, FileStorage, MemoryStorage, Storage, create_file
 
@@ -373,7 +373,7 @@ class MappedFilter:
             self._check_open()
             raise
 
-    def write_lock(self) -> WriteLock:
+    def write_lock(self, timeout: Optional[float] = None) -> Union[WriteLock, TimedWriteLock]:
         """The handle's write lock, as a context manager, for loops that cannot batch::
 
             with f.write_lock():
@@ -382,15 +382,28 @@ class MappedFilter:
 
         Inside the block writes re-enter the lock without another ``flock`` call. Other
         writers (threads, processes) wait until the block ends; readers are not blocked.
-        Do not write through a *second* handle on the same file inside the block: flock
-        excludes that handle too, so the thread would wait for itself forever.
+
+        A write through a *second* handle on the same file inside the block (same thread)
+        cannot wait for the block it is in: it raises :class:`SelfDeadlockError` at once.
+        Snapshot reads of a second handle (``copy``, ``to_bytes``, ``|``, ``to_bloom``,
+        a counting ``union``) work inside the block: they see its writes.
+
+        Args:
+            timeout: ``None`` (default) waits as long as it takes. A number of seconds
+                >= 0: entering the block waits at most that long (the thread lock and the
+                file lock together) and raises :class:`LockTimeout` (a ``TimeoutError``)
+                if the lock is still held elsewhere.
 
         Raises:
             ReadOnlyFilterError, FilterClosedError: on such a handle.
+            ValueError: a negative or non-finite ``timeout``.
+            On entering: LockTimeout, SelfDeadlockError, FilterClosedError.
         """
         if self._no_write:
             self._refuse_write()
-        return self._lock
+        if timeout is None:
+            return self._lock
+        return self._lock.with_timeout(timeout)
 
     def expected_fp_rate(self) -> float:
         """``(1 - e^(-k n / m))^k`` with n = :attr:`items_added` (Bloom 1970).
@@ -445,9 +458,11 @@ class MappedFilter:
     def to_bytes(self) -> bytes:
         """The whole image (header and cells), as a consistent snapshot taken under the
         write lock (so no concurrent write of this or another process is half in it).
-        Memory: :attr:`size_bytes` bytes."""
+        When the calling thread holds the same file's lock through another handle (inside
+        ``other.write_lock()``) no lock is taken: every writer is excluded already, and the
+        snapshot includes the block's own writes. Memory: :attr:`size_bytes` bytes."""
         self._check_open()
-        with self._lock:
+        with self._lock.snapshot():
             return bytes(self._buf[:])
 
     def copy(self: F) -> F:

@@ -15,7 +15,10 @@ and also from the matching built-in, so callers may catch either::
     ├── MergeError(ValueError)               a merge request that cannot be carried out as asked
     ├── ConfigMismatchError(ValueError)      open_or_create found a file with another m, k or scheme
     ├── FilterClosedError(ValueError)        use of a filter after close()
-    └── ReadOnlyFilterError(PermissionError) a write on a filter opened read-only
+    ├── ReadOnlyFilterError(PermissionError) a write on a filter opened read-only
+    ├── LockTimeout(TimeoutError)            write_lock(timeout=...) expired before the lock was free
+    └── SelfDeadlockError(RuntimeError)      a write through a second handle while this thread
+                                             holds the same file's lock through another
 
 Operating-system errors (``FileNotFoundError``, ``IsADirectoryError``, ``OSError`` with
 ``ENOSPC`` ...) are raised unchanged, as the built-in ``OSError`` subclasses.
@@ -37,12 +40,14 @@ __all__ = [
     "FormatError",
     "IncompatibleFiltersError",
     "LengthMismatchError",
+    "LockTimeout",
     "MergeError",
     "MmapBloomError",
     "OverCapacityWarning",
     "PaddingError",
     "ReadOnlyFilterError",
     "SaturationWarning",
+    "SelfDeadlockError",
     "UnknownSchemeError",
 ]
 
@@ -161,6 +166,39 @@ class FilterClosedError(MmapBloomError, ValueError):
 
 class ReadOnlyFilterError(MmapBloomError, PermissionError):
     """A write (add, update, union, ...) on a filter opened with ``readonly=True``."""
+
+
+class LockTimeout(MmapBloomError, TimeoutError):
+    """``write_lock(timeout=...)`` could not take the write lock within ``timeout`` seconds
+    (another process, another handle, or another thread of this handle held it all along).
+    Nothing is held when it is raised.
+
+    Attributes:
+        path: the filter file, or ``None`` for an in-memory filter.
+        timeout: the timeout asked for, in seconds.
+    """
+
+    def __init__(self, message: str, *, path: Any = None, timeout: Any = None):
+        super().__init__(message)
+        self.path = path
+        self.timeout = timeout
+
+
+class SelfDeadlockError(MmapBloomError, RuntimeError):
+    """A write (or ``write_lock()``) through one handle while the calling thread holds the
+    write lock of the same file through *another* handle of this process. The file lock
+    (``flock``) excludes the second handle too, so waiting would never end; this is raised
+    at once instead, and nothing is changed. Write through the handle whose lock is held,
+    or leave its ``with`` block first. (Snapshot reads such as ``copy``, ``to_bytes``,
+    ``|`` and ``to_bloom`` never raise this: the held lock already excludes every writer.)
+
+    Attributes:
+        path: the filter file.
+    """
+
+    def __init__(self, message: str, *, path: Any = None):
+        super().__init__(message)
+        self.path = path
 
 
 class OverCapacityWarning(UserWarning):

@@ -26,7 +26,21 @@ its first write, as before, and the holder's lock lives as long as the child.)
 On POSIX, when portalocker's locker is ``fcntl.flock``, the hot path calls
 ``fcntl.flock`` directly: the same primitive, without portalocker's per-call validation
 (about 1 us per lock/unlock pair instead of about 7 us, measured in issue 5). Elsewhere
-(Windows) ``portalocker.lock`` is used as is.
+(Windows) ``portalocker.lock`` is used as is. The hot path first tries a non-blocking
+``flock``; only when the lock is taken it goes to the slow path below.
+
+Waiting (the slow path). Two handles of one file in one process have two descriptions,
+so their flocks exclude each other even in one thread. Before waiting, the slow path looks
+for another live lock of the same inode held by the *calling* thread: then waiting would
+never end, and :class:`~mmapbloom.errors.SelfDeadlockError` is raised at once. Snapshot
+reads (:meth:`WriteLock.snapshot`: ``to_bytes``, ``copy``, ``|``, ``to_bloom``) need no
+lock at all in that case, since the held lock already excludes every writer, and so
+proceed. A timed wait (``write_lock(timeout=...)``) polls with portalocker's public API,
+``portalocker.lock(fd, LockFlags.EXCLUSIVE | LockFlags.NON_BLOCKING)``, catching
+``portalocker.AlreadyLocked``, with a backoff of 1 ms up to 50 ms, and raises
+:class:`~mmapbloom.errors.LockTimeout` at the deadline. (portalocker's own ``Lock`` class
+cannot be used: it opens the file itself, and the lock must be on this lock's own
+description.)
 
 Thread locks held by other threads when ``fork()`` happens would stay held forever in the
 child; the same at-fork hook gives every live lock a fresh thread lock in the child.
@@ -34,27 +48,33 @@ child; the same at-fork hook gives every live lock a fresh thread lock in the ch
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import threading
+import time
 import weakref
 from types import TracebackType
-from typing import Optional
+from typing import Iterator, Optional
 
 import portalocker
 
-from .errors import FilterClosedError
+from .errors import FilterClosedError, LockTimeout, SelfDeadlockError
 
 try:  # POSIX
     import fcntl
 
     _FLOCK = fcntl.flock
     _LOCK_EX = fcntl.LOCK_EX
+    _LOCK_EX_NB = fcntl.LOCK_EX | fcntl.LOCK_NB
     _LOCK_UN = fcntl.LOCK_UN
     _DIRECT_FLOCK = getattr(portalocker.portalocker, "LOCKER", None) is fcntl.flock
 except ImportError:  # pragma: no cover - Windows
     _DIRECT_FLOCK = False
 
-__all__ = ["WriteLock"]
+__all__ = ["TimedWriteLock", "WriteLock"]
+
+_TRY_FLAGS = portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING
 
 _LIVE: "weakref.WeakSet[WriteLock]" = weakref.WeakSet()
 
@@ -185,12 +205,27 @@ class WriteLock:
 
     # -- lock / unlock --------------------------------------------------------------
     # These two run on every per-item add: keep them lean (measured in tools/benchmark.py).
-    def acquire(self) -> None:
+    def acquire(self, timeout: Optional[float] = None) -> None:
         """Block until this thread holds the lock (thread lock, then file lock).
 
-        Raises FilterClosedError once the handle was closed (also when it was closed while
-        this thread waited): a write never proceeds without the file lock."""
-        self._tlock.acquire()
+        Args:
+            timeout: ``None`` (default) waits as long as it takes; a number of seconds
+                >= 0 waits at most that long in all (0: only if the lock is free now).
+
+        Raises:
+            FilterClosedError: the handle was closed (also while this thread waited): a
+                write never proceeds without the file lock.
+            SelfDeadlockError: this thread holds the same file's lock through another
+                handle (waiting would never end); raised at once.
+            LockTimeout: ``timeout`` expired; nothing is held.
+        """
+        if timeout is None:
+            self._tlock.acquire()
+            deadline = None
+        else:
+            deadline = time.monotonic() + timeout
+            if not self._tlock.acquire(timeout=timeout):
+                raise self._timeout_error(timeout)
         if self._closed:
             self._tlock.release()
             raise FilterClosedError(f"{self._path or '<memory>'}: filter is closed")
@@ -198,15 +233,86 @@ class WriteLock:
             try:
                 if self._stale:
                     self._reopen()
+                fd = self._own_fd if self._own_fd is not None else self._fd
                 if _DIRECT_FLOCK:
-                    _FLOCK(self._own_fd if self._own_fd is not None else self._fd, _LOCK_EX)
+                    try:
+                        _FLOCK(fd, _LOCK_EX_NB)
+                    except BlockingIOError:
+                        self._wait_file_lock(fd, deadline, timeout)
                 else:  # pragma: no cover - non-POSIX
-                    portalocker.lock(self._own_fd if self._own_fd is not None else self._fd,
-                                     portalocker.LockFlags.EXCLUSIVE)
+                    if not self._try_lock(fd):
+                        self._wait_file_lock(fd, deadline, timeout)
             except BaseException:
                 self._tlock.release()
                 raise
         self._depth += 1
+
+    # -- the slow path: the file lock is taken ----------------------------------------
+    @staticmethod
+    def _try_lock(fd: int) -> bool:
+        try:
+            portalocker.lock(fd, _TRY_FLAGS)
+        except portalocker.AlreadyLocked:
+            return False
+        return True
+
+    def _wait_file_lock(self, fd: int, deadline: Optional[float], timeout: Optional[float]) -> None:
+        holder = self._held_by_this_thread()
+        if holder is not None:
+            raise SelfDeadlockError(
+                f"{self._path}: this thread already holds the write lock of this file through another "
+                f"handle ({holder._path}); a write through this handle would wait for itself forever. "
+                "Write through the handle whose write_lock() is held, or leave its block first",
+                path=self._path)
+        if deadline is None:
+            if _DIRECT_FLOCK:
+                _FLOCK(fd, _LOCK_EX)
+            else:  # pragma: no cover - non-POSIX
+                portalocker.lock(fd, portalocker.LockFlags.EXCLUSIVE)
+            return
+        delay = 0.001
+        while not self._try_lock(fd):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self._timeout_error(timeout)
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, 0.05)
+
+    def _timeout_error(self, timeout: Optional[float]) -> LockTimeout:
+        return LockTimeout(f"{self._path or '<memory>'}: could not take the write lock within {timeout} s "
+                           "(another process, handle or thread held it all along)",
+                           path=self._path, timeout=timeout)
+
+    def _held_by_this_thread(self) -> "Optional[WriteLock]":
+        """Another live lock of the same file whose file lock the calling thread holds."""
+        if self._ino is None:
+            return None
+        for lock in list(_LIVE):
+            if (lock is not self and lock._ino == self._ino and lock._depth > 0 and not lock._closed
+                    and lock._tlock._is_owned()):  # type: ignore[attr-defined]
+                return lock
+        return None
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Hold the lock for a read that needs a consistent snapshot (``to_bytes``,
+        ``to_bloom``), so that no write of any thread or process is half in it; except when
+        the calling thread already holds the same file's lock through another handle: then
+        every writer is already excluded, and no lock is taken (taking it would wait for
+        this very thread forever)."""
+        if self._fd is not None and not self._tlock._is_owned() and self._held_by_this_thread() is not None:  # type: ignore[attr-defined]
+            yield
+            return
+        with self:
+            yield
+
+    def with_timeout(self, timeout: float) -> "TimedWriteLock":
+        """This lock as a context manager that waits at most ``timeout`` seconds.
+
+        Raises:
+            ValueError: ``timeout`` is negative or not a finite number.
+        """
+        return TimedWriteLock(self, timeout)
 
     def release(self) -> None:
         """Release one level; the file lock is dropped when the outermost level is."""
@@ -247,3 +353,38 @@ class WriteLock:
         if self._own_fd is not None:
             fd, self._own_fd = self._own_fd, None
             os.close(fd)
+
+
+class TimedWriteLock:
+    """A :class:`WriteLock` taken with a timeout: ``with f.write_lock(timeout=2.0): ...``.
+
+    Entering waits at most ``timeout`` seconds in all (the thread lock, then the file lock)
+    and raises :class:`~mmapbloom.errors.LockTimeout` if the lock is still taken, or
+    :class:`~mmapbloom.errors.SelfDeadlockError` at once if the calling thread holds the
+    same file's lock through another handle. Re-entrant like the lock itself: inside a
+    block of the same handle it is taken at once. Thread-safe.
+    """
+
+    __slots__ = ("_lock", "timeout")
+
+    def __init__(self, lock: WriteLock, timeout: float):
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) \
+                or timeout < 0:
+            raise ValueError(f"timeout must be a finite number of seconds >= 0, got {timeout!r}")
+        self._lock = lock
+        self.timeout = float(timeout)
+
+    def acquire(self) -> None:
+        """Take the lock, waiting at most ``timeout`` seconds (raises ``LockTimeout``)."""
+        self._lock.acquire(self.timeout)
+
+    def release(self) -> None:
+        """Release one level (as :meth:`WriteLock.release`)."""
+        self._lock.release()
+
+    def __enter__(self) -> "TimedWriteLock":
+        self._lock.acquire(self.timeout)
+        return self
+
+    def __exit__(self, et: Optional[type[BaseException]], ev: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        self._lock.release()
