@@ -319,6 +319,7 @@ class MappedFilter:
         """The header's item count (see the format docs for each kind); saturates at
         ``2**32 - 1``. Read from the header, so it includes other processes' adds."""
         self._check_open()
+        self._storage.check_size()  # the header page of a truncated file raises SIGBUS
         try:
             return fmt.load_items(self._items)
         except ValueError:  # closed by another thread since the check
@@ -366,8 +367,11 @@ class MappedFilter:
         self._set_items(fmt.load_items(self._items) + new)
 
     def _cells(self) -> npt.NDArray[np.uint8]:
-        """A numpy ``uint8`` view of the cell array (no copy; read-only when the handle is)."""
+        """A numpy ``uint8`` view of the cell array (no copy; read-only when the handle is).
+        Every scan of the mapping starts here, so the file's size is checked here first
+        (``LengthMismatchError`` for a file truncated under the handle, not SIGBUS)."""
         try:
+            self._storage.check_size()
             return self._storage.view(self._hs, fmt.body_size(self._m, self._cell_bits))
         except ValueError:  # closed by another thread since the caller's check
             self._check_open()
@@ -421,19 +425,24 @@ class MappedFilter:
 
     def check(self) -> None:
         """Verify the invariants of the open image: the header parses and agrees with the
-        config, the length is right and the padding bits are 0.
+        config, the file's real length (``os.fstat``, so a file truncated or extended by
+        another program under the handle is reported, never read past its end) is right
+        and the padding bits are 0.
 
         Raises:
-            FormatError subclasses naming what is wrong; FilterClosedError.
+            FormatError subclasses naming what is wrong (LengthMismatchError for a file
+            truncated under the handle); FilterClosedError.
         """
         self._check_open()
         source = self._describe()
+        self._storage.check_size()  # before reading anything: pages past the end raise SIGBUS
         header = self._parse(bytes(self._buf[:self._hs]), source)
         found = BloomConfig(num_bits=header.num_bits, num_hashes=header.num_hashes, strategy=header.strategy)
         if found != self._config or header.cell_bits != self._cell_bits:
             raise BadHeaderError(f"header changed under the handle: {found!r}", source=source,
                                      expected=self._config, actual=found)
-        fmt.check_length(header.total_size, len(self._buf), source=source)
+        size = os.fstat(self._storage.fd).st_size if isinstance(self._storage, FileStorage) else len(self._buf)
+        fmt.check_length(header.total_size, size, source=source)
         fmt.check_padding(self._buf[len(self._buf) - 1], self._m, source=source, cell_bits=self._cell_bits)
 
     # -- combining --------------------------------------------------------------------
@@ -463,6 +472,7 @@ class MappedFilter:
         snapshot includes the block's own writes. Memory: :attr:`size_bytes` bytes."""
         self._check_open()
         with self._lock.snapshot():
+            self._storage.check_size()  # a truncated file: LengthMismatchError, not SIGBUS
             return bytes(self._buf[:])
 
     def copy(self: F) -> F:

@@ -490,6 +490,7 @@ def merge_into(target: PathLike, shards: Sequence[PathLike], *, chunk_bytes: int
                 part = acc[:size]
                 _accumulate(infos, start, part, scratch[:size], False, bar)
                 with f.write_lock():
+                    f._storage.check_size()  # truncated meanwhile: LengthMismatchError, not SIGBUS
                     _combine(bits[start:start + size], part, intersection=False)
             with f.write_lock():
                 items = min(f.items_added + sum(s.items_added for s in infos), fmt.MAX_ITEMS)
