@@ -7,7 +7,9 @@ subcommand has ``--help``.
 Exit status: 0 on success; 1 when ``check`` answers "certainly absent" for an item whose
 presence was asked for (or, with ``--absent``, "might be present" for an item whose
 absence was asked for); 2 on bad usage, a damaged or unreadable file, or any other
-expected error, reported as one line on stderr without a traceback. 130 after Ctrl-C.
+expected error, reported as one line on stderr without a traceback. 128 + the signal
+number when interrupted: 130 after Ctrl-C (SIGINT), 143 after SIGTERM, 129 after SIGHUP,
+all three with the same cleanup (temporary files removed; see :mod:`mmapbloom.termination`).
 
 Key framing, identical for ``add`` and ``check``: input is read as bytes, one item per
 line; the line's terminating ``\\n`` or ``\\r\\n`` is removed and nothing else (no other
@@ -41,6 +43,7 @@ from .base import MappedFilter
 from .counting import CountingBloomFilter
 from .errors import MmapBloomError
 from .filter import BloomFilter
+from .termination import TerminationSignal, exit_status, run_main
 from .verify import open_any
 from .sizing import BloomConfig, approx_items, expected_fill_ratio, expected_fp_rate, observed_fp_rate
 
@@ -589,9 +592,10 @@ def _call(args: argparse.Namespace, prog: str) -> int:
             return _broken_pipe()
         print(f"{prog}: error: {_describe_error(exc)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP (mmapbloom.termination)
+        by = f" by {exc}" if isinstance(exc, TerminationSignal) else ""
+        print(f"{prog}: interrupted{by}", file=sys.stderr)
+        return exit_status(exc)
 
 
 def _broken_pipe() -> int:
@@ -614,14 +618,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     Returns:
         The exit status: 0 ok, 1 a check answered absent where presence was asked for,
-        2 bad usage or a damaged or unreadable file (one line on stderr), 130 interrupted.
+        2 bad usage or a damaged or unreadable file (one line on stderr), 128 + the signal
+        number interrupted (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP; cleanup is the same).
     """
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["demo"]:
         # Hand everything after "demo" to the demo's own parser untouched: argparse would
         # take a leading option such as "--help" for one of ours.
-        return _call(argparse.Namespace(func=_demo, demo_args=args[1:]), "mmapbloom")
-    return _run(build_parser(), args, "mmapbloom")
+        return run_main(lambda: _call(argparse.Namespace(func=_demo, demo_args=args[1:]), "mmapbloom"), "mmapbloom")
+    return run_main(lambda: _run(build_parser(), args, "mmapbloom"), "mmapbloom")
 
 
 def merge_main(argv: Optional[Sequence[str]] = None, prog: str = "merge_shards.py") -> int:
@@ -629,4 +634,4 @@ def merge_main(argv: Optional[Sequence[str]] = None, prog: str = "merge_shards.p
     arguments and exit status as ``mmapbloom merge``."""
     parser = _Parser(prog=prog, description=_MERGE_DESCRIPTION, epilog=_MERGE_EPILOG, usage=_MERGE_USAGE)
     _add_merge_arguments(parser)
-    return _run(parser, argv, prog)
+    return run_main(lambda: _run(parser, argv, prog), prog)

@@ -23,8 +23,11 @@ How it runs, and what it promises:
   output's directory (:func:`mmapbloom.storage.atomic_file`), fsyncs it and publishes it
   with ``link`` (or ``rename`` over an existing file with ``replace=True``), then fsyncs
   the directory. A merge killed at any moment leaves either no output (or the old one) or
-  the complete new one, never a torn file; a SIGKILLed merge can leave a ``.mmapbloom-*.tmp``
-  file behind in that directory.
+  the complete new one, never a torn file; a SIGKILLed merge can leave a
+  ``.mmapbloom-<pid>-<random>.tmp`` file behind in that directory, which the next merge or
+  create there removes once that pid is gone
+  (:func:`mmapbloom.storage.remove_stale_temporaries`). The command-line programs turn
+  SIGTERM and SIGHUP into the same clean exit as Ctrl-C (:mod:`mmapbloom.termination`).
 * **In place.** :func:`merge_into` ORs the shards into an existing filter file through its
   shared mapping, each chunk under the filter's write lock, so processes using that filter
   keep working: readers never see a bit cleared, writers wait at most one chunk.
@@ -397,7 +400,8 @@ def merge_shards(output: PathLike, shards: Sequence[PathLike], *, intersection: 
         MergeError, IncompatibleFiltersError, FormatError, OSError: as
             :func:`inspect_shards`, before anything is written; and ``MergeError`` if a shard
             changes while it is read. Nothing appears at ``output`` in any of these cases,
-            nor if the process is killed (a ``.mmapbloom-*.tmp`` file may be left after SIGKILL).
+            nor if the process is killed (a ``.mmapbloom-<pid>-*.tmp`` file may be left after
+            SIGKILL; the next merge or create in that directory removes it).
         OSError: writing failed, e.g. ``ENOSPC`` (nothing is published).
 
     Thread and process safety: shards may be read by other processes meanwhile, and even

@@ -37,6 +37,7 @@ import contextlib
 import errno
 import mmap
 import os
+import re
 import secrets
 import stat
 import warnings
@@ -62,6 +63,7 @@ __all__ = [
     "Storage",
     "atomic_file",
     "fsync_directory",
+    "remove_stale_temporaries",
 ]
 
 #: Files are created with this mode, masked by the process umask (like ``open()``).
@@ -385,8 +387,88 @@ def absolute_path(path: Union[str, "os.PathLike[str]"]) -> str:
 
 
 def _temp_name(directory: str) -> str:
-    # Short and fixed-length, so that any legal destination name works (NAME_MAX).
-    return os.path.join(directory, f".mmapbloom-{secrets.token_hex(8)}.tmp")
+    # Short, so that any legal destination name works (NAME_MAX); the writer's pid makes a
+    # leftover recognisable as stale once that process is gone (remove_stale_temporaries).
+    return os.path.join(directory, f".mmapbloom-{os.getpid()}-{secrets.token_hex(8)}.tmp")
+
+
+_STALE_TEMP = re.compile(r"\.mmapbloom-([0-9]{1,10})-[0-9a-f]{16}\.tmp\Z")
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (any owner). Unknown counts as alive."""
+    if pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True  # exists but is someone else's, or cannot be asked: leave its file alone
+    return True
+
+
+def remove_stale_temporaries(directory: str) -> list[str]:
+    """Remove the temporary files (``.mmapbloom-<pid>-<random>.tmp``) that creates and
+    merges killed with SIGKILL (or by power loss) left in ``directory``; return their paths.
+
+    A temporary is removed only when all of these hold: its name carries a pid, no process
+    with that pid exists, it is a regular file (never followed through a symlink), and no
+    one holds the ``flock`` every writer keeps on its temporary while it builds it (so a
+    live writer in another pid namespace sharing the directory is never touched either).
+    Temporaries of live processes, of other programs, and of older versions (no pid in the
+    name) are left alone. Errors (permissions, races with another cleaner) are ignored.
+    Cost: one directory listing, plus one open per candidate.
+    """
+    removed: list[str] = []
+    try:
+        entries = list(os.scandir(directory or "."))
+    except OSError:
+        return removed
+    for entry in entries:
+        match = _STALE_TEMP.match(entry.name)
+        if match is None or _pid_alive(int(match.group(1))):
+            continue
+        path = os.path.join(directory, entry.name)
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+                         | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            continue  # a symlink (ELOOP), gone already, or not ours to open
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or not _try_flock(fd):
+                continue
+            now = os.lstat(path)
+            if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+                os.unlink(path)
+                removed.append(path)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _try_flock(fd: int) -> bool:
+    """Take an exclusive flock without waiting; False if someone holds one."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - no flock: rely on the pid alone
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _unflock(fd: int) -> None:
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover
+        return
+    fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 _CREATE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
@@ -455,7 +537,10 @@ def atomic_file(path: Union[str, os.PathLike[str]], *, replace: bool, mode: int 
     the existing file alone if ``path`` exists), with ``replace=True`` by ``os.replace``
     (atomic). The directory is then fsynced. On any exception, or if the process dies,
     nothing appears at ``path``; the temporary file is removed (a SIGKILLed process can
-    leave a ``.mmapbloom-*.tmp`` file behind, never a torn file at ``path``).
+    leave a ``.mmapbloom-<pid>-<random>.tmp`` file behind, never a torn file at ``path``;
+    the next create or merge in that directory removes it once that pid is gone, see
+    :func:`remove_stale_temporaries`). The temporary carries an exclusive ``flock`` while
+    it is built.
 
     Args:
         path: destination.
@@ -470,12 +555,15 @@ def atomic_file(path: Union[str, os.PathLike[str]], *, replace: bool, mode: int 
         raise IsADirectoryError(errno.EISDIR, "a filter path must name a file, not a directory", dest)
     if not replace and os.path.lexists(dest):
         raise FileExistsError(errno.EEXIST, "file exists", dest)
+    remove_stale_temporaries(directory)  # leftovers of writers killed with SIGKILL
     tmp = _temp_name(directory)
     fd = os.open(tmp, _CREATE_FLAGS, mode)
     published = False
     try:
+        _try_flock(fd)  # "a live writer builds this": remove_stale_temporaries leaves it alone
         yield fd
         os.fsync(fd)
+        _unflock(fd)  # the published file must carry no lock (the creator keeps this fd)
         _publish(tmp, dest, replace=replace)
         fsync_directory(directory or ".")
         published = True

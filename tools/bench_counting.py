@@ -85,4 +85,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from mmapbloom.termination import run_main  # SIGTERM/SIGHUP clean up like Ctrl-C (exit 128 + signal)
+
+    sys.exit(run_main(main, "bench_counting.py"))
