@@ -56,6 +56,12 @@ CHUNK_ITEMS = 1 << 16
 #: Bytes read from an input per step.
 READ_BYTES = 1 << 22
 
+#: ``create`` prints the size of a file this large before allocating it.
+LARGE_FILE_BYTES = 10**9
+
+#: The one wording of the refusal to replace an existing file (create, merge).
+FORCE_HINT = "file exists (use --force to replace it)"
+
 _SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 
 FRAMING_HELP = (
@@ -113,7 +119,10 @@ def parse_fp_rate(text: str) -> float:
         raise ValueError(f"not a rate: {text!r} (examples: 1%, 0.1%, 0.01, 1e-3)") from None
     if not 0 < value < 1:
         raise ValueError(f"a false-positive rate must be strictly between 0 and 1 (0% and 100%), got {text!r}")
-    return float(value)
+    rate = float(value)
+    if not 0.0 < rate < 1.0:  # 1e-400 is > 0 but rounds to 0.0 as a float
+        raise ValueError(f"a false-positive rate of {text!r} is too close to {int(rate)} to compute with")
+    return rate
 
 
 def human_bytes(n: float) -> str:
@@ -173,10 +182,23 @@ def _open_inputs(names: Sequence[str]) -> Iterator[BinaryIO]:
     """Open the inputs one at a time ('-' is stdin)."""
     for name in names or ["-"]:
         if name == "-":
+            _prompt_if_terminal()
             yield sys.stdin.buffer
         else:
             with open(name, "rb") as f:
                 yield f
+
+
+def _prompt_if_terminal() -> None:
+    """Say what a command waiting on a terminal's stdin waits for (nothing when stdin is a
+    pipe or a file)."""
+    try:
+        interactive = sys.stdin.isatty()
+    except (AttributeError, ValueError):
+        return
+    if interactive:
+        print("mmapbloom: reading items from stdin, one per line, until end of input (Ctrl-D)",
+              file=sys.stderr, flush=True)
 
 
 def _input_size(names: Sequence[str]) -> Optional[int]:
@@ -269,15 +291,23 @@ def _config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
 
 def _create(args: argparse.Namespace) -> int:
     cfg = _config_from_args(args, args.parser)
+    size = fmt.HEADER_SIZE + fmt.body_size(cfg.num_bits)
+    if not args.quiet and size >= LARGE_FILE_BYTES:  # say what is coming before a long allocation
+        print(f"creating {args.file}: m={cfg.num_bits:,} bits, k={cfg.num_hashes}, {size:,} bytes "
+              f"({human_bytes(size)})", file=sys.stderr)
     try:
         BloomFilter.create(args.file, cfg, sparse=args.sparse, overwrite=args.force).close()
     except FileExistsError as exc:
-        raise FileExistsError(exc.errno, "file exists (use --force to replace it)", args.file) from None
+        raise _use_force(exc, args.file) from None
     if not args.quiet:
-        size = fmt.HEADER_SIZE + fmt.body_size(cfg.num_bits)
         print(f"created {args.file}: m={cfg.num_bits:,} bits, k={cfg.num_hashes}, scheme {cfg.strategy.name}, "
               f"{size:,} bytes ({human_bytes(size)})", file=sys.stderr)
     return 0
+
+
+def _use_force(exc: FileExistsError, path: str) -> FileExistsError:
+    """The one wording, for every subcommand that refuses to replace a file."""
+    return FileExistsError(exc.errno, FORCE_HINT, path)
 
 
 def _add(args: argparse.Namespace) -> int:
@@ -389,7 +419,7 @@ def _verify(args: argparse.Namespace) -> int:
             f = verify_file(path)
         except (MmapBloomError, OSError) as exc:
             bad += 1
-            print(f"mmapbloom verify: FAILED: {_describe_error(exc)}", file=sys.stderr)
+            print(f"mmapbloom verify: FAILED: {_describe_error(exc, path)}", file=sys.stderr)
             continue
         with f:
             print(f"{path}: OK (m={f.num_bits:,}, k={f.num_hashes}, scheme {f.strategy.name}, "
@@ -416,8 +446,13 @@ def _merge(args: argparse.Namespace) -> int:
             args.parser.error("give OUT and at least one SHARD (or --into EXISTING SHARD...)")
         out, *rest = args.paths
         shards = expand_shard_args(rest)
-        result = merge_shards(out, shards, intersection=args.intersection, replace=args.force,
-                              chunk_bytes=chunk, progress=progress)
+        try:
+            result = merge_shards(out, shards, intersection=args.intersection, replace=args.force,
+                                  chunk_bytes=chunk, progress=progress)
+        except FileExistsError as exc:
+            if exc.filename is None or os.path.abspath(exc.filename) != os.path.abspath(out):
+                raise
+            raise _use_force(exc, out) from None
     if not args.quiet:
         print(result.summary(), file=sys.stderr)
     return 0
@@ -474,7 +509,8 @@ def _item_input_arguments(p: argparse.ArgumentParser) -> None:
     """The filter file, the input files and the framing option, shared by add and check
     (so both frame items identically, FRAMING_HELP)."""
     p.add_argument("file")
-    p.add_argument("inputs", nargs="*", metavar="INPUT", help="input files; - or none for stdin")
+    p.add_argument("inputs", nargs="*", default=[], metavar="INPUT",  # default: not "required" for argparse
+                   help="input files; - or none for stdin")
     p.add_argument("-0", "--null", action="store_true", help="items are NUL-separated; nothing is removed")
 
 
@@ -564,11 +600,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _describe_error(exc: BaseException) -> str:
+def _describe_error(exc: BaseException, path: Optional[str] = None) -> str:
+    """One line for an expected error; an OS error that names no file is prefixed with
+    ``path``, the file the command was working on."""
     if isinstance(exc, OSError) and not isinstance(exc, MmapBloomError) and exc.strerror:
-        where = exc.filename if exc.filename is not None else ""
+        where = exc.filename if exc.filename is not None else path
         return f"{where}: {exc.strerror}" if where else exc.strerror
-    return str(exc)
+    text = str(exc)
+    if path and isinstance(exc, OSError) and not isinstance(exc, MmapBloomError) and path not in text:
+        return f"{path}: {text}"
+    return text
 
 
 def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
@@ -590,7 +631,7 @@ def _call(args: argparse.Namespace, prog: str) -> int:
     except (MmapBloomError, OSError) as exc:
         if isinstance(exc, BrokenPipeError):
             return _broken_pipe()
-        print(f"{prog}: error: {_describe_error(exc)}", file=sys.stderr)
+        print(f"{prog}: error: {_describe_error(exc, getattr(args, 'file', None))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP (mmapbloom.termination)
         by = f" by {exc}" if isinstance(exc, TerminationSignal) else ""

@@ -292,7 +292,10 @@ def _read_chunk(shard: ShardInfo, offset: int, out: npt.NDArray[np.uint8]) -> No
         pos = fmt.HEADER_SIZE + offset
         done = 0
         while done < out.size:
-            got = os.preadv(fd, [view[done:]], pos + done)
+            try:
+                got = os.preadv(fd, [view[done:]], pos + done)
+            except OSError as exc:  # e.g. EIO: name the shard, not the output being built
+                raise type(exc)(exc.errno, exc.strerror, shard.path) from None
             if got == 0:
                 raise MergeError(f"{shard.path}: shard was truncated during the merge", path=shard.path)
             done += got
@@ -411,8 +414,10 @@ def merge_shards(output: PathLike, shards: Sequence[PathLike], *, intersection: 
     t0 = time.perf_counter()
     chunk = _check_chunk_bytes(chunk_bytes)
     dest = absolute_path(output)
+    if os.path.isdir(dest) and not os.path.islink(dest):
+        raise IsADirectoryError(21, "is a directory; the output must name a file", dest)
     if not replace and os.path.lexists(dest):
-        raise FileExistsError(17, "file exists (replace it with --force)", dest)
+        raise FileExistsError(17, "file exists (pass replace=True to replace it)", dest)
     infos = inspect_shards(shards)
     first = infos[0]
     body = fmt.body_size(first.num_bits)

@@ -50,7 +50,10 @@ def _check_capacity(n: object) -> int:
     if isinstance(n, numbers.Integral):
         value = int(n)
     else:
-        f = float(n)
+        try:
+            f = float(n)
+        except OverflowError:  # a Fraction beyond the float range
+            raise ConfigError(f"capacity {_show(n)} is beyond the float range: no filter can hold it") from None
         if not math.isfinite(f) or not f.is_integer():
             raise ConfigError(f"capacity must be a positive integer, got {n!r}")
         value = int(f)
@@ -62,10 +65,22 @@ def _check_capacity(n: object) -> int:
 def _check_fp_rate(p: object) -> float:
     if isinstance(p, bool) or not isinstance(p, numbers.Real):
         raise ConfigError(f"fp_rate must be a number strictly between 0 and 1, got {p!r}")
-    f = float(p)
+    try:
+        f = float(p)
+    except OverflowError:
+        raise ConfigError(f"fp_rate must be strictly between 0 and 1, got {_show(p)}") from None
     if not math.isfinite(f) or not 0.0 < f < 1.0:
         raise ConfigError(f"fp_rate must be strictly between 0 and 1, got {p!r}")
     return f
+
+
+def _show(x: object) -> str:
+    """A number for a message, also one too long for ``str`` (4,300 digits) or ``float``."""
+    if isinstance(x, numbers.Integral) and abs(int(x)) >= 10**30:
+        return f"about 10^{int(abs(int(x)).bit_length() * math.log10(2))}"
+    if isinstance(x, numbers.Rational) and not isinstance(x, numbers.Integral) and abs(x) >= 10**30:
+        return f"about 10^{int(math.log10(abs(int(x))))}"
+    return repr(x)
 
 
 def _check_int(name: str, value: object, low: int, high: int) -> int:
@@ -148,7 +163,8 @@ class BloomConfig:
 
         Raises:
             ConfigError (a ``ValueError``): bad n or p, or an m or k that does not fit the
-                header (m >= 2**64 or k >= 2**32). The message shows the value.
+                header (m >= 2**64 or k >= 2**32), including any capacity beyond the float
+                range (never a bare ``OverflowError``). The message shows the value.
 
         >>> c = BloomConfig.for_items(1_000_000, 0.001)
         >>> c.num_bits, c.num_hashes
@@ -156,9 +172,14 @@ class BloomConfig:
         """
         n = _check_capacity(capacity)
         p = _check_fp_rate(fp_rate)
-        m_float = -n * math.log(p) / _LN2_SQUARED
+        try:
+            m_float = -float(n) * math.log(p) / _LN2_SQUARED
+        except OverflowError:  # n beyond the float range: m would be too (p < 1 is at most 1 - 2^-53)
+            m_float = math.inf
         if not m_float < MAX_NUM_BITS:
-            raise ConfigError(f"capacity {n} at fp_rate {p} needs {m_float:.4g} bits, more than the maximum {MAX_NUM_BITS}")
+            need = f"{m_float:.4g} bits" if math.isfinite(m_float) else "more bits than a float can count"
+            raise ConfigError(f"capacity {_show(n)} at fp_rate {p} needs {need}, more than the maximum "
+                              f"{MAX_NUM_BITS:,} bits")
         m = math.ceil(m_float)
         k = max(1, round(m / n * math.log(2)))
         if m > MAX_NUM_BITS:

@@ -176,7 +176,12 @@ class FileStorage(Storage):
             total = validate(head, st.st_size, path)
             check_backing(fd, path, total, readonly=readonly)
             access = mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE
-            mm = mmap.mmap(fd, total, access=access)
+            try:
+                mm = mmap.mmap(fd, total, access=access)
+            except OSError as exc:
+                if exc.filename is not None or exc.errno is None:
+                    raise
+                raise type(exc)(exc.errno, f"{exc.strerror} (mapping {total:,} bytes)", path) from None
         except BaseException:
             os.close(fd)
             raise
@@ -494,6 +499,25 @@ def _publish(tmp: str, dest: str, *, replace: bool) -> None:
         os.rename(tmp, dest)  # pragma: no cover
 
 
+def _about_destination(exc: OSError, tmp: str, dest: str, directory: str) -> OSError:
+    """An OS error met while building ``tmp`` for ``dest``, reworded to name ``dest`` (the
+    user's file), never the internal temporary; errors of the package, and errors that
+    name another file (a shard), are returned unchanged."""
+    if isinstance(exc, (NoSpaceError, FileExistsError)) or exc.errno is None:
+        return exc
+    if exc.filename not in (None, tmp) or exc.filename2 not in (None, tmp, dest):
+        return exc
+    if exc.filename is None and exc.filename2 is None:
+        return type(exc)(exc.errno, exc.strerror, dest)  # e.g. EIO from fsync: say which file
+    if exc.errno == errno.ENOENT:
+        return FileNotFoundError(errno.ENOENT, f"{exc.strerror} (directory {directory} does not exist)", dest)
+    if exc.errno == errno.ENOTDIR:
+        return NotADirectoryError(errno.ENOTDIR, f"{exc.strerror} ({directory} is not a directory)", dest)
+    if exc.errno == errno.EISDIR:
+        return IsADirectoryError(errno.EISDIR, "is a directory; a filter path must name a file", dest)
+    return type(exc)(exc.errno, f"{exc.strerror} (creating a file in {directory})", dest)
+
+
 def create_file(path: Union[str, "os.PathLike[str]"], header: bytes, size: int, *, sparse: bool, replace: bool,
                 mode: int = DEFAULT_FILE_MODE) -> tuple[int, str]:
     """Create a zero-filled file of ``size`` bytes starting with ``header``, atomically, and
@@ -553,19 +577,34 @@ def atomic_file(path: Union[str, os.PathLike[str]], *, replace: bool, mode: int 
     directory, base = os.path.split(dest)
     if not base:
         raise IsADirectoryError(errno.EISDIR, "a filter path must name a file, not a directory", dest)
+    try:
+        is_dir = stat.S_ISDIR(os.lstat(dest).st_mode)
+    except OSError:
+        is_dir = False  # missing (the common case), or reported by the OS below
+    if is_dir:  # fail now, not after building the whole file
+        raise IsADirectoryError(errno.EISDIR, "is a directory; a filter path must name a file", dest)
     if not replace and os.path.lexists(dest):
         raise FileExistsError(errno.EEXIST, "file exists", dest)
     remove_stale_temporaries(directory)  # leftovers of writers killed with SIGKILL
     tmp = _temp_name(directory)
-    fd = os.open(tmp, _CREATE_FLAGS, mode)
+    try:
+        fd = os.open(tmp, _CREATE_FLAGS, mode)
+    except OSError as exc:
+        raise _about_destination(exc, tmp, dest, directory) from None
     published = False
     try:
         _try_flock(fd)  # "a live writer builds this": remove_stale_temporaries leaves it alone
-        yield fd
-        os.fsync(fd)
-        _unflock(fd)  # the published file must carry no lock (the creator keeps this fd)
-        _publish(tmp, dest, replace=replace)
-        fsync_directory(directory or ".")
+        try:
+            yield fd
+            os.fsync(fd)
+            _unflock(fd)  # the published file must carry no lock (the creator keeps this fd)
+            _publish(tmp, dest, replace=replace)
+            fsync_directory(directory or ".")
+        except OSError as exc:
+            renamed = _about_destination(exc, tmp, dest, directory)
+            if renamed is exc:
+                raise
+            raise renamed from None
         published = True
     finally:
         if not (published and keep_open):
