@@ -198,7 +198,7 @@ class NoSpaceError(MmapBloomError, OSError):
         self.available = available
 
     @property
-    def filename(self) -> Optional[str]:  # type: ignore[override]
+    def filename(self) -> Optional[str]:
         return self.path
 
     @property

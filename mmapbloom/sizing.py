@@ -15,6 +15,7 @@ Broder and Mitzenmacher 2004, "Network applications of Bloom filters: a survey")
 
 from __future__ import annotations
 
+import fractions
 import math
 import numbers
 from dataclasses import dataclass, field
@@ -78,8 +79,8 @@ def _show(x: object) -> str:
     """A number for a message, also one too long for ``str`` (4,300 digits) or ``float``."""
     if isinstance(x, numbers.Integral) and abs(int(x)) >= 10**30:
         return f"about 10^{int(abs(int(x)).bit_length() * math.log10(2))}"
-    if isinstance(x, numbers.Rational) and not isinstance(x, numbers.Integral) and abs(x) >= 10**30:
-        return f"about 10^{int(math.log10(abs(int(x))))}"
+    if isinstance(x, fractions.Fraction) and abs(x) >= 10**30:
+        return f"about 10^{int(abs(x.numerator // x.denominator).bit_length() * math.log10(2))}"
     return repr(x)
 
 
