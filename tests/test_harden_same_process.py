@@ -214,3 +214,24 @@ def test_write_lock_timeout_against_another_thread_same_handle(tmp_path: Any) ->
     m = BloomFilter(CFG)  # in memory: only the thread lock, timeout works the same
     with m.write_lock(timeout=0.1):
         m.add("x")
+
+
+def test_merge_into_inside_own_write_lock_fails_at_once(tmp_path: Any) -> None:
+    """The tools meet the same kind: merge_into opens its own handle of the target, so
+    inside the caller's write_lock() of that file it raises instead of hanging."""
+    from mmapbloom import merge_into
+    from tests.conftest import write_shards
+
+    target = str(tmp_path / "t.blm")
+    (shard,) = write_shards(tmp_path, CFG, [["s"]])
+    a = BloomFilter.create(target, CFG)
+
+    def body() -> None:
+        with a.write_lock():
+            with pytest.raises(SelfDeadlockError):
+                merge_into(target, [shard], progress=False)
+
+    within(5, body)
+    merge_into(target, [shard], progress=False)  # outside the block it works
+    assert "s" in a
+    a.close()
