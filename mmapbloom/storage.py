@@ -209,12 +209,14 @@ class FileStorage(Storage):
             raise FilterClosedError(f"{self.path}: filter is closed")
         try:
             size = os.fstat(self.fd).st_size
-        except OSError:  # closed by another thread meanwhile
+            mapped = len(buf)
+        except (OSError, ValueError):  # closed by another thread meanwhile
             if self.closed:
                 raise FilterClosedError(f"{self.path}: filter is closed") from None
             raise
-        mapped = len(buf)
         if size < mapped:
+            if self.closed:  # closed meanwhile, and the descriptor number reused
+                raise FilterClosedError(f"{self.path}: filter is closed")
             raise LengthMismatchError(
                 f"truncated under the open handle: {mapped} bytes are mapped but the file now has {size} "
                 "(another program truncated it; reading the missing pages would raise SIGBUS)",
