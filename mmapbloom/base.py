@@ -31,7 +31,7 @@ from .errors import (
     ReadOnlyFilterError,
 )
 from .hashing import HashStrategy, encode_keys, strategy_info
-from .locking import WriteLock
+from .locking import TimedWriteLock, WriteLock
 from .sizing import (
     BloomConfig,
     approx_items,
@@ -382,6 +382,7 @@ class MappedFilter:
         """The header's item count (see the format docs for each kind); saturates at
         ``2**32 - 1``. Read from the header, so it includes other processes' adds."""
         self._check_open()
+        self._storage.check_size()  # the header page of a truncated file raises SIGBUS
         try:
             return fmt.load_items(self._items)
         except ValueError:  # closed by another thread since the check
@@ -433,14 +434,17 @@ class MappedFilter:
             self._set_items(count + new)
 
     def _cells(self) -> npt.NDArray[np.uint8]:
-        """A numpy ``uint8`` view of the cell array (no copy; read-only when the handle is)."""
+        """A numpy ``uint8`` view of the cell array (no copy; read-only when the handle is).
+        Every scan of the mapping starts here, so the file's size is checked here first
+        (``LengthMismatchError`` for a file truncated under the handle, not SIGBUS)."""
         try:
+            self._storage.check_size()
             return self._storage.view(self._hs, fmt.body_size(self._m, self._cell_bits))
         except ValueError:  # closed by another thread since the caller's check
             self._check_open()
             raise
 
-    def write_lock(self) -> WriteLock:
+    def write_lock(self, timeout: Optional[float] = None) -> Union[WriteLock, TimedWriteLock]:
         """The handle's write lock, as a context manager, for loops that cannot batch::
 
             with f.write_lock():
@@ -449,15 +453,28 @@ class MappedFilter:
 
         Inside the block writes re-enter the lock without another ``flock`` call. Other
         writers (threads, processes) wait until the block ends; readers are not blocked.
-        Do not write through a *second* handle on the same file inside the block: flock
-        excludes that handle too, so the thread would wait for itself forever.
+
+        A write through a *second* handle on the same file inside the block (same thread)
+        cannot wait for the block it is in: it raises :class:`SelfDeadlockError` at once.
+        Snapshot reads of a second handle (``copy``, ``to_bytes``, ``|``, ``to_bloom``,
+        a counting ``union``) work inside the block: they see its writes.
+
+        Args:
+            timeout: ``None`` (default) waits as long as it takes. A number of seconds
+                >= 0: entering the block waits at most that long (the thread lock and the
+                file lock together) and raises :class:`LockTimeout` (a ``TimeoutError``)
+                if the lock is still held elsewhere.
 
         Raises:
             ReadOnlyFilterError, FilterClosedError: on such a handle.
+            ValueError: a negative or non-finite ``timeout``.
+            On entering: LockTimeout, SelfDeadlockError, FilterClosedError.
         """
         if self._no_write:
             self._refuse_write()
-        return self._lock
+        if timeout is None:
+            return self._lock
+        return self._lock.with_timeout(timeout)
 
     # -- the query and write interface both kinds implement ------------------------------
     def add(self, item: Any) -> bool:
@@ -542,19 +559,24 @@ class MappedFilter:
 
     def check(self) -> None:
         """Verify the invariants of the open image: the header parses and agrees with the
-        config, the length is right and the padding bits are 0.
+        config, the file's real length (``os.fstat``, so a file truncated or extended by
+        another program under the handle is reported, never read past its end) is right
+        and the padding bits are 0.
 
         Raises:
-            FormatError subclasses naming what is wrong; FilterClosedError.
+            FormatError subclasses naming what is wrong (LengthMismatchError for a file
+            truncated under the handle); FilterClosedError.
         """
         self._check_open()
         source = self._describe()
+        self._storage.check_size()  # before reading anything: pages past the end raise SIGBUS
         header = self._parse(bytes(self._buf[:self._hs]), source)
         found = BloomConfig(num_bits=header.num_bits, num_hashes=header.num_hashes, strategy=header.strategy)
         if found != self._config or header.cell_bits != self._cell_bits:
             raise BadHeaderError(f"header changed under the handle: {found!r}", source=source,
                                      expected=self._config, actual=found)
-        fmt.check_length(header.total_size, len(self._buf), source=source)
+        size = os.fstat(self._storage.fd).st_size if isinstance(self._storage, FileStorage) else len(self._buf)
+        fmt.check_length(header.total_size, size, source=source)
         fmt.check_padding(self._buf[len(self._buf) - 1], self._m, source=source, cell_bits=self._cell_bits)
 
     # -- combining --------------------------------------------------------------------
@@ -589,9 +611,12 @@ class MappedFilter:
     def to_bytes(self) -> bytes:
         """The whole image (header and cells), as a consistent snapshot taken under the
         write lock (so no concurrent write of this or another process is half in it).
-        Memory: :attr:`size_bytes` bytes."""
+        When the calling thread holds the same file's lock through another handle (inside
+        ``other.write_lock()``) no lock is taken: every writer is excluded already, and the
+        snapshot includes the block's own writes. Memory: :attr:`size_bytes` bytes."""
         self._check_open()
-        with self._lock:
+        with self._lock.snapshot():
+            self._storage.check_size()  # a truncated file: LengthMismatchError, not SIGBUS
             return bytes(self._buf[:])
 
     def copy(self: F) -> F:

@@ -6,7 +6,9 @@ and ``merge`` (also ``tools/merge_shards.py``). Every subcommand has ``--help``.
 Exit status: 0 on success; 1 when ``check`` answers "certainly absent" for an item whose
 presence was asked for (or, with ``--absent``, "might be present" for an item whose
 absence was asked for); 2 on bad usage, a damaged or unreadable file, or any other
-expected error, reported as one line on stderr without a traceback. 130 after Ctrl-C.
+expected error, reported as one line on stderr without a traceback. 128 + the signal
+number when interrupted: 130 after Ctrl-C (SIGINT), 143 after SIGTERM, 129 after SIGHUP,
+all three with the same cleanup (temporary files removed; see :mod:`mmapbloom.termination`).
 
 Key framing, identical for ``add`` and ``check``: input is read as bytes, one item per
 line; the line's terminating ``\\n`` or ``\\r\\n`` is removed and nothing else (no other
@@ -40,6 +42,7 @@ from .counting import CountingBloomFilter
 from .errors import MmapBloomError
 from .filter import BloomFilter
 from .units import format_bytes, format_count, format_rate, parse_count, parse_fp_rate, progress_bar
+from .termination import TerminationSignal, exit_status, run_main
 from .verify import open_any
 from .hashing import DEFAULT_STRATEGY, get_strategy, registered_strategies, strategy_info
 from .sizing import BloomConfig, approx_items, expected_fill_ratio, observed_fp_rate
@@ -52,6 +55,12 @@ CHUNK_ITEMS = 1 << 16
 
 #: Bytes read from an input per step.
 READ_BYTES = 1 << 22
+
+#: ``create`` prints the size of a file this large before allocating it.
+LARGE_FILE_BYTES = 10**9
+
+#: The one wording of the refusal to replace an existing file (create, merge).
+FORCE_HINT = "file exists (use --force to replace it)"
 
 FRAMING_HELP = (
     "key framing: one item per line; the terminating \\n or \\r\\n is removed and nothing "
@@ -104,10 +113,23 @@ def _open_inputs(names: Sequence[str]) -> Iterator[BinaryIO]:
     """Open the inputs one at a time ('-' is stdin)."""
     for name in names or ["-"]:
         if name == "-":
+            _prompt_if_terminal()
             yield sys.stdin.buffer
         else:
             with open(name, "rb") as f:
                 yield f
+
+
+def _prompt_if_terminal() -> None:
+    """Say what a command waiting on a terminal's stdin waits for (nothing when stdin is a
+    pipe or a file)."""
+    try:
+        interactive = sys.stdin.isatty()
+    except (AttributeError, ValueError):
+        return
+    if interactive:
+        print("mmapbloom: reading items from stdin, one per line, until end of input (Ctrl-D)",
+              file=sys.stderr, flush=True)
 
 
 def _input_size(names: Sequence[str]) -> Optional[int]:
@@ -190,18 +212,29 @@ def _create(args: argparse.Namespace) -> int:
         args.parser.error("--counter-bits needs --counting")
     options = {"counter_bits": args.counter_bits or 4} if args.counting else {}
     kind: type[MappedFilter] = CountingBloomFilter if args.counting else BloomFilter
+    if args.counting:
+        size = fmt.COUNTING_HEADER_SIZE + fmt.body_size(cfg.num_bits, options["counter_bits"])
+    else:
+        size = fmt.HEADER_SIZE + fmt.body_size(cfg.num_bits)
+    if not args.quiet and size >= LARGE_FILE_BYTES:  # say what is coming before a long allocation
+        print(f"creating {args.file}: m={cfg.num_bits:,}, k={cfg.num_hashes}, {size:,} bytes "
+              f"({format_bytes(size)})", file=sys.stderr)
     try:
         f = kind.create(args.file, cfg, sparse=args.sparse, overwrite=args.force, **options)
     except FileExistsError as exc:
-        raise FileExistsError(exc.errno, "file exists (use --force to replace it)", args.file) from None
-    with f:
-        size = f.size_bytes
+        raise _use_force(exc, args.file) from None
+    f.close()
     if not args.quiet:
         what = f"counting filter, {options['counter_bits']}-bit counters, " if args.counting else ""
         print(f"created {args.file}: {what}m={cfg.num_bits:,} {'cells' if args.counting else 'bits'}, "
               f"k={cfg.num_hashes}, strategy {cfg.strategy.name}, {size:,} bytes ({format_bytes(size)})",
               file=sys.stderr)
     return 0
+
+
+def _use_force(exc: FileExistsError, path: str) -> FileExistsError:
+    """The one wording, for every subcommand that refuses to replace a file."""
+    return FileExistsError(exc.errno, FORCE_HINT, path)
 
 
 def _add(args: argparse.Namespace) -> int:
@@ -322,7 +355,7 @@ def _verify(args: argparse.Namespace) -> int:
             f = verify_file(path)
         except (MmapBloomError, OSError) as exc:
             bad += 1
-            print(f"mmapbloom verify: FAILED: {_describe_error(exc)}", file=sys.stderr)
+            print(f"mmapbloom verify: FAILED: {_describe_error(exc, path)}", file=sys.stderr)
             continue
         with f:
             print(f"{path}: OK (m={f.num_bits:,}, k={f.num_hashes}, strategy {f.strategy.name}, "
@@ -349,8 +382,13 @@ def _merge(args: argparse.Namespace) -> int:
             args.parser.error("give OUT and at least one SHARD (or --into EXISTING SHARD...)")
         out, *rest = args.paths
         shards = expand_shard_args(rest)
-        result = merge_shards(out, shards, intersection=args.intersection, replace=args.force,
-                              chunk_bytes=chunk, progress=progress)
+        try:
+            result = merge_shards(out, shards, intersection=args.intersection, replace=args.force,
+                                  chunk_bytes=chunk, progress=progress)
+        except FileExistsError as exc:
+            if exc.filename is None or os.path.abspath(exc.filename) != os.path.abspath(out):
+                raise
+            raise _use_force(exc, out) from None
     if not args.quiet:
         print(result.summary(), file=sys.stderr)
     return 0
@@ -401,7 +439,8 @@ def _item_input_arguments(p: argparse.ArgumentParser) -> None:
     """The filter file, the input files and the framing option, shared by add and check
     (so both frame items identically, FRAMING_HELP)."""
     p.add_argument("file")
-    p.add_argument("inputs", nargs="*", metavar="INPUT", help="input files; - or none for stdin")
+    p.add_argument("inputs", nargs="*", default=[], metavar="INPUT",  # default: not "required" for argparse
+                   help="input files; - or none for stdin")
     p.add_argument("-0", "--null", action="store_true", help="items are NUL-separated; nothing is removed")
 
 
@@ -499,11 +538,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _describe_error(exc: BaseException) -> str:
+def _describe_error(exc: BaseException, path: Optional[str] = None) -> str:
+    """One line for an expected error; an OS error that names no file is prefixed with
+    ``path``, the file the command was working on."""
     if isinstance(exc, OSError) and not isinstance(exc, MmapBloomError) and exc.strerror:
-        where = exc.filename if exc.filename is not None else ""
+        where = exc.filename if exc.filename is not None else path
         return f"{where}: {exc.strerror}" if where else exc.strerror
-    return str(exc)
+    text = str(exc)
+    if path and isinstance(exc, OSError) and not isinstance(exc, MmapBloomError) and path not in text:
+        return f"{path}: {text}"
+    return text
 
 
 def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
@@ -525,11 +569,12 @@ def _call(args: argparse.Namespace, prog: str) -> int:
     except (MmapBloomError, OSError) as exc:
         if isinstance(exc, BrokenPipeError):
             return _broken_pipe()
-        print(f"{prog}: error: {_describe_error(exc)}", file=sys.stderr)
+        print(f"{prog}: error: {_describe_error(exc, getattr(args, 'file', None))}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP (mmapbloom.termination)
+        by = f" by {exc}" if isinstance(exc, TerminationSignal) else ""
+        print(f"{prog}: interrupted{by}", file=sys.stderr)
+        return exit_status(exc)
 
 
 def _broken_pipe() -> int:
@@ -552,10 +597,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     Returns:
         The exit status: 0 ok, 1 a check answered absent where presence was asked for,
-        2 bad usage or a damaged or unreadable file (one line on stderr), 130 interrupted.
+        2 bad usage or a damaged or unreadable file (one line on stderr), 128 + the signal
+        number interrupted (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP; cleanup is the same).
     """
     args = list(sys.argv[1:] if argv is None else argv)
-    return _run(build_parser(), args, "mmapbloom")
+    return run_main(lambda: _run(build_parser(), args, "mmapbloom"), "mmapbloom")
 
 
 def merge_main(argv: Optional[Sequence[str]] = None, prog: str = "merge_shards.py") -> int:
@@ -563,4 +609,4 @@ def merge_main(argv: Optional[Sequence[str]] = None, prog: str = "merge_shards.p
     arguments and exit status as ``mmapbloom merge``."""
     parser = _Parser(prog=prog, description=_MERGE_DESCRIPTION, epilog=_MERGE_EPILOG, usage=_MERGE_USAGE)
     _add_merge_arguments(parser)
-    return _run(parser, argv, prog)
+    return run_main(lambda: _run(parser, argv, prog), prog)

@@ -218,6 +218,7 @@ class CountingBloomFilter(MappedFilter):
         add_many = self._kernels.add_many
         committed = 0
         try:
+            self._storage.check_size()  # a truncated file: LengthMismatchError, not SIGBUS
             for start in range(0, len(keys), CHUNK_KEYS):
                 chunk = keys[start:start + CHUNK_KEYS]
                 with deferred_signals(), self._lock:
@@ -246,6 +247,7 @@ class CountingBloomFilter(MappedFilter):
         self._check_open()
         seq = items if isinstance(items, (list, tuple)) else list(items)
         try:
+            self._storage.check_size()  # a truncated file: LengthMismatchError, not SIGBUS
             return self._kernels.contains_many(seq)
         except ValueError:
             self._check_open()
@@ -304,10 +306,14 @@ class CountingBloomFilter(MappedFilter):
             self._refuse_write()
         self._check_open()
         self._check_compatible(other)
-        source = other.to_bytes()[other._hs:] if self._same_image(other) else None
+        same = self._same_image(other)
         mine = self._cells()
-        theirs = np.frombuffer(source, dtype=np.uint8) if source is not None else other._cells()
         with deferred_signals(), self._lock:
+            # The snapshot of a second handle of this file is taken under our lock (which
+            # excludes every writer, so the snapshot takes no lock of its own, never waiting
+            # for ourselves) and the sum is atomic.
+            source = other.to_bytes()[other._hs:] if same else None
+            theirs = np.frombuffer(source, dtype=np.uint8) if source is not None else other._cells()
             for start in range(0, mine.shape[0], CHUNK_BYTES):
                 a, b = mine[start:start + CHUNK_BYTES], theirs[start:start + CHUNK_BYTES]
                 if self._cell_bits == 8:
@@ -335,7 +341,7 @@ class CountingBloomFilter(MappedFilter):
         the write lock, so it is a consistent snapshot.
         Cost: O(m) cells read, ``m / 8`` bytes allocated."""
         self._check_open()
-        with self._lock:
+        with self._lock.snapshot():  # no lock when this thread holds the file's lock elsewhere
             return self._to_bloom_locked()
 
     def _to_bloom_locked(self) -> BloomFilter:

@@ -15,7 +15,14 @@ and also from the matching built-in, so callers may catch either::
     ├── MergeError(ValueError)               a merge request that cannot be carried out as asked
     ├── ConfigMismatchError(ValueError)      open_or_create found a file with another m, k or scheme
     ├── FilterClosedError(ValueError)        use of a filter after close()
-    └── ReadOnlyFilterError(PermissionError) a write on a filter opened read-only
+    ├── ReadOnlyFilterError(PermissionError) a write on a filter opened read-only
+    ├── NoSpaceError(OSError)                errno ENOSPC: a filter that cannot fit (path, needed, available)
+    ├── LockTimeout(TimeoutError)            write_lock(timeout=...) expired before the lock was free
+    └── SelfDeadlockError(RuntimeError)      a write through a second handle while this thread
+                                             holds the same file's lock through another
+
+Warnings: ``OverCapacityWarning``, ``SaturationWarning`` and ``SparseFileWarning``
+(all ``UserWarning``).
 
 Operating-system errors (``FileNotFoundError``, ``IsADirectoryError``, ``OSError`` with
 ``ENOSPC`` ...) are raised unchanged, as the built-in ``OSError`` subclasses.
@@ -26,7 +33,8 @@ process boundaries (``multiprocessing``) intact.
 
 from __future__ import annotations
 
-from typing import Any
+import errno as _errno
+from typing import Any, Optional
 
 __all__ = [
     "BadHeaderError",
@@ -37,12 +45,16 @@ __all__ = [
     "FormatError",
     "IncompatibleFiltersError",
     "LengthMismatchError",
+    "LockTimeout",
     "MergeError",
     "MmapBloomError",
+    "NoSpaceError",
     "OverCapacityWarning",
     "PaddingError",
     "ReadOnlyFilterError",
     "SaturationWarning",
+    "SelfDeadlockError",
+    "SparseFileWarning",
     "UnknownSchemeError",
     "UnknownStrategyError",
 ]
@@ -168,12 +180,86 @@ class ReadOnlyFilterError(MmapBloomError, PermissionError):
     """A write (add, update, union, ...) on a filter opened with ``readonly=True``."""
 
 
+class NoSpaceError(MmapBloomError, OSError):
+    """A filter file cannot be backed by the free space of its file system (``errno`` is
+    ``ENOSPC``): a new file that does not fit, or a sparse file on a file system that
+    allocates memory for a hole even when it is read through the mapping (tmpfs), whose
+    unallocated part exceeds the free space, where using it would end in SIGBUS.
+    Raised before anything is published or mapped.
+
+    Attributes:
+        path: the file (also ``filename``).
+        needed: bytes that would have to be allocated.
+        available: bytes free for this user (``statvfs`` ``f_bavail * f_frsize``).
+    """
+
+    errno = _errno.ENOSPC
+
+    def __init__(self, message: str, *, path: Optional[str] = None, needed: Optional[int] = None,
+                 available: Optional[int] = None):
+        super().__init__(message)
+        self.path = path
+        self.needed = needed
+        self.available = available
+
+    @property
+    def filename(self) -> Optional[str]:
+        return self.path
+
+    @property
+    def strerror(self) -> str:  # type: ignore[override]
+        return str(self.args[0]) if self.args else ""
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+class LockTimeout(MmapBloomError, TimeoutError):
+    """``write_lock(timeout=...)`` could not take the write lock within ``timeout`` seconds
+    (another process, another handle, or another thread of this handle held it all along).
+    Nothing is held when it is raised.
+
+    Attributes:
+        path: the filter file, or ``None`` for an in-memory filter.
+        timeout: the timeout asked for, in seconds.
+    """
+
+    def __init__(self, message: str, *, path: Any = None, timeout: Any = None):
+        super().__init__(message)
+        self.path = path
+        self.timeout = timeout
+
+
+class SelfDeadlockError(MmapBloomError, RuntimeError):
+    """A write (or ``write_lock()``) through one handle while the calling thread holds the
+    write lock of the same file through *another* handle of this process. The file lock
+    (``flock``) excludes the second handle too, so waiting would never end; this is raised
+    at once instead, and nothing is changed. Write through the handle whose lock is held,
+    or leave its ``with`` block first. (Snapshot reads such as ``copy``, ``to_bytes``,
+    ``|`` and ``to_bloom`` never raise this: the held lock already excludes every writer.)
+
+    Attributes:
+        path: the filter file.
+    """
+
+    def __init__(self, message: str, *, path: Any = None):
+        super().__init__(message)
+        self.path = path
+
+
 class OverCapacityWarning(UserWarning):
     """A filter is past its design point: its expected fill ratio exceeds 0.6.
 
     Emitted once per handle by ``add``/``update``; the false-positive rate grows quickly
     from here on. Size a new filter with more capacity and merge, or start a new one.
     """
+
+
+class SparseFileWarning(UserWarning):
+    """A sparse filter file whose holes may not all be backed by free space: ``create``
+    with ``sparse=True`` beyond the free space (a write into a hole of a full disk kills
+    the writer with SIGBUS), or a read-only open of a sparse file on a file system that
+    allocates memory for a hole when it is read through the mapping (tmpfs)."""
 
 
 class SaturationWarning(UserWarning):

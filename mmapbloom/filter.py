@@ -136,6 +136,7 @@ class BloomFilter(MappedFilter):
         self._check_open()
         seq = items if isinstance(items, (list, tuple)) else list(items)
         try:
+            self._storage.check_size()  # a truncated file: LengthMismatchError, not SIGBUS
             return self._kernels.contains_many(seq)
         except ValueError:
             self._check_open()
@@ -167,6 +168,7 @@ class BloomFilter(MappedFilter):
         add_many = self._kernels.add_many
         committed = 0
         try:
+            self._storage.check_size()  # a truncated file: LengthMismatchError, not SIGBUS
             for start in range(0, len(keys), CHUNK_KEYS):
                 chunk = keys[start:start + CHUNK_KEYS]
                 with deferred_signals(), self._lock:

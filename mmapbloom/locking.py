@@ -6,44 +6,75 @@ filters, an exclusive ``flock`` on the filter file, taken through portalocker's 
 Why ``flock``: it is what portalocker uses on POSIX (``portalocker.LOCKER`` is
 ``fcntl.flock``), it is released by the kernel when a process dies (a SIGKILLed writer
 never leaves the file locked), and it belongs to the *open file description*, not the
-process. That last point matters across ``fork()``: a child that inherits the descriptor
-shares the parent's lock instead of being excluded by it. So after a fork the child
-reopens its own description of the *same inode* (through ``/proc/self/fd/N``, or by path
-with a st_dev/st_ino check, never a different file that now has the path) before it locks.
+process. That last point matters across ``fork()``: a child that inherits a descriptor
+shares the parent's description, and so keeps the parent's lock alive after the parent
+dies (the kernel drops a flock only when the last reference to its description goes).
+
+So the lock is never taken on the descriptor that the storage maps (a mapping, and the
+descriptor ``mmap`` duplicates internally, also reference that description). Each lock
+opens a description of its own on the *same inode* (through ``/proc/self/fd/N``, or by
+path with a st_dev/st_ino check, never a different file that now has the path) and flocks
+only that one. In a fork child, the ``os.register_at_fork`` hook replaces the inherited
+lock descriptor at once, with ``os.dup2`` of a fresh open of the same inode, whether or
+not the child ever writes: after the fork no child references the parent's lock
+description, so a SIGKILLed holder's lock is released even while its children live, and
+the child's own writes are excluded by the parent's lock like any other process's. (Only
+if the file cannot be reopened at all, e.g. a mode that denies the owner both read and
+write, does the lock fall back to the storage descriptor; then a fork child reopens before
+its first write, as before, and the holder's lock lives as long as the child.)
 
 On POSIX, when portalocker's locker is ``fcntl.flock``, the hot path calls
 ``fcntl.flock`` directly: the same primitive, without portalocker's per-call validation
 (about 1 us per lock/unlock pair instead of about 7 us, measured in issue 5). Elsewhere
-(Windows) ``portalocker.lock`` is used as is.
+(Windows) ``portalocker.lock`` is used as is. The hot path first tries a non-blocking
+``flock``; only when the lock is taken it goes to the slow path below.
+
+Waiting (the slow path). Two handles of one file in one process have two descriptions,
+so their flocks exclude each other even in one thread. Before waiting, the slow path looks
+for another live lock of the same inode held by the *calling* thread: then waiting would
+never end, and :class:`~mmapbloom.errors.SelfDeadlockError` is raised at once. Snapshot
+reads (:meth:`WriteLock.snapshot`: ``to_bytes``, ``copy``, ``|``, ``to_bloom``) need no
+lock at all in that case, since the held lock already excludes every writer, and so
+proceed. A timed wait (``write_lock(timeout=...)``) polls with portalocker's public API,
+``portalocker.lock(fd, LockFlags.EXCLUSIVE | LockFlags.NON_BLOCKING)``, catching
+``portalocker.AlreadyLocked``, with a backoff of 1 ms up to 50 ms, and raises
+:class:`~mmapbloom.errors.LockTimeout` at the deadline. (portalocker's own ``Lock`` class
+cannot be used: it opens the file itself, and the lock must be on this lock's own
+description.)
 
 Thread locks held by other threads when ``fork()`` happens would stay held forever in the
-child; an ``os.register_at_fork`` hook gives every live lock a fresh thread lock in the
-child.
+child; the same at-fork hook gives every live lock a fresh thread lock in the child.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import threading
+import time
 import weakref
 from types import TracebackType
-from typing import Optional
+from typing import Iterator, Optional
 
 import portalocker
 
-from .errors import FilterClosedError
+from .errors import FilterClosedError, LockTimeout, SelfDeadlockError
 
 try:  # POSIX
     import fcntl
 
     _FLOCK = fcntl.flock
     _LOCK_EX = fcntl.LOCK_EX
+    _LOCK_EX_NB = fcntl.LOCK_EX | fcntl.LOCK_NB
     _LOCK_UN = fcntl.LOCK_UN
     _DIRECT_FLOCK = getattr(portalocker.portalocker, "LOCKER", None) is fcntl.flock
 except ImportError:  # pragma: no cover - Windows
     _DIRECT_FLOCK = False
 
-__all__ = ["WriteLock"]
+__all__ = ["TimedWriteLock", "WriteLock"]
+
+_TRY_FLAGS = portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING
 
 _LIVE: "weakref.WeakSet[WriteLock]" = weakref.WeakSet()
 
@@ -95,41 +126,77 @@ class WriteLock:
         if fd is not None:
             st = os.fstat(fd)
             self._ino = (st.st_dev, st.st_ino)
+            try:  # a description of our own, referenced by no mapping (module docstring)
+                self._own_fd = self._open_same_inode()
+            except OSError:
+                self._own_fd = None  # fall back to the storage's descriptor
         _LIVE.add(self)  # in-memory filters too: their thread lock is reset after fork
 
     # -- fork handling --------------------------------------------------------------
     def _reset_after_fork(self) -> None:
         # Runs in the child right after fork(), when only the forking thread exists. The
         # child holds nothing: not the thread lock (a fresh one) and not the flock (it is the
-        # parent's; the child reopens its own description before locking). If the forking
-        # thread was inside ``with lock:`` blocks, leaving them in the child is a no-op
-        # (``_inherited``); a write inside them takes the lock for real, waiting for the
-        # parent to leave its block.
+        # parent's). The inherited lock descriptor is replaced right away by a fresh
+        # description of the same inode (module docstring), so that the parent's lock dies
+        # with the parent. If the forking thread was inside ``with lock:`` blocks, leaving
+        # them in the child is a no-op (``_inherited``); a write inside them takes the lock
+        # for real, waiting for the parent to leave its block.
         self._tlock = threading.RLock()
         self._depth = 0
         self._inherited = self._forker_depth
         self._forker_depth = 0
-        self._stale = self._fd is not None
+        if self._fd is None or self._closed:
+            return
+        if self._own_fd is None:
+            self._stale = True  # sharing the storage's description: reopen before locking
+            return
+        try:
+            new = self._open_same_inode()
+        except OSError:
+            # Cannot reopen now: drop the parent's description anyway (never keep its lock
+            # alive); the first write in the child reopens, or raises.
+            os.close(self._own_fd)
+            self._own_fd = None
+            self._stale = True
+            return
+        try:
+            os.dup2(new, self._own_fd, inheritable=False)
+        finally:
+            os.close(new)
+
+    def _open_same_inode(self) -> int:
+        """A new open file description of the file's inode (never another file that has
+        taken its path). Raises OSError when it cannot be opened."""
+        assert self._fd is not None and self._ino is not None
+        last: Optional[OSError] = None
+        for mode in (os.O_RDONLY, os.O_WRONLY):  # flock needs no particular access mode
+            flags = mode | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+            proc = f"/proc/self/fd/{self._fd}"
+            try:
+                if os.path.exists(proc):
+                    new = os.open(proc, flags)
+                elif self._path is not None:
+                    new = os.open(self._path, flags)
+                else:  # pragma: no cover
+                    raise OSError("cannot reopen the lock descriptor: no /proc and no path")
+            except PermissionError as exc:
+                last = exc
+                continue
+            st = os.fstat(new)
+            if (st.st_dev, st.st_ino) != self._ino:
+                os.close(new)
+                raise OSError(
+                    f"{self._path}: the path now names another file "
+                    f"(inode {st.st_dev}:{st.st_ino}, expected {self._ino[0]}:{self._ino[1]}); "
+                    "reopen the filter"
+                )
+            return new
+        assert last is not None
+        raise last
 
     def _reopen(self) -> None:
         """Open a new description of the same inode, so our flock excludes the parent's."""
-        assert self._fd is not None and self._ino is not None
-        flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
-        proc = f"/proc/self/fd/{self._fd}"
-        if os.path.exists(proc):
-            new = os.open(proc, flags)
-        elif self._path is not None:
-            new = os.open(self._path, flags)
-        else:  # pragma: no cover
-            raise OSError("cannot reopen the lock descriptor after fork: no /proc and no path")
-        st = os.fstat(new)
-        if (st.st_dev, st.st_ino) != self._ino:
-            os.close(new)
-            raise OSError(
-                f"{self._path}: after fork the path names another file "
-                f"(inode {st.st_dev}:{st.st_ino}, expected {self._ino[0]}:{self._ino[1]}); "
-                "reopen the filter in the child"
-            )
+        new = self._open_same_inode()
         old = self._own_fd
         self._own_fd = new
         self._stale = False
@@ -138,12 +205,27 @@ class WriteLock:
 
     # -- lock / unlock --------------------------------------------------------------
     # These two run on every per-item add: keep them lean (measured in tools/benchmark.py).
-    def acquire(self) -> None:
+    def acquire(self, timeout: Optional[float] = None) -> None:
         """Block until this thread holds the lock (thread lock, then file lock).
 
-        Raises FilterClosedError once the handle was closed (also when it was closed while
-        this thread waited): a write never proceeds without the file lock."""
-        self._tlock.acquire()
+        Args:
+            timeout: ``None`` (default) waits as long as it takes; a number of seconds
+                >= 0 waits at most that long in all (0: only if the lock is free now).
+
+        Raises:
+            FilterClosedError: the handle was closed (also while this thread waited): a
+                write never proceeds without the file lock.
+            SelfDeadlockError: this thread holds the same file's lock through another
+                handle (waiting would never end); raised at once.
+            LockTimeout: ``timeout`` expired; nothing is held.
+        """
+        if timeout is None:
+            self._tlock.acquire()
+            deadline = None
+        else:
+            deadline = time.monotonic() + timeout
+            if not self._tlock.acquire(timeout=timeout):
+                raise self._timeout_error(timeout)
         if self._closed:
             self._tlock.release()
             raise FilterClosedError(f"{self._path or '<memory>'}: filter is closed")
@@ -151,15 +233,86 @@ class WriteLock:
             try:
                 if self._stale:
                     self._reopen()
+                fd = self._own_fd if self._own_fd is not None else self._fd
                 if _DIRECT_FLOCK:
-                    _FLOCK(self._own_fd if self._own_fd is not None else self._fd, _LOCK_EX)
+                    try:
+                        _FLOCK(fd, _LOCK_EX_NB)
+                    except BlockingIOError:
+                        self._wait_file_lock(fd, deadline, timeout)
                 else:  # pragma: no cover - non-POSIX
-                    portalocker.lock(self._own_fd if self._own_fd is not None else self._fd,
-                                     portalocker.LockFlags.EXCLUSIVE)
+                    if not self._try_lock(fd):
+                        self._wait_file_lock(fd, deadline, timeout)
             except BaseException:
                 self._tlock.release()
                 raise
         self._depth += 1
+
+    # -- the slow path: the file lock is taken ----------------------------------------
+    @staticmethod
+    def _try_lock(fd: int) -> bool:
+        try:
+            portalocker.lock(fd, _TRY_FLAGS)
+        except portalocker.AlreadyLocked:
+            return False
+        return True
+
+    def _wait_file_lock(self, fd: int, deadline: Optional[float], timeout: Optional[float]) -> None:
+        holder = self._held_by_this_thread()
+        if holder is not None:
+            raise SelfDeadlockError(
+                f"{self._path}: this thread already holds the write lock of this file through another "
+                f"handle ({holder._path}); a write through this handle would wait for itself forever. "
+                "Write through the handle whose write_lock() is held, or leave its block first",
+                path=self._path)
+        if deadline is None:
+            if _DIRECT_FLOCK:
+                _FLOCK(fd, _LOCK_EX)
+            else:  # pragma: no cover - non-POSIX
+                portalocker.lock(fd, portalocker.LockFlags.EXCLUSIVE)
+            return
+        delay = 0.001
+        while not self._try_lock(fd):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self._timeout_error(timeout)
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, 0.05)
+
+    def _timeout_error(self, timeout: Optional[float]) -> LockTimeout:
+        return LockTimeout(f"{self._path or '<memory>'}: could not take the write lock within {timeout} s "
+                           "(another process, handle or thread held it all along)",
+                           path=self._path, timeout=timeout)
+
+    def _held_by_this_thread(self) -> "Optional[WriteLock]":
+        """Another live lock of the same file whose file lock the calling thread holds."""
+        if self._ino is None:
+            return None
+        for lock in list(_LIVE):
+            if (lock is not self and lock._ino == self._ino and lock._depth > 0 and not lock._closed
+                    and lock._tlock._is_owned()):  # type: ignore[attr-defined]
+                return lock
+        return None
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Hold the lock for a read that needs a consistent snapshot (``to_bytes``,
+        ``to_bloom``), so that no write of any thread or process is half in it; except when
+        the calling thread already holds the same file's lock through another handle: then
+        every writer is already excluded, and no lock is taken (taking it would wait for
+        this very thread forever)."""
+        if self._fd is not None and not self._tlock._is_owned() and self._held_by_this_thread() is not None:  # type: ignore[attr-defined]
+            yield
+            return
+        with self:
+            yield
+
+    def with_timeout(self, timeout: float) -> "TimedWriteLock":
+        """This lock as a context manager that waits at most ``timeout`` seconds.
+
+        Raises:
+            ValueError: ``timeout`` is negative or not a finite number.
+        """
+        return TimedWriteLock(self, timeout)
 
     def release(self) -> None:
         """Release one level; the file lock is dropped when the outermost level is."""
@@ -200,3 +353,38 @@ class WriteLock:
         if self._own_fd is not None:
             fd, self._own_fd = self._own_fd, None
             os.close(fd)
+
+
+class TimedWriteLock:
+    """A :class:`WriteLock` taken with a timeout: ``with f.write_lock(timeout=2.0): ...``.
+
+    Entering waits at most ``timeout`` seconds in all (the thread lock, then the file lock)
+    and raises :class:`~mmapbloom.errors.LockTimeout` if the lock is still taken, or
+    :class:`~mmapbloom.errors.SelfDeadlockError` at once if the calling thread holds the
+    same file's lock through another handle. Re-entrant like the lock itself: inside a
+    block of the same handle it is taken at once. Thread-safe.
+    """
+
+    __slots__ = ("_lock", "timeout")
+
+    def __init__(self, lock: WriteLock, timeout: float):
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) \
+                or timeout < 0:
+            raise ValueError(f"timeout must be a finite number of seconds >= 0, got {timeout!r}")
+        self._lock = lock
+        self.timeout = float(timeout)
+
+    def acquire(self) -> None:
+        """Take the lock, waiting at most ``timeout`` seconds (raises ``LockTimeout``)."""
+        self._lock.acquire(self.timeout)
+
+    def release(self) -> None:
+        """Release one level (as :meth:`WriteLock.release`)."""
+        self._lock.release()
+
+    def __enter__(self) -> "TimedWriteLock":
+        self._lock.acquire(self.timeout)
+        return self
+
+    def __exit__(self, et: Optional[type[BaseException]], ev: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        self._lock.release()

@@ -23,8 +23,11 @@ How it runs, and what it promises:
   output's directory (:func:`mmapbloom.storage.atomic_file`), fsyncs it and publishes it
   with ``link`` (or ``rename`` over an existing file with ``replace=True``), then fsyncs
   the directory. A merge killed at any moment leaves either no output (or the old one) or
-  the complete new one, never a torn file; a SIGKILLed merge can leave a ``.mmapbloom-*.tmp``
-  file behind in that directory.
+  the complete new one, never a torn file; a SIGKILLed merge can leave a
+  ``.mmapbloom-<pid>-<random>.tmp`` file behind in that directory, which the next merge or
+  create there removes once that pid is gone
+  (:func:`mmapbloom.storage.remove_stale_temporaries`). The command-line programs turn
+  SIGTERM and SIGHUP into the same clean exit as Ctrl-C (:mod:`mmapbloom.termination`).
 * **In place.** :func:`merge_into` ORs the shards into an existing filter file through its
   shared mapping, each chunk under the filter's write lock, so processes using that filter
   keep working: readers never see a bit cleared, writers wait at most one chunk.
@@ -291,7 +294,10 @@ def _read_chunk(shard: ShardInfo, offset: int, out: npt.NDArray[np.uint8]) -> No
         pos = fmt.HEADER_SIZE + offset
         done = 0
         while done < out.size:
-            got = os.preadv(fd, [view[done:]], pos + done)
+            try:
+                got = os.preadv(fd, [view[done:]], pos + done)
+            except OSError as exc:  # e.g. EIO: name the shard, not the output being built
+                raise type(exc)(exc.errno, exc.strerror, shard.path) from None
             if got == 0:
                 raise MergeError(f"{shard.path}: shard was truncated during the merge", path=shard.path)
             done += got
@@ -392,7 +398,8 @@ def merge_shards(output: PathLike, shards: Sequence[PathLike], *, intersection: 
         MergeError, IncompatibleFiltersError, FormatError, OSError: as
             :func:`inspect_shards`, before anything is written; and ``MergeError`` if a shard
             changes while it is read. Nothing appears at ``output`` in any of these cases,
-            nor if the process is killed (a ``.mmapbloom-*.tmp`` file may be left after SIGKILL).
+            nor if the process is killed (a ``.mmapbloom-<pid>-*.tmp`` file may be left after
+            SIGKILL; the next merge or create in that directory removes it).
         OSError: writing failed, e.g. ``ENOSPC`` (nothing is published).
 
     Thread and process safety: shards may be read by other processes meanwhile, and even
@@ -402,8 +409,10 @@ def merge_shards(output: PathLike, shards: Sequence[PathLike], *, intersection: 
     t0 = time.perf_counter()
     chunk = _check_chunk_bytes(chunk_bytes)
     dest = absolute_path(output)
+    if os.path.isdir(dest) and not os.path.islink(dest):
+        raise IsADirectoryError(21, "is a directory; the output must name a file", dest)
     if not replace and os.path.lexists(dest):
-        raise FileExistsError(17, "file exists (replace it with --force)", dest)
+        raise FileExistsError(17, "file exists (pass replace=True to replace it)", dest)
     infos = inspect_shards(shards)
     first = infos[0]
     body = fmt.body_size(first.num_bits)
@@ -485,6 +494,7 @@ def merge_into(target: PathLike, shards: Sequence[PathLike], *, chunk_bytes: int
                 part = acc[:size]
                 _accumulate(infos, start, part, scratch[:size], False, bar)
                 with f.write_lock():
+                    f._storage.check_size()  # truncated meanwhile: LengthMismatchError, not SIGBUS
                     _combine(bits[start:start + size], part, intersection=False)
             with f.write_lock():
                 items = min(f.items_added + sum(s.items_added for s in infos), fmt.MAX_ITEMS)

@@ -22,6 +22,7 @@ Each strategy says which formulas it obeys (``HashStrategy.expected_fp_rate`` /
 
 from __future__ import annotations
 
+import fractions
 import math
 import numbers
 from dataclasses import dataclass, field
@@ -65,7 +66,10 @@ def _check_capacity(n: object) -> int:
     if isinstance(n, numbers.Integral):
         value = int(n)
     else:
-        f = float(n)
+        try:
+            f = float(n)
+        except OverflowError:  # a Fraction beyond the float range
+            raise ConfigError(f"capacity {_show(n)} is beyond the float range: no filter can hold it") from None
         if not math.isfinite(f) or not f.is_integer():
             raise ConfigError(f"capacity must be a positive integer, got {n!r}")
         value = int(f)
@@ -77,10 +81,22 @@ def _check_capacity(n: object) -> int:
 def _check_fp_rate(p: object) -> float:
     if isinstance(p, bool) or not isinstance(p, numbers.Real):
         raise ConfigError(f"fp_rate must be a number strictly between 0 and 1, got {p!r}")
-    f = float(p)
+    try:
+        f = float(p)
+    except OverflowError:
+        raise ConfigError(f"fp_rate must be strictly between 0 and 1, got {_show(p)}") from None
     if not math.isfinite(f) or not 0.0 < f < 1.0:
         raise ConfigError(f"fp_rate must be strictly between 0 and 1, got {p!r}")
     return f
+
+
+def _show(x: object) -> str:
+    """A number for a message, also one too long for ``str`` (4,300 digits) or ``float``."""
+    if isinstance(x, numbers.Integral) and abs(int(x)) >= 10**30:
+        return f"about 10^{int(abs(int(x)).bit_length() * math.log10(2))}"
+    if isinstance(x, fractions.Fraction) and abs(x) >= 10**30:
+        return f"about 10^{int(abs(x.numerator // x.denominator).bit_length() * math.log10(2))}"
+    return repr(x)
 
 
 def _check_int(name: str, value: object, low: int, high: int) -> int:
@@ -275,12 +291,12 @@ def classic_size(capacity: int, fp_rate: float) -> tuple[int, int]:
     """
     n, p = capacity, fp_rate
     try:
-        m_float = -n * math.log(p) / _LN2_SQUARED
+        m_float = -float(n) * math.log(p) / _LN2_SQUARED
     except OverflowError:  # n beyond the float range
         m_float = math.inf
     if not m_float < MAX_NUM_BITS:
-        shown = n if n < 10**15 else f"~1e{len(str(n)) - 1}"
-        raise ConfigError(f"capacity {shown} at fp_rate {p} needs {m_float:.4g} bits, more than the maximum {MAX_NUM_BITS}")
+        need = f"{m_float:.4g} bits" if math.isfinite(m_float) else "more bits than a float can count"
+        raise ConfigError(f"capacity {_show(n)} at fp_rate {p} needs {need}, more than the maximum {MAX_NUM_BITS:,} bits")
     m = math.ceil(m_float)
     if m > MAX_NUM_BITS:
         raise ConfigError(f"capacity {n} at fp_rate {p} needs {m} bits, more than the maximum {MAX_NUM_BITS}")

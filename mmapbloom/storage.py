@@ -12,6 +12,23 @@ it is fsynced, then published with ``link`` (never replaces an existing file) or
 Opening validates the header and the length from a 24-byte ``pread`` and ``fstat`` before
 anything is mapped, so a short or damaged file is refused, never mapped past its end
 (which would raise SIGBUS at the first touch). Opening costs O(1) whatever the size.
+
+SIGBUS, the other ways. A page of a mapping that the file system cannot supply kills the
+process with SIGBUS at the first touch. Two causes are guarded against here:
+
+* The file is truncated by another program under an open handle. :meth:`FileStorage.check_size`
+  compares the file's real size (``fstat``) with the mapping; the filters call it before
+  every scan of the mapping (``check``, ``to_bytes``/``copy``, statistics, batch calls)
+  and raise ``LengthMismatchError`` instead. A truncation *during* a scan, or before a
+  single-item ``add``/``in`` (which stay O(k) without a system call), can still end in
+  SIGBUS: truncating a mapped filter file is not supported.
+* Holes that cannot be backed. tmpfs (and ramfs, hugetlbfs) allocate memory for a hole
+  even when it is only *read* through a shared mapping, so a sparse file larger than the
+  free space dies on reads too. :func:`check_backing` (found by the file's ``st_dev`` in
+  ``/proc/self/mountinfo``, read only for sparse files) refuses to map such a file
+  read-write (:class:`~mmapbloom.errors.NoSpaceError`) and warns for a read-only one
+  (:class:`~mmapbloom.errors.SparseFileWarning`: a few queries touch few pages).
+  :func:`check_space` refuses a new file that does not fit before allocating anything.
 """
 
 from __future__ import annotations
@@ -20,26 +37,33 @@ import contextlib
 import errno
 import mmap
 import os
+import re
 import secrets
 import stat
+import warnings
 from typing import Callable, Iterator, Optional, Union
 
 import numpy as np
 import numpy.typing as npt
 
-from .errors import FilterClosedError
+from .errors import FilterClosedError, LengthMismatchError, NoSpaceError, SparseFileWarning
 from .locking import WriteLock
 
 __all__ = [
     "DEFAULT_FILE_MODE",
+    "ALLOCATE_ON_READ",
     "absolute_path",
+    "check_backing",
+    "check_space",
     "create_file",
+    "file_system_type",
     "reserve_space",
     "FileStorage",
     "MemoryStorage",
     "Storage",
     "atomic_file",
     "fsync_directory",
+    "remove_stale_temporaries",
 ]
 
 #: Files are created with this mode, masked by the process umask (like ``open()``).
@@ -69,6 +93,10 @@ class Storage:
 
     def flush(self) -> None:
         """Write dirty pages to the file (``msync``); no-op in memory."""
+
+    def check_size(self) -> None:
+        """Raise if the file behind the mapping was truncated (no-op in memory); see
+        :meth:`FileStorage.check_size`."""
 
     def close(self, before_unmap: Optional[Callable[[], None]] = None) -> None:
         """Mark the storage closed (``closed`` is True from here on), call
@@ -146,8 +174,14 @@ class FileStorage(Storage):
                 raise OSError(errno.EINVAL, "not a regular file", path)
             head = os.pread(fd, header_size, 0)
             total = validate(head, st.st_size, path)
+            check_backing(fd, path, total, readonly=readonly)
             access = mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE
-            mm = mmap.mmap(fd, total, access=access)
+            try:
+                mm = mmap.mmap(fd, total, access=access)
+            except OSError as exc:
+                if exc.filename is not None or exc.errno is None:
+                    raise
+                raise type(exc)(exc.errno, f"{exc.strerror} (mapping {total:,} bytes)", path) from None
         except BaseException:
             os.close(fd)
             raise
@@ -159,6 +193,34 @@ class FileStorage(Storage):
         self.header_size = header_size
         self.lock = WriteLock(fd, path)
         return self
+
+    def check_size(self) -> None:
+        """Compare the file's real size (``fstat``) with the mapping, so that a file
+        truncated by another program is reported instead of killing the process with
+        SIGBUS when the scan reaches the missing pages. One system call.
+
+        Raises:
+            LengthMismatchError: the file is now shorter than the mapping (``expected``
+                the mapped size, ``actual`` the file's size).
+            FilterClosedError: the storage is closed.
+        """
+        buf = self.buf
+        if self.closed:
+            raise FilterClosedError(f"{self.path}: filter is closed")
+        try:
+            size = os.fstat(self.fd).st_size
+            mapped = len(buf)
+        except (OSError, ValueError):  # closed by another thread meanwhile
+            if self.closed:
+                raise FilterClosedError(f"{self.path}: filter is closed") from None
+            raise
+        if size < mapped:
+            if self.closed:  # closed meanwhile, and the descriptor number reused
+                raise FilterClosedError(f"{self.path}: filter is closed")
+            raise LengthMismatchError(
+                f"truncated under the open handle: {mapped} bytes are mapped but the file now has {size} "
+                "(another program truncated it; reading the missing pages would raise SIGBUS)",
+                source=self.path or "", expected=mapped, actual=size)
 
     def flush(self) -> None:
         if self.closed:
@@ -199,6 +261,108 @@ def fsync_directory(path: str) -> None:
         os.close(fd)
 
 
+#: File systems that allocate memory for a hole of a shared mapping even when it is only
+#: read (so a sparse file larger than the free space dies with SIGBUS on reads too).
+ALLOCATE_ON_READ = frozenset({"tmpfs", "ramfs", "hugetlbfs", "devtmpfs"})
+
+
+def file_system_type(fd: int) -> Optional[str]:
+    """The type (``"ext4"``, ``"tmpfs"`` ...) of the file system holding ``fd``, from the
+    mount whose device is the file's ``st_dev`` in ``/proc/self/mountinfo``; ``None`` where
+    that is unknown (no ``/proc``). Cost: one read of the mount table."""
+    st = os.fstat(fd)
+    dev = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+    try:
+        with open("/proc/self/mountinfo", "rb") as table:
+            for raw in table:
+                fields = raw.split()
+                if len(fields) > 2 and fields[2].decode() == dev and b"-" in fields:
+                    after = fields[fields.index(b"-") + 1:]
+                    if after:
+                        return after[0].decode(errors="replace")
+    except OSError:
+        return None
+    return None
+
+
+def _free_bytes(fd: int) -> int:
+    """Bytes this process may still allocate on ``fd``'s file system (root may use the
+    blocks reserved for it)."""
+    vfs = os.fstatvfs(fd)
+    blocks = vfs.f_bfree if hasattr(os, "geteuid") and os.geteuid() == 0 else vfs.f_bavail
+    return blocks * vfs.f_frsize
+
+
+def check_backing(fd: int, path: str, size: int, *, readonly: bool) -> None:
+    """Refuse to map a sparse file whose holes cannot be backed on a file system that
+    allocates on read (:data:`ALLOCATE_ON_READ`, e.g. tmpfs): touching a hole through the
+    mapping there allocates memory even for a read, and once the file system is full the
+    process dies with SIGBUS. O(1) (one ``fstat``) for a fully allocated file.
+
+    Raises:
+        NoSpaceError: the unallocated part exceeds the free space and ``readonly`` is
+            False (any write, and any read, may need a new page).
+    Warns:
+        SparseFileWarning: the same, read-only (a few queries touch few pages; statistics
+            or a full scan may not fit).
+    """
+    st = os.fstat(fd)
+    missing = size - st.st_blocks * 512
+    if missing <= 0:
+        return  # fully allocated: nothing to back (the common case, no mount table read)
+    fstype = file_system_type(fd)
+    if fstype not in ALLOCATE_ON_READ:
+        return
+    free = _free_bytes(fd)
+    if missing <= free:
+        return
+    message = (f"{path}: sparse filter on {fstype}, which allocates memory for a hole even when it is "
+               f"only read through the mapping: {missing:,} bytes of holes need backing but only {free:,} "
+               f"bytes are free; using it would end in SIGBUS. Copy it to a disk file system or make room")
+    if readonly:
+        warnings.warn(message, SparseFileWarning, stacklevel=4)
+        return
+    raise NoSpaceError(message, path=path, needed=missing, available=free)
+
+
+def check_space(fd: int, path: str, size: int, *, sparse: bool) -> None:
+    """Before allocating a new file of ``size`` bytes on ``fd``'s file system, refuse one
+    that cannot fit, naming the user's path, the bytes needed and the bytes free (instead
+    of a bare ``ENOSPC`` midway, or SIGBUS later).
+
+    With ``sparse=False`` the whole size must fit. With ``sparse=True`` nothing is
+    allocated now: on a disk file system a size beyond the free space only warns
+    (a write into a hole once the disk is full kills the writer with SIGBUS); on a file
+    system that allocates on read (tmpfs) it is refused, since reads allocate too.
+
+    Raises:
+        NoSpaceError: as described. Warns: SparseFileWarning.
+    """
+    free = _free_bytes(fd)
+    if size <= free:
+        return
+    if not sparse:
+        raise NoSpaceError(f"{path}: not enough space for a filter of {size:,} bytes ({_human(size)}): "
+                           f"only {free:,} bytes ({_human(free)}) are free on its file system",
+                           path=path, needed=size, available=free)
+    fstype = file_system_type(fd)
+    if fstype in ALLOCATE_ON_READ:
+        raise NoSpaceError(f"{path}: a sparse filter of {size:,} bytes does not fit on {fstype}, which allocates "
+                           f"memory for a hole even when it is only read through the mapping: only {free:,} bytes "
+                           "are free; using it would end in SIGBUS", path=path, needed=size, available=free)
+    warnings.warn(f"{path}: sparse filter of {size:,} bytes ({_human(size)}) is larger than the {free:,} bytes "
+                  f"({_human(free)}) free on its file system: a write into a hole once the disk is full kills "
+                  "the writer with SIGBUS", SparseFileWarning, stacklevel=4)
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
+        if n < 1000 or unit == "PB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} PB"  # pragma: no cover
+
+
 def reserve_space(fd: int, size: int, *, sparse: bool) -> None:
     """Make the file ``size`` bytes long, all zero.
 
@@ -230,8 +394,88 @@ def absolute_path(path: Union[str, "os.PathLike[str]"]) -> str:
 
 
 def _temp_name(directory: str) -> str:
-    # Short and fixed-length, so that any legal destination name works (NAME_MAX).
-    return os.path.join(directory, f".mmapbloom-{secrets.token_hex(8)}.tmp")
+    # Short, so that any legal destination name works (NAME_MAX); the writer's pid makes a
+    # leftover recognisable as stale once that process is gone (remove_stale_temporaries).
+    return os.path.join(directory, f".mmapbloom-{os.getpid()}-{secrets.token_hex(8)}.tmp")
+
+
+_STALE_TEMP = re.compile(r"\.mmapbloom-([0-9]{1,10})-[0-9a-f]{16}\.tmp\Z")
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (any owner). Unknown counts as alive."""
+    if pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True  # exists but is someone else's, or cannot be asked: leave its file alone
+    return True
+
+
+def remove_stale_temporaries(directory: str) -> list[str]:
+    """Remove the temporary files (``.mmapbloom-<pid>-<random>.tmp``) that creates and
+    merges killed with SIGKILL (or by power loss) left in ``directory``; return their paths.
+
+    A temporary is removed only when all of these hold: its name carries a pid, no process
+    with that pid exists, it is a regular file (never followed through a symlink), and no
+    one holds the ``flock`` every writer keeps on its temporary while it builds it (so a
+    live writer in another pid namespace sharing the directory is never touched either).
+    Temporaries of live processes, of other programs, and of older versions (no pid in the
+    name) are left alone. Errors (permissions, races with another cleaner) are ignored.
+    Cost: one directory listing, plus one open per candidate.
+    """
+    removed: list[str] = []
+    try:
+        entries = list(os.scandir(directory or "."))
+    except OSError:
+        return removed
+    for entry in entries:
+        match = _STALE_TEMP.match(entry.name)
+        if match is None or _pid_alive(int(match.group(1))):
+            continue
+        path = os.path.join(directory, entry.name)
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+                         | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            continue  # a symlink (ELOOP), gone already, or not ours to open
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or not _try_flock(fd):
+                continue
+            now = os.lstat(path)
+            if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+                os.unlink(path)
+                removed.append(path)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _try_flock(fd: int) -> bool:
+    """Take an exclusive flock without waiting; False if someone holds one."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - no flock: rely on the pid alone
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _unflock(fd: int) -> None:
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover
+        return
+    fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 _CREATE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
@@ -257,6 +501,25 @@ def _publish(tmp: str, dest: str, *, replace: bool) -> None:
         os.rename(tmp, dest)  # pragma: no cover
 
 
+def _about_destination(exc: OSError, tmp: str, dest: str, directory: str) -> OSError:
+    """An OS error met while building ``tmp`` for ``dest``, reworded to name ``dest`` (the
+    user's file), never the internal temporary; errors of the package, and errors that
+    name another file (a shard), are returned unchanged."""
+    if isinstance(exc, (NoSpaceError, FileExistsError)) or exc.errno is None:
+        return exc
+    if exc.filename not in (None, tmp) or exc.filename2 not in (None, tmp, dest):
+        return exc
+    if exc.filename is None and exc.filename2 is None:
+        return type(exc)(exc.errno, exc.strerror, dest)  # e.g. EIO from fsync: say which file
+    if exc.errno == errno.ENOENT:
+        return FileNotFoundError(errno.ENOENT, f"{exc.strerror} (directory {directory} does not exist)", dest)
+    if exc.errno == errno.ENOTDIR:
+        return NotADirectoryError(errno.ENOTDIR, f"{exc.strerror} ({directory} is not a directory)", dest)
+    if exc.errno == errno.EISDIR:
+        return IsADirectoryError(errno.EISDIR, "is a directory; a filter path must name a file", dest)
+    return type(exc)(exc.errno, f"{exc.strerror} (creating a file in {directory})", dest)
+
+
 def create_file(path: Union[str, "os.PathLike[str]"], header: bytes, size: int, *, sparse: bool, replace: bool,
                 mode: int = DEFAULT_FILE_MODE) -> tuple[int, str]:
     """Create a zero-filled file of ``size`` bytes starting with ``header``, atomically, and
@@ -274,7 +537,16 @@ def create_file(path: Union[str, "os.PathLike[str]"], header: bytes, size: int, 
         OSError: ENOSPC and every other OS error.
     """
     with atomic_file(path, replace=replace, mode=mode, keep_open=True) as fd:
-        reserve_space(fd, size, sparse=sparse)
+        dest = absolute_path(path)
+        check_space(fd, dest, size, sparse=sparse)
+        try:
+            reserve_space(fd, size, sparse=sparse)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            free = _free_bytes(fd)
+            raise NoSpaceError(f"{dest}: no space left for a filter of {size:,} bytes ({_human(size)}): "
+                               f"{free:,} bytes free", path=dest, needed=size, available=free) from None
         os.pwrite(fd, header, 0)
     return fd, absolute_path(path)
 
@@ -291,7 +563,10 @@ def atomic_file(path: Union[str, os.PathLike[str]], *, replace: bool, mode: int 
     the existing file alone if ``path`` exists), with ``replace=True`` by ``os.replace``
     (atomic). The directory is then fsynced. On any exception, or if the process dies,
     nothing appears at ``path``; the temporary file is removed (a SIGKILLed process can
-    leave a ``.mmapbloom-*.tmp`` file behind, never a torn file at ``path``).
+    leave a ``.mmapbloom-<pid>-<random>.tmp`` file behind, never a torn file at ``path``;
+    the next create or merge in that directory removes it once that pid is gone, see
+    :func:`remove_stale_temporaries`). The temporary carries an exclusive ``flock`` while
+    it is built.
 
     Args:
         path: destination.
@@ -304,16 +579,34 @@ def atomic_file(path: Union[str, os.PathLike[str]], *, replace: bool, mode: int 
     directory, base = os.path.split(dest)
     if not base:
         raise IsADirectoryError(errno.EISDIR, "a filter path must name a file, not a directory", dest)
+    try:
+        is_dir = stat.S_ISDIR(os.lstat(dest).st_mode)
+    except OSError:
+        is_dir = False  # missing (the common case), or reported by the OS below
+    if is_dir:  # fail now, not after building the whole file
+        raise IsADirectoryError(errno.EISDIR, "is a directory; a filter path must name a file", dest)
     if not replace and os.path.lexists(dest):
         raise FileExistsError(errno.EEXIST, "file exists", dest)
+    remove_stale_temporaries(directory)  # leftovers of writers killed with SIGKILL
     tmp = _temp_name(directory)
-    fd = os.open(tmp, _CREATE_FLAGS, mode)
+    try:
+        fd = os.open(tmp, _CREATE_FLAGS, mode)
+    except OSError as exc:
+        raise _about_destination(exc, tmp, dest, directory) from None
     published = False
     try:
-        yield fd
-        os.fsync(fd)
-        _publish(tmp, dest, replace=replace)
-        fsync_directory(directory or ".")
+        _try_flock(fd)  # "a live writer builds this": remove_stale_temporaries leaves it alone
+        try:
+            yield fd
+            os.fsync(fd)
+            _unflock(fd)  # the published file must carry no lock (the creator keeps this fd)
+            _publish(tmp, dest, replace=replace)
+            fsync_directory(directory or ".")
+        except OSError as exc:
+            renamed = _about_destination(exc, tmp, dest, directory)
+            if renamed is exc:
+                raise
+            raise renamed from None
         published = True
     finally:
         if not (published and keep_open):

@@ -58,7 +58,10 @@ def parse_fp_rate(text: str) -> float:
         raise ValueError(f"not a rate: {text!r} (examples: 1%, 0.1%, 0.01, 1e-3)") from None
     if not 0 < value < 1:
         raise ValueError(f"a false-positive rate must be strictly between 0 and 1 (0% and 100%), got {text!r}")
-    return float(value)
+    rate = float(value)
+    if not 0.0 < rate < 1.0:  # 1e-400 is > 0 but rounds to 0.0 as a float
+        raise ValueError(f"a false-positive rate of {text!r} is too close to {int(rate)} to compute with")
+    return rate
 
 
 def format_bytes(n: float) -> str:

@@ -63,4 +63,4 @@ def test_old_commands_and_counting_mode(tmp_path: pathlib.Path) -> None:
     assert "## Counting filters: 500 keys" in proc.stdout
     for row in (f"| BloomFilter {default} |", f"| Counting 4-bit {default} |", f"| Counting 8-bit {default} |"):
         assert row in proc.stdout, row
-    assert "missing: mmapbloom:ZZZZ (UnknownSchemeError" in proc.stderr  # resolved by get_strategy at run time
+    assert "missing: mmapbloom:ZZZZ (UnknownStrategyError" in proc.stderr  # resolved by get_strategy at run time

@@ -161,21 +161,28 @@ def test_reserved_filter_keeps_working_on_a_full_disk(tmpfs_1m: str) -> None:
 
 
 def test_sparse_filter_on_a_full_disk_dies_with_sigbus(tmpfs_1m: str) -> None:
-    """The documented cost of sparse=True (README, "Full disk"): creation succeeds even if
-    the filter is larger than the disk, and a write into a hole then kills the process
-    with SIGBUS. Pinned so that the README stays true."""
+    """The documented cost of sparse=True (README, "Full disk"): a sparse filter whose
+    disk fills up after it was opened dies with SIGBUS at a write into a hole. Pinned so
+    that the README stays true. (A sparse filter larger than the free space is refused up
+    front on tmpfs, where even reads allocate: tests/test_harden_sigbus.py; on a disk file
+    system creation only warns.)"""
     path = os.path.join(tmpfs_1m, "s.blm")
-    BloomFilter.create(path, BloomConfig(num_bits=8 * 4 * MB, num_hashes=3), sparse=True).close()
+    f = BloomFilter.create(path, BloomConfig(num_bits=8 * 768 * 1024, num_hashes=3), sparse=True)  # fits, empty
     assert os.listdir(tmpfs_1m) == ["s.blm"]
+    filler = os.open(os.path.join(tmpfs_1m, "filler"), os.O_WRONLY | os.O_CREAT)  # then the disk fills up
+    with contextlib.suppress(OSError):
+        while True:
+            os.write(filler, b"\xff" * 4096)
+    os.close(filler)
     pid = os.fork()
     if pid == 0:  # pragma: no cover - child
         try:
             faulthandler.disable()  # the SIGBUS is expected: no "Fatal Python error" dump
-            with BloomFilter.open(path) as f:
-                f.update([f"x{i}" for i in range(400_000)])
+            f.update([f"x{i}" for i in range(400_000)])
         finally:
             os._exit(0)
     _, status = os.waitpid(pid, 0)
+    f.close()
     assert os.waitstatus_to_exitcode(status) == -signal.SIGBUS
 
 

@@ -256,7 +256,7 @@ def test_preplanted_symlink_at_temporary_name(tmp_path: Any, monkeypatch: pytest
     victim.write_bytes(b"precious")
     dest = tmp_path / "f.blm"
     monkeypatch.setattr(secrets, "token_hex", lambda n=None: "0" * (2 * (n or 16)))
-    for name in (f".mmapbloom-{'0' * 16}.tmp", f".f.blm.{'0' * 12}.tmp", f".f.blm.{'0' * 32}.tmp", "f.blm.tmp",
+    for name in (f".mmapbloom-{'0' * 16}.tmp", f".mmapbloom-{os.getpid()}-{'0' * 16}.tmp", f".f.blm.{'0' * 12}.tmp", f".f.blm.{'0' * 32}.tmp", "f.blm.tmp",
                  ".f.blm.tmp"):
         os.symlink(victim, tmp_path / name)
     try:

@@ -186,4 +186,6 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from mmapbloom.termination import run_main  # SIGTERM/SIGHUP clean up like Ctrl-C (exit 128 + signal)
+
+    sys.exit(run_main(main, "bench"))
