@@ -48,10 +48,28 @@ enum { S_M3KM = 1, S_M3MX = 2, S_M3BL = 3 };
 
 #define MAX_K 4096         /* largest accepted number of hash functions */
 #define BLOCK_BITS 512     /* M3BL block size in bits (one 64-byte cache line) */
-#define GROUP 16           /* keys hashed ahead of probing, so their lines can be prefetched */
+/* Batches run as a pipeline so that a probe rarely waits for memory (the body of a large
+ * filter is far bigger than the caches).  Adds: the positions of key i + AHEAD are computed
+ * and all their lines prefetched before key i is written.  Queries, in three stages:
+ *   i + AHEAD      hash, positions, prefetch the first QUERY_PREFETCH positions;
+ *   i + AHEAD / 2  test those; a key that fails is known absent (most absent keys stop
+ *                  here), otherwise prefetch its other positions;
+ *   i              test the remaining positions.
+ * So an absent key costs about QUERY_PREFETCH lines and a present key gets all its lines
+ * fetched ahead.  Both constants are -D overridable (for measurements). */
+#ifndef AHEAD
+#define AHEAD 16
+#endif
+#ifndef QUERY_PREFETCH
+#define QUERY_PREFETCH 2
+#endif
+#if AHEAD < 2 || QUERY_PREFETCH < 1
+#error "AHEAD must be at least 2 and QUERY_PREFETCH at least 1"
+#endif
 #define GIL_MIN_KEYS 256   /* batch queries release the GIL from this many keys on */
 
-#if defined(__GNUC__) || defined(__clang__)
+/* MMB_NO_PREFETCH (a -D flag) turns prefetching off, for measurements. */
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(MMB_NO_PREFETCH)
 #define PREFETCH_R(p) __builtin_prefetch((p), 0, 3)
 #define PREFETCH_W(p) __builtin_prefetch((p), 1, 3)
 #else
@@ -297,39 +315,76 @@ static inline uint64_t byte_of(int width, uint64_t p)
     return width == 1 ? p >> 3 : width == 8 ? p : p >> 1;
 }
 
-/* Prefetch the bytes of n rows of k positions (pos row j at pos + j * k). */
-static void prefetch_rows(const uint8_t *body, int width, const uint64_t *pos, size_t n, unsigned k, int write)
+/* Compute a key's positions into row and prefetch the bytes of row[0..depth) (for
+ * writing if `write`). */
+static void stage_key(const uint8_t *body, int width, const geom *g, const keyref *key, uint64_t *row,
+                      unsigned depth, int write)
 {
-    size_t i, total = n * k;
-    if (write)
-        for (i = 0; i < total; i++)
-            PREFETCH_W(body + byte_of(width, pos[i]));
-    else
-        for (i = 0; i < total; i++)
-            PREFETCH_R(body + byte_of(width, pos[i]));
+    uint64_t h[2];
+    unsigned i;
+    hash_key(key, h);
+    positions_of(g, h, row);
+    if (depth > g->k)
+        depth = g->k;
+    for (i = 0; i < depth; i++) {
+        if (write)
+            PREFETCH_W(body + byte_of(width, row[i]));
+        else
+            PREFETCH_R(body + byte_of(width, row[i]));
+    }
+}
+
+/* Is position p set (width 1) / cell p non-zero (width 4, 8)? */
+static inline int probe_one(const uint8_t *body, int width, uint64_t p)
+{
+    return width == 1 ? (body[p >> 3] >> (p & 7)) & 1 : cell_get(body, width, p) != 0;
+}
+
+/* Test row[from..to); 0 at the first clear position. */
+static inline int probe_range(const uint8_t *body, int width, const uint64_t *row, unsigned from, unsigned to)
+{
+    for (; from < to; from++)
+        if (!probe_one(body, width, row[from]))
+            return 0;
+    return 1;
+}
+
+/* Middle query stage: test the head of the row; if it passes, prefetch the rest. */
+static int query_head(const uint8_t *body, int width, const uint64_t *row, unsigned k)
+{
+    const unsigned head = k < QUERY_PREFETCH ? k : QUERY_PREFETCH;
+    unsigned i;
+    if (!probe_range(body, width, row, 0, head))
+        return 0;
+    for (i = head; i < k; i++)
+        PREFETCH_R(body + byte_of(width, row[i]));
+    return 1;
 }
 
 /* The query loop run without the GIL: out[i] = key i may be present.  width 1 = Bloom
- * body, else a counting body of that width (present = every cell non-zero).  scratch has
- * room for GROUP * k positions. */
+ * body, else a counting body of that width (present = every cell non-zero).  ring has
+ * room for AHEAD * k positions (row i % AHEAD holds key i's positions). */
 static void query_run(const uint8_t *body, int width, const geom *g, const keyref *keys, size_t n,
-                      uint64_t *scratch, uint8_t *out)
+                      uint64_t *ring, uint8_t *out)
 {
-    const unsigned k = g->k;
-    size_t base, j;
-    for (base = 0; base < n; base += GROUP) {
-        const size_t rows = n - base < GROUP ? n - base : GROUP;
-        for (j = 0; j < rows; j++) {
-            uint64_t h[2];
-            hash_key(&keys[base + j], h);
-            positions_of(g, h, scratch + j * k);
+    const unsigned k = g->k, head = k < QUERY_PREFETCH ? k : QUERY_PREFETCH;
+    const size_t half = AHEAD / 2;
+    uint8_t maybe[AHEAD];   /* head test passed, by ring row */
+    size_t i;
+    for (i = 0; i < n && i < AHEAD; i++)
+        stage_key(body, width, g, &keys[i], ring + i * k, QUERY_PREFETCH, 0);
+    for (i = 0; i < n && i < half; i++)
+        maybe[i] = (uint8_t)query_head(body, width, ring + i * k, k);
+    for (i = 0; i < n; i++) {
+        const size_t slot = i % AHEAD;
+        uint64_t *row = ring + slot * k;
+        out[i] = (uint8_t)(maybe[slot] && probe_range(body, width, row, head, k));
+        if (i + half < n) {
+            const size_t s2 = (i + half) % AHEAD;
+            maybe[s2] = (uint8_t)query_head(body, width, ring + s2 * k, k);
         }
-        prefetch_rows(body, width, scratch, rows, k, 0);
-        for (j = 0; j < rows; j++) {
-            const uint64_t *pos = scratch + j * k;
-            out[base + j] = (uint8_t)(width == 1 ? bloom_test(body, pos, k)
-                                                 : count_min_of(body, width, pos, k) != 0);
-        }
+        if (i + AHEAD < n)
+            stage_key(body, width, g, &keys[i + AHEAD], row, QUERY_PREFETCH, 0);
     }
 }
 
@@ -705,7 +760,7 @@ typedef struct {
     int have_body, have_out;
     PyObject *keys;       /* tuple (owned) */
     Py_ssize_t n;
-    uint64_t *scratch;    /* GROUP * k positions */
+    uint64_t *ring;       /* AHEAD * k positions */
 } batch_call;
 
 static void batch_end(batch_call *c)
@@ -715,7 +770,7 @@ static void batch_end(batch_call *c)
     if (c->have_out)
         PyBuffer_Release(&c->out);
     Py_XDECREF(c->keys);
-    PyMem_Free(c->scratch);
+    PyMem_Free(c->ring);
 }
 
 /* Parse (body, [width,] strategy_id, m, k, keys, out). */
@@ -724,7 +779,7 @@ static int batch_begin(batch_call *c, PyObject *const *args, int counting, int w
     PyObject *body = args[0];
     c->have_body = c->have_out = 0;
     c->keys = NULL;
-    c->scratch = NULL;
+    c->ring = NULL;
     c->width = 1;
     if (counting) {
         if (parse_width(args[1], &c->width) < 0)
@@ -744,8 +799,8 @@ static int batch_begin(batch_call *c, PyObject *const *args, int counting, int w
         PyErr_Format(PyExc_ValueError, "out has %zd bytes, expected %zd (one per key)", c->out.len, c->n);
         goto fail;
     }
-    c->scratch = PyMem_Malloc((size_t)GROUP * c->g.k * sizeof(uint64_t));
-    if (c->scratch == NULL) {
+    c->ring = PyMem_Malloc((size_t)AHEAD * c->g.k * sizeof(uint64_t));
+    if (c->ring == NULL) {
         PyErr_NoMemory();
         goto fail;
     }
@@ -771,35 +826,48 @@ static int validate_keys(PyObject *keys)
     return 0;
 }
 
-/* Sequential adds of every key, GROUP keys hashed (and their lines prefetched) ahead.
- * Bloom (width 1) or counting; *fresh_total = keys that were new; *sat |= saturation. */
+/* Hash a validated key object and stage it (see stage_key) for writing. */
+static int stage_object(batch_call *c, Py_ssize_t i, uint64_t *row)
+{
+    keyref r;
+    Py_buffer view;
+    const int got = resolve_key(PyTuple_GET_ITEM(c->keys, i), &r, &view);
+    if (got < 0)
+        return -1;
+    stage_key(c->body.buf, c->width, &c->g, &r, row, c->g.k, 1);
+    if (got)
+        PyBuffer_Release(&view);
+    return 0;
+}
+
+/* Sequential adds of every key (Bloom for width 1, else counting), pipelined as
+ * query_run.  out[i] = key i was new; *fresh_total = number of new keys; *sat |= some
+ * counter saturated.  Every key is validated before the first write. */
 static int add_run(batch_call *c, Py_ssize_t *fresh_total, int *sat)
 {
     const unsigned k = c->g.k;
+    const Py_ssize_t n = c->n;
     uint8_t *body = c->body.buf, *out = c->out.buf;
-    Py_ssize_t base, j, total = 0;
+    Py_ssize_t i, total = 0;
 
     if (validate_keys(c->keys) < 0)
         return -1;
-    for (base = 0; base < c->n; base += GROUP) {
-        const Py_ssize_t rows = c->n - base < GROUP ? c->n - base : GROUP;
-        for (j = 0; j < rows; j++) {
-            uint64_t h[2];
-            if (hash_object(PyTuple_GET_ITEM(c->keys, base + j), h) < 0)
-                return -1;   /* not reached: validated above */
-            positions_of(&c->g, h, c->scratch + j * k);
-        }
-        prefetch_rows(body, c->width, c->scratch, (size_t)rows, k, 1);
-        for (j = 0; j < rows; j++) {
-            uint64_t *pos = c->scratch + j * k;
-            int fresh = 0;
-            if (c->width == 1)
-                fresh = bloom_set(body, pos, k);
-            else
-                count_inc(body, c->width, pos, distinct(pos, k), &fresh, sat);
-            out[base + j] = (uint8_t)fresh;
-            total += fresh;
-        }
+    /* After validation resolve_key cannot fail: the tuple and its str / bytes keys are
+     * immutable and no Python code runs in between. */
+    for (i = 0; i < n && i < AHEAD; i++)
+        if (stage_object(c, i, c->ring + i * k) < 0)
+            return -1;
+    for (i = 0; i < n; i++) {
+        uint64_t *row = c->ring + (i % AHEAD) * k;
+        int fresh = 0;
+        if (c->width == 1)
+            fresh = bloom_set(body, row, k);
+        else
+            count_inc(body, c->width, row, distinct(row, k), &fresh, sat);
+        out[i] = (uint8_t)fresh;
+        total += fresh;
+        if (i + AHEAD < n && stage_object(c, i + AHEAD, row) < 0)
+            return -1;
     }
     *fresh_total = total;
     return 0;
@@ -836,10 +904,10 @@ static int query_pinned(batch_call *c)
     }
     if (n >= GIL_MIN_KEYS) {
         Py_BEGIN_ALLOW_THREADS
-        query_run(c->body.buf, c->width, &c->g, refs, (size_t)n, c->scratch, c->out.buf);
+        query_run(c->body.buf, c->width, &c->g, refs, (size_t)n, c->ring, c->out.buf);
         Py_END_ALLOW_THREADS
     } else {
-        query_run(c->body.buf, c->width, &c->g, refs, (size_t)n, c->scratch, c->out.buf);
+        query_run(c->body.buf, c->width, &c->g, refs, (size_t)n, c->ring, c->out.buf);
     }
     rc = 0;
 done:
