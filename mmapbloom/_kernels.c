@@ -961,8 +961,8 @@ static PyObject *k_contains_many(PyObject *module, PyObject *const *args, Py_ssi
 
 PyDoc_STRVAR(count_add_many_doc,
 "count_add_many($module, body, width, strategy_id, m, k, keys, out)\n--\n\n"
-"Returns (new, saturated).  count_add of every key in order; out flags and validation as add_many.  Returns (number\n"
-"of new keys, some counter saturated).");
+"Returns (number of new keys, some counter saturated).  count_add of every key in order;\n"
+"out flags and key validation as add_many.  Holds the GIL; the caller holds the write lock.");
 
 static PyObject *k_count_add_many(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {

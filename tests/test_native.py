@@ -289,8 +289,8 @@ def test_positions_property(key: Any, sid: int, m: int, k: int) -> None:
 
 # ---- Bloom bodies --------------------------------------------------------------------------
 
-CONFIGS = [(M3KM, 1, 3), (M3KM, 13, 4), (M3KM, 2000, 7), (M3MX, 1, 2), (M3MX, 999, 5), (M3MX, 5003, 7),
-           (M3BL, 512, 6), (M3BL, 2048, 8), (M3BL, 512 * 7, 3)]
+CONFIGS = [(M3KM, 1, 3), (M3KM, 13, 4), (M3KM, 2000, 7), (M3KM, 100, 1), (M3MX, 1, 2), (M3MX, 999, 5),
+           (M3MX, 5003, 7), (M3MX, 20011, 100), (M3BL, 512, 6), (M3BL, 2048, 8), (M3BL, 512 * 7, 3), (M3BL, 1024, 1)]
 
 
 @pytest.mark.parametrize("sid, m, k", CONFIGS)
@@ -449,7 +449,8 @@ def test_counting_remove_absent_leaves_body() -> None:
 
 
 @pytest.mark.parametrize("width", [4, 8])
-@pytest.mark.parametrize("sid, m, k", [(M3KM, 91, 3), (M3MX, 2000, 7), (M3BL, 1024, 5)])
+@pytest.mark.parametrize("sid, m, k", [(M3KM, 91, 3), (M3MX, 2000, 7), (M3BL, 1024, 5), (M3KM, 5000, 1),
+                                       (M3MX, 3001, 90)])
 def test_counting_batches_against_model(width: int, sid: int, m: int, k: int) -> None:
     rng = random.Random(width + m)
     model = Model(sid, m, k, width)

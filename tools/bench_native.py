@@ -13,7 +13,10 @@ the calling thread, except the two-thread comparison (wall time).
 from __future__ import annotations
 
 import argparse
+import fcntl
 import mmap
+import os
+import tempfile
 import threading
 import time
 from typing import Any, Callable
@@ -116,6 +119,51 @@ def main() -> None:
               f"{n / cm_wall / 1e6:.1f} M keys/s, wall (x{(2 * n / t2) / (n / cm_wall):.2f})")
     tup = best(args.rounds, lambda: None, lambda _: tuple(keys))
     print(f"list -> tuple snapshot (done by every batch call on a list): {tup / n * 1e9:.1f}")
+    flock_pairs()
+
+
+def flock_pairs(count: int = 20_000) -> None:
+    """us per lock + unlock pair: K.flock_try / K.flock_unlock (GIL kept) against
+    fcntl.flock (GIL released on every call), alone and next to a CPU-busy thread."""
+    fd, path = tempfile.mkstemp()
+    stop = threading.Event()
+
+    def busy() -> None:
+        x = 0
+        while not stop.is_set():
+            x += 1
+
+    def native() -> None:
+        for _ in range(count):
+            K.flock_try(fd)
+            K.flock_unlock(fd)
+
+    def python() -> None:
+        for _ in range(count):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def wall(fn: Callable[[], None]) -> float:
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) / count * 1e6
+
+    try:
+        alone = (wall(native), wall(python))
+        thread = threading.Thread(target=busy)
+        thread.start()
+        try:
+            busy_native = wall(native)
+            busy_python = wall(lambda: [fcntl.flock(fd, op) for _ in range(200)  # fewer: ~ms each
+                                        for op in (fcntl.LOCK_EX, fcntl.LOCK_UN)]) * count / 200
+        finally:
+            stop.set()
+            thread.join()
+        print(f"flock pair, us (wall): flock_try+flock_unlock {alone[0]:.2f} alone, {busy_native:.2f} next to a "
+              f"busy thread; fcntl.flock {alone[1]:.2f} alone, {busy_python:.1f} next to a busy thread")
+    finally:
+        os.close(fd)
+        os.unlink(path)
 
 
 if __name__ == "__main__":
