@@ -47,7 +47,7 @@
 enum { S_M3KM = 1, S_M3MX = 2, S_M3BL = 3 };
 
 #define MAX_K 4096         /* largest accepted number of hash functions */
-#define BLOCK_BITS 512     /* M3BL block size in bits (one 64-byte cache line) */
+#define BLOCK_BITS 512     /* M3BL block size in bits (64 bytes: one cache line if the body is aligned) */
 /* Batches run as a pipeline so that a probe rarely waits for memory (the body of a large
  * filter is far bigger than the caches).  Adds: the positions of key i + AHEAD are computed
  * and all their lines prefetched before key i is written.  Queries, in three stages:
@@ -888,7 +888,7 @@ static int query_pinned(batch_call *c)
         nbuf += PyByteArray_Check(o) || PyMemoryView_Check(o);
     }
     refs = PyMem_Malloc((size_t)(n ? n : 1) * sizeof *refs);
-    views = PyMem_Malloc((size_t)(nbuf ? nbuf : 1) * sizeof *views);
+    views = PyMem_Malloc((size_t)(nbuf + 1) * sizeof *views);   /* + 1: see the check below */
     if (refs == NULL || views == NULL) {
         PyErr_NoMemory();
         goto done;
@@ -897,7 +897,7 @@ static int query_pinned(batch_call *c)
         const int got = resolve_key(PyTuple_GET_ITEM(c->keys, i), &refs[i], &views[nviews]);
         if (got < 0)
             goto done;
-        if (got && ++nviews > nbuf) {   /* cannot happen: counted above */
+        if (got && ++nviews > nbuf) {   /* cannot happen (counted above); views[nbuf] is spare */
             PyErr_SetString(PyExc_RuntimeError, "key buffers changed during the call");
             goto done;
         }
