@@ -640,3 +640,18 @@ def test_flock_try_and_unlock(tmp_path: Any) -> None:
     with pytest.raises(ValueError):
         K.flock_unlock(-1)
 
+
+
+def test_type_stub_lists_the_module() -> None:
+    """mmapbloom/_kernels.pyi names exactly the module's public functions and constants,
+    with the same positional parameters."""
+    import ast
+    import inspect
+    stub_path = os.path.join(os.path.dirname(os.path.abspath(K.__file__)), "_kernels.pyi")
+    tree = ast.parse(open(stub_path, encoding="utf-8").read())
+    stub_funcs = {n.name: [a.arg for a in n.args.posonlyargs] for n in tree.body if isinstance(n, ast.FunctionDef)}
+    stub_consts = {n.target.id for n in tree.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    public = {name for name in dir(K) if not name.startswith("_")}
+    assert set(stub_funcs) | stub_consts == public
+    for name, params in stub_funcs.items():
+        assert list(inspect.signature(getattr(K, name)).parameters) == params, name

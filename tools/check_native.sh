@@ -39,7 +39,7 @@ cp mmapbloom/*.py mmapbloom/*.c mmapbloom/*.h "$WORK/src/mmapbloom/"
         "$PYTHON" setup.py -q build_ext --build-lib "$WORK/run" --build-temp "$WORK/tmp" 2>&1 \
         | grep -v -e "_BetaConfiguration" -e "warnings.warn(msg, _BetaConfiguration)" || true
 )
-cp mmapbloom/*.py "$WORK/run/mmapbloom/"
+cp mmapbloom/*.py mmapbloom/*.pyi "$WORK/run/mmapbloom/"
 cp tests/__init__.py tests/conftest.py tests/test_native.py "$WORK/run/tests/"
 SO=$(ls "$WORK"/run/mmapbloom/_kernels*.so 2>/dev/null || true)
 if [[ -z "$SO" ]]; then echo "FAIL: the sanitizer build produced no extension" >&2; exit 1; fi
