@@ -335,6 +335,40 @@ def test_bloom_batches_against_model(sid: int, m: int, k: int) -> None:
     assert_sentinels(whole)
 
 
+_key = st.one_of(st.binary(max_size=300), st.text(max_size=60),
+                 st.binary(max_size=300).map(bytearray), st.binary(max_size=300).map(memoryview))
+
+
+@given(keys=st.lists(_key, max_size=60), sid=st.sampled_from([M3KM, M3MX, M3BL]), m=st.integers(1, 4000),
+       k=st.integers(1, 40), width=st.sampled_from([1, 4, 8]))
+@settings(max_examples=150, deadline=None)
+def test_batches_property(keys: list[Any], sid: int, m: int, k: int, width: int) -> None:
+    """Batch add then batch query, any key types and lengths, against the model."""
+    if sid == M3BL:
+        m = max(512, m - m % 512)
+    keys = keys + keys[::2]  # repeats
+    model = Model(sid, m, k, width)
+    whole, body = padded(len(model.body))
+    out = np.zeros(len(keys), dtype=np.bool_)
+    if width == 1:
+        expected = [model.add(key) for key in keys]
+        assert K.add_many(body, sid, m, k, keys, out) == sum(expected)
+    else:
+        pairs = [model.count_add(key) for key in keys]
+        expected = [p[0] for p in pairs]
+        assert K.count_add_many(body, width, sid, m, k, keys, out) == (sum(expected), any(p[1] for p in pairs))
+    assert out.tolist() == expected and bytes(body) == bytes(model.body)
+    probe = keys + [b"absent-%d" % i for i in range(300)]
+    got = np.zeros(len(probe), dtype=np.bool_)
+    if width == 1:
+        K.contains_many(body, sid, m, k, probe, got)
+        assert got.tolist() == [model.contains(key) for key in probe]
+    else:
+        K.count_contains_many(body, width, sid, m, k, probe, got)
+        assert got.tolist() == [model.count_min(key) > 0 for key in probe]
+    assert_sentinels(whole)
+
+
 def test_add_many_duplicates_are_new_once() -> None:
     body = bytearray(1000)
     out = np.zeros(4, dtype=np.bool_)
