@@ -714,7 +714,7 @@ static PyObject *k_count_add(PyObject *module, PyObject *const *args, Py_ssize_t
         return NULL;
     count_inc(c.body.buf, c.width, c.pos, distinct(c.pos, c.g.k), &fresh, &sat);
     item_end(&c);
-    return Py_BuildValue("(NN)", PyBool_FromLong(fresh), PyBool_FromLong(sat));
+    return PyTuple_Pack(2, fresh ? Py_True : Py_False, sat ? Py_True : Py_False);
 }
 
 PyDoc_STRVAR(count_remove_doc,
