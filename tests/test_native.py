@@ -1,0 +1,691 @@
+"""The compiled kernel ``mmapbloom._kernels`` against plain-Python references.
+
+Every kernel is compared with a reference written here from the definitions (plain ints
+and ``mmh3``): the MurmurHash3 values, the positions of the three strategies, and the
+Bloom and counting bodies byte for byte after random operation sequences.  Bodies are
+slices of a larger buffer with sentinel bytes on both sides, so a write outside the body
+would be seen (tools/check_native.sh runs this file under ASan + UBSan as well).
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import functools
+import mmap
+import os
+import random
+import sys
+import threading
+import time
+from typing import Any, Callable, Iterator
+
+import mmh3
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+K = pytest.importorskip("mmapbloom._kernels")
+
+M64 = (1 << 64) - 1
+M3KM, M3MX, M3BL = 1, 2, 3
+GOLDEN_RATIO_64 = 0x9E3779B97F4A7C15
+ref_hash128 = functools.partial(mmh3.hash128, seed=0, x64arch=True, signed=False)
+
+
+# ---- references ----------------------------------------------------------------------------
+
+def as_bytes(key: Any) -> bytes:
+    return key.encode("utf-8") if isinstance(key, str) else bytes(key)
+
+
+def fmix64(z: int) -> int:
+    z ^= z >> 33
+    z = (z * 0xFF51AFD7ED558CCD) & M64
+    z ^= z >> 33
+    z = (z * 0xC4CEB9FE1A85EC53) & M64
+    z ^= z >> 33
+    return z
+
+
+def ref_positions(sid: int, key: Any, m: int, k: int) -> list[int]:
+    """The three strategies, written from their definitions."""
+    h = ref_hash128(as_bytes(key))
+    h1, h2 = h & M64, h >> 64
+    if sid == M3KM:
+        if m == 1:
+            return [0] * k
+        step = 1 + h2 % (m - 1)
+        return [(h1 % m + i * step) % m for i in range(k)]
+    if sid == M3MX:
+        return [(fmix64((h1 + i * h2) & M64) * m) >> 64 for i in range(k)]
+    assert sid == M3BL and m % 512 == 0
+    block = (h1 * (m // 512)) >> 64
+    out, y = [], h2
+    for _ in range(k):
+        y = (y * GOLDEN_RATIO_64) & M64
+        out.append(block * 512 + (y >> 55))
+    return out
+
+
+class Model:
+    """A Bloom (width 1) or counting (width 4 / 8) body in a bytearray, in plain Python."""
+
+    def __init__(self, sid: int, m: int, k: int, width: int = 1) -> None:
+        self.sid, self.m, self.k, self.width = sid, m, k, width
+        self.top = (1 << width) - 1
+        self.body = bytearray((m * width + 7) // 8)
+
+    def _get(self, c: int) -> int:
+        if self.width == 8:
+            return self.body[c]
+        return (self.body[c >> 1] >> ((c & 1) * 4)) & 15
+
+    def _put(self, c: int, v: int) -> None:
+        if self.width == 8:
+            self.body[c] = v
+        else:
+            shift = (c & 1) * 4
+            self.body[c >> 1] = (self.body[c >> 1] & (0xF0 >> shift)) | (v << shift)
+
+    def _cells(self, key: Any) -> list[int]:
+        return sorted(set(ref_positions(self.sid, key, self.m, self.k)))
+
+    def add(self, key: Any) -> bool:
+        new = False
+        for p in ref_positions(self.sid, key, self.m, self.k):
+            if not self.body[p >> 3] >> (p & 7) & 1:
+                new = True
+                self.body[p >> 3] |= 1 << (p & 7)
+        return new
+
+    def contains(self, key: Any) -> bool:
+        return all(self.body[p >> 3] >> (p & 7) & 1 for p in ref_positions(self.sid, key, self.m, self.k))
+
+    def count_add(self, key: Any) -> tuple[bool, bool]:
+        new = sat = False
+        for c in self._cells(key):
+            v = self._get(c)
+            new |= v == 0
+            if v < self.top:
+                self._put(c, v + 1)
+                sat |= v + 1 == self.top
+        return new, sat
+
+    def count_remove(self, key: Any) -> int:
+        cells = self._cells(key)
+        values = [self._get(c) for c in cells]
+        if 0 in values:
+            return -1
+        emptied = 0
+        for c, v in zip(cells, values):
+            if v < self.top:
+                self._put(c, v - 1)
+                emptied |= v == 1
+        return emptied
+
+    def count_min(self, key: Any) -> int:
+        return min(self._get(c) for c in self._cells(key))
+
+
+PAD = 40  # sentinel bytes on each side of a body
+
+
+def padded(nbytes: int, fill: int = 0) -> tuple[bytearray, memoryview]:
+    """A buffer with PAD sentinel bytes (0xA5) around a body of nbytes; (whole, body view)."""
+    whole = bytearray(b"\xa5" * PAD + bytes([fill]) * nbytes + b"\xa5" * PAD)
+    return whole, memoryview(whole)[PAD:PAD + nbytes]
+
+
+def assert_sentinels(whole: bytearray) -> None:
+    assert whole[:PAD] == b"\xa5" * PAD and whole[-PAD:] == b"\xa5" * PAD
+
+
+def random_keys(rng: random.Random, n: int, max_len: int = 40) -> list[Any]:
+    """Keys of every accepted type: str (ASCII and not), bytes, bytearray, memoryview."""
+    out: list[Any] = []
+    for _ in range(n):
+        raw = rng.randbytes(rng.randrange(max_len + 1))
+        kind = rng.randrange(5)
+        if kind == 0:
+            out.append(raw.hex()[: len(raw)])
+        elif kind == 1:
+            out.append("".join(chr(rng.choice((0xE9, 0x3B1, 0x4E2D, 0x1F600, 65 + b % 26))) for b in raw[:12]))
+        elif kind == 2:
+            out.append(bytearray(raw))
+        elif kind == 3:
+            out.append(memoryview(raw))
+        else:
+            out.append(raw)
+    return out
+
+
+# ---- MurmurHash3 ---------------------------------------------------------------------------
+
+def test_hash128_million_random_keys() -> None:
+    """10**6 random keys, lengths 0-300 (every tail length 0-15), in chunks of 10**5."""
+    rng = random.Random(1105)
+    total = 0
+    for _ in range(10):
+        lengths = [rng.randrange(301) for _ in range(100_000)]
+        blob = rng.randbytes(sum(lengths))
+        keys, at = [], 0
+        for n in lengths:
+            keys.append(blob[at:at + n])
+            at += n
+        assert list(map(K.hash128, keys)) == list(map(ref_hash128, keys))
+        total += len(keys)
+        assert {n & 15 for n in lengths} == set(range(16))
+    assert total == 10**6
+
+
+def test_hash128_values_and_key_types() -> None:
+    assert K.hash128(b"") == 0
+    assert K.hash128(b"hello") == ref_hash128(b"hello")
+    for key in ("", "é", "日本語テキスト", "\U0001F600" * 7, "a" * 300 + "é"):
+        assert K.hash128(key) == ref_hash128(key.encode("utf-8"))
+    raw = bytes(range(256)) * 2
+    for n in range(40):
+        expected = ref_hash128(raw[:n])
+        assert K.hash128(raw[:n]) == expected
+        assert K.hash128(bytearray(raw[:n])) == expected
+        assert K.hash128(memoryview(raw)[:n]) == expected
+    # a memoryview of another format hashes its raw bytes, as bytes(view) does
+    ints = array.array("i", [1, -2, 3])
+    assert K.hash128(memoryview(ints)) == ref_hash128(bytes(memoryview(ints)))
+
+
+def test_hash128_lone_surrogates_raise_like_encode() -> None:
+    for s in ("\ud800", "ab\udfffcd", "é\ud83d"):
+        with pytest.raises(UnicodeEncodeError) as native:
+            K.hash128(s)
+        with pytest.raises(UnicodeEncodeError) as python:
+            s.encode("utf-8")
+        assert str(native.value) == str(python.value)
+        assert (native.value.start, native.value.end) == (python.value.start, python.value.end)
+
+
+@pytest.mark.parametrize("bad", [1, 1.5, None, ("a",), ["a"], object(), array.array("b", b"ab")])
+def test_bad_key_types(bad: Any) -> None:
+    with pytest.raises(TypeError, match="str, bytes, bytearray or memoryview, got " + type(bad).__name__):
+        K.hash128(bad)
+    with pytest.raises(TypeError, match=type(bad).__name__):
+        K.positions(M3KM, bad, 100, 3)
+
+
+def test_non_contiguous_memoryview_refused() -> None:
+    with pytest.raises(BufferError):
+        K.hash128(memoryview(b"abcdef")[::2])
+
+
+# ---- positions -----------------------------------------------------------------------------
+
+M_ALL = [1, 2, 7, 512, 1024, 2**20, 2**33 + 17, 2**64 - 1]
+M_BLOCKED = [512, 1024, 512 * 3, 512 * 1000, 512 * 18721, 2**33, 2**64 - 512]
+
+
+@pytest.mark.parametrize("sid", [M3KM, M3MX])
+@pytest.mark.parametrize("m", M_ALL)
+def test_positions_match_reference(sid: int, m: int) -> None:
+    rng = random.Random(m * 10 + sid)
+    for k in range(1, 65):
+        for key in random_keys(rng, 3):
+            pos = K.positions(sid, key, m, k)
+            assert pos == ref_positions(sid, key, m, k)
+            assert all(0 <= p < m for p in pos)
+
+
+@pytest.mark.parametrize("m", M_BLOCKED)
+def test_positions_blocked_match_reference(m: int) -> None:
+    rng = random.Random(m)
+    for k in range(1, 65):
+        for key in random_keys(rng, 3):
+            pos = K.positions(M3BL, key, m, k)
+            assert pos == ref_positions(M3BL, key, m, k)
+            assert len({p // 512 for p in pos}) == 1 and all(0 <= p < m for p in pos)
+
+
+def test_positions_large_k() -> None:
+    for sid, m in ((M3KM, 1000), (M3MX, 2**40 + 3), (M3BL, 4096)):
+        assert K.positions(sid, b"key", m, 4096) == ref_positions(sid, b"key", m, 4096)
+
+
+def test_m3km_matches_the_package() -> None:
+    from mmapbloom import M3KM as PackageM3KM
+    s = PackageM3KM()
+    for m in M_ALL:
+        for key in (b"", b"hello", "é".encode(), b"x" * 33):
+            assert K.positions(M3KM, key, m, 9) == list(s.positions(key, 9, m))
+
+
+@pytest.mark.parametrize("name, sid, m", [("M3MX", M3MX, 9_585_059), ("M3BL", M3BL, 512 * 18721)])
+def test_other_strategies_match_the_package_when_registered(name: str, sid: int, m: int) -> None:
+    """Once hashing.py defines M3MX / M3BL, the kernel must agree with it."""
+    from mmapbloom.hashing import registered_strategies
+    strategy = registered_strategies().get(name)
+    if strategy is None:
+        pytest.skip(f"{name} not registered in this version of mmapbloom.hashing")
+    rng = random.Random(7)
+    for key in random_keys(rng, 200):
+        assert K.positions(sid, key, m, 7) == list(strategy.positions(as_bytes(key), 7, m))
+
+
+@given(key=st.one_of(st.binary(max_size=300), st.text(max_size=80)),
+       sid=st.sampled_from([M3KM, M3MX, M3BL]),
+       m=st.one_of(st.integers(1, 5000), st.integers(1, 2**64 - 1), st.integers(2**63, 2**64 - 1)),
+       k=st.integers(1, 64))
+@settings(max_examples=200, deadline=None)
+def test_positions_property(key: Any, sid: int, m: int, k: int) -> None:
+    if sid == M3BL:
+        m = max(512, m - m % 512)
+    try:
+        key.encode("utf-8") if isinstance(key, str) else None
+    except UnicodeEncodeError:
+        with pytest.raises(UnicodeEncodeError):
+            K.positions(sid, key, m, k)
+        return
+    assert K.positions(sid, key, m, k) == ref_positions(sid, key, m, k)
+
+
+# ---- Bloom bodies --------------------------------------------------------------------------
+
+CONFIGS = [(M3KM, 1, 3), (M3KM, 13, 4), (M3KM, 2000, 7), (M3KM, 100, 1), (M3MX, 1, 2), (M3MX, 999, 5),
+           (M3MX, 5003, 7), (M3MX, 20011, 100), (M3BL, 512, 6), (M3BL, 2048, 8), (M3BL, 512 * 7, 3), (M3BL, 1024, 1)]
+
+
+@pytest.mark.parametrize("sid, m, k", CONFIGS)
+def test_bloom_add_contains_against_model(sid: int, m: int, k: int) -> None:
+    rng = random.Random(sid * 1000 + m)
+    model = Model(sid, m, k)
+    whole, body = padded(len(model.body))
+    keys = random_keys(rng, 60)
+    for key in keys:
+        assert K.contains(body, sid, m, k, key) == model.contains(key)
+        assert K.add(body, sid, m, k, key) == model.add(key)
+        assert K.contains(body, sid, m, k, key)
+        assert bytes(body) == bytes(model.body)
+    for key in keys + random_keys(rng, 60):  # present and (mostly) absent keys
+        assert K.contains(body, sid, m, k, key) == model.contains(key)
+        assert K.contains(bytes(body), sid, m, k, key) == model.contains(key)  # read-only body
+    assert_sentinels(whole)
+    assert K.popcount(body) == sum(bin(b).count("1") for b in model.body)
+
+
+@pytest.mark.parametrize("sid, m, k", CONFIGS)
+def test_bloom_batches_against_model(sid: int, m: int, k: int) -> None:
+    rng = random.Random(sid * 7 + m)
+    model = Model(sid, m, k)
+    whole, body = padded(len(model.body))
+    for n in (0, 1, 5, 300, 700):
+        keys = random_keys(rng, n)
+        keys += [keys[i] for i in range(0, len(keys), 3)]  # repeats inside the batch
+        rng.shuffle(keys)
+        batch = keys if n % 2 else tuple(keys)
+        out = np.zeros(len(keys), dtype=np.bool_)
+        expected = [model.add(key) for key in keys]
+        assert K.add_many(body, sid, m, k, batch, out) == sum(expected)
+        assert out.tolist() == expected
+        assert bytes(body) == bytes(model.body)
+        probe = keys + random_keys(rng, n)
+        got = np.ones(len(probe), dtype=np.bool_)
+        K.contains_many(body, sid, m, k, probe, got)
+        assert got.tolist() == [model.contains(key) for key in probe]
+        assert got[: len(keys)].all()  # no false negatives
+    assert_sentinels(whole)
+
+
+_key = st.one_of(st.binary(max_size=300), st.text(max_size=60),
+                 st.binary(max_size=300).map(bytearray), st.binary(max_size=300).map(memoryview))
+
+
+@given(keys=st.lists(_key, max_size=60), sid=st.sampled_from([M3KM, M3MX, M3BL]), m=st.integers(1, 4000),
+       k=st.integers(1, 40), width=st.sampled_from([1, 4, 8]))
+@settings(max_examples=150, deadline=None)
+def test_batches_property(keys: list[Any], sid: int, m: int, k: int, width: int) -> None:
+    """Batch add then batch query, any key types and lengths, against the model."""
+    if sid == M3BL:
+        m = max(512, m - m % 512)
+    keys = keys + keys[::2]  # repeats
+    model = Model(sid, m, k, width)
+    whole, body = padded(len(model.body))
+    out = np.zeros(len(keys), dtype=np.bool_)
+    if width == 1:
+        expected = [model.add(key) for key in keys]
+        assert K.add_many(body, sid, m, k, keys, out) == sum(expected)
+    else:
+        pairs = [model.count_add(key) for key in keys]
+        expected = [p[0] for p in pairs]
+        assert K.count_add_many(body, width, sid, m, k, keys, out) == (sum(expected), any(p[1] for p in pairs))
+    assert out.tolist() == expected and bytes(body) == bytes(model.body)
+    probe = keys + [b"absent-%d" % i for i in range(300)]
+    got = np.zeros(len(probe), dtype=np.bool_)
+    if width == 1:
+        K.contains_many(body, sid, m, k, probe, got)
+        assert got.tolist() == [model.contains(key) for key in probe]
+    else:
+        K.count_contains_many(body, width, sid, m, k, probe, got)
+        assert got.tolist() == [model.count_min(key) > 0 for key in probe]
+    assert_sentinels(whole)
+
+
+def test_add_many_duplicates_are_new_once() -> None:
+    body = bytearray(1000)
+    out = np.zeros(4, dtype=np.bool_)
+    assert K.add_many(body, M3KM, 8000, 5, ["a", b"a", bytearray(b"a"), memoryview(b"a")], out) == 1
+    assert out.tolist() == [True, False, False, False]
+
+
+@pytest.mark.parametrize("bad", [3, None, "\ud800", memoryview(b"abcdef")[::2]])
+def test_add_many_bad_key_changes_nothing(bad: Any) -> None:
+    for counting in (False, True):
+        body = bytearray(64)
+        keys = [f"key{i}" for i in range(500)] + [bad]
+        out = np.zeros(len(keys), dtype=np.bool_)
+        with pytest.raises((TypeError, ValueError, BufferError)):
+            if counting:
+                K.count_add_many(body, 4, M3KM, 128, 3, keys, out)
+            else:
+                K.add_many(body, M3KM, 512, 3, keys, out)
+        assert body == bytearray(64) and not out.any()
+
+
+def test_large_sparse_body() -> None:
+    """m above 2**33 on an anonymous mapping (pages are only touched where bits are set)."""
+    m = 2**33 + 17
+    nbytes = (m + 7) // 8
+    with mmap.mmap(-1, nbytes) as mm:
+        body = memoryview(mm)
+        try:
+            keys = [f"k{i}" for i in range(200)]
+            out = np.zeros(len(keys), dtype=np.bool_)
+            for sid in (M3KM, M3MX):
+                K.add_many(body, sid, m, 7, keys, out)
+                for key in keys:
+                    for p in ref_positions(sid, key, m, 7):
+                        assert mm[p >> 3] >> (p & 7) & 1
+                    assert K.contains(body, sid, m, 7, key)
+            assert K.add(body, M3BL, m - 17, 7, "blocked") is True
+            assert K.contains(body, M3BL, m - 17, 7, "blocked")
+        finally:
+            body.release()
+
+
+# ---- counting bodies -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("width", [4, 8])
+@pytest.mark.parametrize("sid, m, k", [(M3KM, 1, 3), (M3KM, 33, 4), (M3MX, 17, 5), (M3MX, 700, 7),
+                                       (M3BL, 512, 6), (M3BL, 1024, 30)])
+def test_counting_against_model(width: int, sid: int, m: int, k: int) -> None:
+    rng = random.Random(width * 100 + m + sid)
+    model = Model(sid, m, k, width)
+    whole, body = padded(len(model.body))
+    pool = random_keys(rng, 40)
+    for step in range(1500):
+        key = rng.choice(pool)
+        op = rng.randrange(10)
+        if op < 5:
+            assert K.count_add(body, width, sid, m, k, key) == model.count_add(key)
+        elif op < 8:
+            before = bytes(body)
+            result = K.count_remove(body, width, sid, m, k, key)
+            assert result == model.count_remove(key)
+            if result == -1:
+                assert bytes(body) == before
+        else:
+            assert K.count_min(body, width, sid, m, k, key) == model.count_min(key)
+            assert K.count_min(bytes(body), width, sid, m, k, key) == model.count_min(key)
+        assert bytes(body) == bytes(model.body), step
+    assert_sentinels(whole)
+
+
+@pytest.mark.parametrize("width", [4, 8])
+def test_counting_saturation(width: int) -> None:
+    top = (1 << width) - 1
+    model = Model(M3KM, 50, 3, width)
+    body = bytearray(len(model.body))
+    results = [K.count_add(body, width, M3KM, 50, 3, "hot") for _ in range(top + 5)]
+    assert results == [model.count_add("hot") for _ in range(top + 5)]
+    assert results[0] == (True, False) and results[top - 1] == (False, True) and results[top] == (False, False)
+    assert K.count_min(body, width, M3KM, 50, 3, "hot") == top
+    # saturated counters never decrement: remove reports no emptied cell and changes nothing
+    before = bytes(body)
+    assert K.count_remove(body, width, M3KM, 50, 3, "hot") == 0
+    assert bytes(body) == before == bytes(model.body)
+
+
+def test_counting_nibbles_independent() -> None:
+    """4-bit cells: even cells are low nibbles, odd cells high nibbles; neighbours untouched."""
+    body = bytearray(1)
+    K.count_add(body, 4, M3KM, 2, 1, b"x")
+    cell = K.positions(M3KM, b"x", 2, 1)[0]
+    assert body[0] == (1 << (4 * cell))
+    body = bytearray(b"\xff")
+    key = next(f"k{i}" for i in range(100) if K.positions(M3KM, f"k{i}", 2, 1) == [0])
+    assert K.count_remove(body, 4, M3KM, 2, 1, key) == 0  # saturated low nibble stays
+    body = bytearray(b"\xf3")
+    assert K.count_remove(body, 4, M3KM, 2, 1, key) == 0 and body == bytearray(b"\xf2")
+
+
+def test_counting_remove_absent_leaves_body() -> None:
+    rng = random.Random(5)
+    for width in (4, 8):
+        model = Model(M3MX, 300, 4, width)
+        body = bytearray(len(model.body))
+        for key in random_keys(rng, 40):
+            K.count_add(body, width, M3MX, 300, 4, key)
+            model.count_add(key)
+        absent = [key for key in random_keys(rng, 200) if model.count_min(key) == 0]
+        assert absent
+        before = bytes(body)
+        for key in absent:
+            assert K.count_remove(body, width, M3MX, 300, 4, key) == -1
+        assert bytes(body) == before
+
+
+@pytest.mark.parametrize("width", [4, 8])
+@pytest.mark.parametrize("sid, m, k", [(M3KM, 91, 3), (M3MX, 2000, 7), (M3BL, 1024, 5), (M3KM, 5000, 1),
+                                       (M3MX, 3001, 90)])
+def test_counting_batches_against_model(width: int, sid: int, m: int, k: int) -> None:
+    rng = random.Random(width + m)
+    model = Model(sid, m, k, width)
+    whole, body = padded(len(model.body))
+    pool = random_keys(rng, 50)
+    for n in (0, 1, 40, 400):
+        keys = [rng.choice(pool) for _ in range(n)]
+        out = np.zeros(n, dtype=np.bool_)
+        expected = [model.count_add(key) for key in keys]
+        new, sat = K.count_add_many(body, width, sid, m, k, keys, out)
+        assert new == sum(e[0] for e in expected) and sat == any(e[1] for e in expected)
+        assert out.tolist() == [e[0] for e in expected]
+        assert bytes(body) == bytes(model.body)
+        probe = pool + random_keys(rng, 300)
+        got = np.zeros(len(probe), dtype=np.bool_)
+        K.count_contains_many(body, width, sid, m, k, tuple(probe), got)
+        assert got.tolist() == [model.count_min(key) > 0 for key in probe]
+    assert_sentinels(whole)
+
+
+# ---- argument checks -----------------------------------------------------------------------
+
+def test_argument_checks() -> None:
+    body = bytearray(128)
+    out = np.zeros(1, dtype=np.bool_)
+    cases: list[tuple[type, str, Callable[[], Any]]] = [
+        (ValueError, "strategy id 0", lambda: K.add(body, 0, 100, 3, "a")),
+        (ValueError, "strategy id 4", lambda: K.positions(4, "a", 100, 3)),
+        (ValueError, "m must be at least 1", lambda: K.positions(M3KM, "a", 0, 3)),
+        (ValueError, r"m must be in \[0, 2\*\*64\), got -1", lambda: K.positions(M3KM, "a", -1, 3)),
+        (ValueError, "m must be in", lambda: K.positions(M3KM, "a", 2**64, 3)),
+        (ValueError, r"k must be in \[1, 4096\], got 0", lambda: K.contains(body, M3KM, 100, 0, "a")),
+        (ValueError, "got 4097", lambda: K.add(body, M3KM, 100, 4097, "a")),
+        (ValueError, "multiple of 512, got 1000", lambda: K.add(body, M3BL, 1000, 3, "a")),
+        (ValueError, "multiple of 512, got 256", lambda: K.positions(M3BL, "a", 256, 3)),
+        (ValueError, "body has 128 bytes, expected at least 129", lambda: K.add(body, M3KM, 1025, 3, "a")),
+        (ValueError, "expected at least 129", lambda: K.contains_many(body, M3MX, 1025, 3, ["a"], out)),
+        (ValueError, "body has 128 bytes, expected at least 129", lambda: K.count_add(body, 8, M3KM, 129, 3, "a")),
+        (ValueError, "expected at least 129", lambda: K.count_min(body, 4, M3KM, 257, 3, "a")),
+        (ValueError, "width must be 4 or 8, got 2", lambda: K.count_add(body, 2, M3KM, 100, 3, "a")),
+        (ValueError, "out has 1 bytes, expected 2", lambda: K.add_many(body, M3KM, 100, 3, ["a", "b"], out)),
+        (TypeError, "list or a tuple, got set", lambda: K.add_many(body, M3KM, 100, 3, {"a"}, out)),
+        (TypeError, "list or a tuple, got generator", lambda: K.contains_many(body, M3KM, 100, 3, (x for x in "a"), out)),
+        (TypeError, "m must be an int, got float", lambda: K.add(body, M3KM, 100.0, 3, "a")),
+        (TypeError, "exactly 5 arguments", lambda: K.add(body, M3KM, 100, 3)),
+    ]
+    for exc, message, call in cases:
+        with pytest.raises(exc, match=message):
+            call()
+    assert body == bytearray(128)
+
+
+def test_read_only_body_refused_for_writes() -> None:
+    out = np.zeros(1, dtype=np.bool_)
+    for ro in (bytes(64), memoryview(bytearray(64)).toreadonly()):
+        for call in (lambda: K.add(ro, M3KM, 100, 3, "a"),
+                     lambda: K.add_many(ro, M3KM, 100, 3, ["a"], out),
+                     lambda: K.count_add(ro, 4, M3KM, 100, 3, "a"),
+                     lambda: K.count_remove(ro, 8, M3KM, 50, 3, "a"),
+                     lambda: K.count_add_many(ro, 8, M3KM, 50, 3, ["a"], out)):
+            with pytest.raises((TypeError, BufferError)):
+                call()
+    with pytest.raises((TypeError, BufferError)):
+        K.contains_many(bytearray(64), M3KM, 100, 3, ["a"], bytes(1))  # out must be writable
+
+
+# ---- popcount ------------------------------------------------------------------------------
+
+def test_popcount() -> None:
+    rng = random.Random(3)
+    data = rng.randbytes(300)
+    for start in range(9):
+        for n in (0, 1, 7, 8, 9, 15, 16, 17, 100, 291 - start):
+            view = memoryview(data)[start:start + n]
+            assert K.popcount(view) == sum(bin(b).count("1") for b in view)
+    assert K.popcount(b"\xff" * 1001) == 8008
+    assert K.popcount(np.ones(10, dtype=np.uint64)) == 10
+
+
+# ---- threads and the GIL -------------------------------------------------------------------
+
+def test_contains_many_from_two_threads() -> None:
+    m, k = 200_003, 7
+    rng = random.Random(11)
+    body = bytearray((m + 7) // 8)
+    present = [f"in{i}" for i in range(3000)]
+    K.add_many(body, M3MX, m, k, present, np.zeros(len(present), dtype=np.bool_))
+    probe = present + [rng.randbytes(12) for _ in range(3000)]
+    expected = np.array([K.contains(body, M3MX, m, k, key) for key in probe])
+    assert expected[:3000].all()
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            for _ in range(20):
+                got = np.zeros(len(probe), dtype=np.bool_)
+                K.contains_many(memoryview(body), M3MX, m, k, probe, got)
+                assert (got == expected).all()
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+@contextlib.contextmanager
+def gil_watch() -> Iterator[list[int]]:
+    """A thread that counts while it holds the GIL, under a 30 s switch interval: the main
+    thread then keeps the GIL unless it releases it itself, so the count cannot advance
+    across a call that keeps the GIL (it advances across a long call that releases it;
+    a very short release may go unseen).  Yields the one-element count list."""
+    ticks = [0]
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            ticks[0] += 1
+            time.sleep(0)  # releases the GIL, so the main thread can take it back
+
+    old = sys.getswitchinterval()
+    thread = threading.Thread(target=spin)
+    sys.setswitchinterval(30.0)
+    try:
+        thread.start()
+        while ticks[0] == 0:
+            time.sleep(0.001)
+        yield ticks
+    finally:
+        stop.set()
+        sys.setswitchinterval(old)
+        thread.join()
+
+
+def test_batch_queries_release_the_gil() -> None:
+    """A large contains_many releases the GIL; a small one (below 256 keys) keeps it."""
+    m, k = 1_000_003, 7
+    body = bytearray((m + 7) // 8)
+    cbody = bytearray(m)
+    big = [f"key{i}" for i in range(200_000)]
+    small = big[:100]
+    calls = [lambda keys, out: K.contains_many(body, M3KM, m, k, keys, out),
+             lambda keys, out: K.count_contains_many(cbody, 8, M3BL, m - m % 512, k, keys, out)]
+    with gil_watch() as ticks:
+        for call in calls:
+            out = np.zeros(len(small), dtype=np.bool_)
+            before = ticks[0]
+            call(small, out)
+            assert ticks[0] == before  # GIL kept
+            out = np.zeros(len(big), dtype=np.bool_)
+            before = ticks[0]
+            for _ in range(20):  # the other thread may get no CPU in one call on a busy machine
+                call(big, out)
+                if ticks[0] > before:
+                    break
+            assert ticks[0] > before  # GIL released
+
+
+# ---- flock ---------------------------------------------------------------------------------
+
+@pytest.mark.skipif(not hasattr(K, "flock_try"), reason="no flock on this platform")
+def test_flock_try_and_unlock(tmp_path: Any) -> None:
+    path = tmp_path / "lock"
+    path.write_bytes(b"")
+    fd1 = os.open(path, os.O_RDWR)
+    fd2 = os.open(path, os.O_RDWR)  # a second open file description: flock conflicts
+    try:
+        assert K.flock_try(fd1) is True
+        assert K.flock_try(fd1) is True  # re-locking one's own lock succeeds
+        assert K.flock_try(fd2) is False
+        assert K.flock_unlock(fd1) is None
+        assert K.flock_try(fd2) is True
+        assert K.flock_try(fd1) is False
+        K.flock_unlock(fd2)
+        with open(path, "rb") as f:  # objects with fileno() work too
+            assert K.flock_try(f) is True
+            K.flock_unlock(f)
+    finally:
+        os.close(fd1)
+        os.close(fd2)
+    with pytest.raises(OSError):
+        K.flock_try(fd1)  # closed descriptor: EBADF
+    with pytest.raises(ValueError):
+        K.flock_unlock(-1)
+
+
+
+def test_type_stub_lists_the_module() -> None:
+    """mmapbloom/_kernels.pyi names exactly the module's public functions and constants,
+    with the same positional parameters."""
+    import ast
+    import inspect
+    stub_path = os.path.join(os.path.dirname(os.path.abspath(K.__file__)), "_kernels.pyi")
+    tree = ast.parse(open(stub_path, encoding="utf-8").read())
+    stub_funcs = {n.name: [a.arg for a in n.args.posonlyargs] for n in tree.body if isinstance(n, ast.FunctionDef)}
+    stub_consts = {n.target.id for n in tree.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    public = {name for name in dir(K) if not name.startswith("_")}
+    assert set(stub_funcs) | stub_consts == public
+    for name, params in stub_funcs.items():
+        assert list(inspect.signature(getattr(K, name)).parameters) == params, name

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Build mmapbloom._kernels with AddressSanitizer + UndefinedBehaviorSanitizer into a
+# temporary directory and run tests/test_native.py against that build.
+#
+# Usage: tools/check_native.sh [extra pytest arguments]
+#   PYTHON=...   the interpreter (default: .venv/bin/python if present, else python3)
+#   KEEP=1       keep the temporary directory (its path is printed)
+#
+# Exits non-zero if the build fails, a test fails, or any sanitizer report appears
+# (every check is fatal: -fno-sanitize-recover=all, halt_on_error=1; the log is grepped
+# as well, for reports that would not change the exit status).
+#
+# The interpreter itself is not instrumented, so the ASan runtime is preloaded
+# (LD_PRELOAD), leak detection is off (CPython keeps memory until exit by design) and
+# PYTHONMALLOC=malloc sends the PyMem_* allocations of the kernel through malloc, where
+# ASan puts red zones around them (pymalloc arenas would hide small overruns).  pytest
+# captures only Python-level output (--capture=sys): a sanitizer writes straight to fd 2
+# and then stops the process, so its report must not go into pytest's capture file.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+if [[ -z "${PYTHON:-}" ]]; then
+    if [[ -x .venv/bin/python ]]; then PYTHON=$ROOT/.venv/bin/python; else PYTHON=python3; fi
+fi
+CC=${CC:-gcc}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/mmapbloom-asan.XXXXXX")
+if [[ -z "${KEEP:-}" ]]; then trap 'rm -rf "$WORK"' EXIT; else echo "work dir: $WORK"; fi
+
+SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all"
+echo "== building with $CC: $SAN"
+# A copy of the package (sources and .py files only) so the in-place optimised build
+# is neither used nor overwritten.
+mkdir -p "$WORK/src/mmapbloom" "$WORK/run/tests"
+cp setup.py pyproject.toml README.md "$WORK/src/"
+cp mmapbloom/*.py mmapbloom/*.c mmapbloom/*.h "$WORK/src/mmapbloom/"
+(
+    cd "$WORK/src"
+    CC=$CC CFLAGS="$SAN -O1 -g -Werror" LDFLAGS="$SAN" \
+        "$PYTHON" setup.py -q build_ext --build-lib "$WORK/run" --build-temp "$WORK/tmp" 2>&1 \
+        | grep -v -e "_BetaConfiguration" -e "warnings.warn(msg, _BetaConfiguration)" || true
+)
+cp mmapbloom/*.py mmapbloom/*.pyi "$WORK/run/mmapbloom/"
+cp tests/__init__.py tests/conftest.py tests/test_native.py "$WORK/run/tests/"
+SO=$(ls "$WORK"/run/mmapbloom/_kernels*.so 2>/dev/null || true)
+if [[ -z "$SO" ]]; then echo "FAIL: the sanitizer build produced no extension" >&2; exit 1; fi
+if ! nm -D "$SO" | grep -q __asan_; then echo "FAIL: $SO is not instrumented" >&2; exit 1; fi
+
+LIBASAN=$("$CC" -print-file-name=libasan.so)
+LOG=$WORK/pytest.log
+echo "== running tests/test_native.py with LD_PRELOAD=$LIBASAN"
+set +e
+(
+    cd "$WORK/run"
+    env LD_PRELOAD="$LIBASAN" PYTHONMALLOC=malloc PYTHONDONTWRITEBYTECODE=1 \
+        ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=0:detect_stack_use_after_return=1:strict_string_checks=1" \
+        UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
+        "$PYTHON" -c "import mmapbloom._kernels as K; print('kernel under test:', K.__file__)" \
+    && env LD_PRELOAD="$LIBASAN" PYTHONMALLOC=malloc PYTHONDONTWRITEBYTECODE=1 \
+        ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=0:detect_stack_use_after_return=1:strict_string_checks=1" \
+        UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
+        "$PYTHON" -m pytest -q -p no:cacheprovider --capture=sys --rootdir "$WORK/run" tests/test_native.py "$@"
+) 2>&1 | tee "$LOG"
+STATUS=${PIPESTATUS[0]}
+set -e
+if grep -q -E "ERROR: AddressSanitizer|runtime error:|ERROR: LeakSanitizer|SUMMARY: (Address|UndefinedBehavior)Sanitizer" "$LOG"; then
+    echo "FAIL: sanitizer report (see above)" >&2
+    exit 1
+fi
+if [[ $STATUS -ne 0 ]]; then echo "FAIL: tests exited with status $STATUS" >&2; exit "$STATUS"; fi
+echo "OK: tests/test_native.py passed under ASan + UBSan with no sanitizer report"
