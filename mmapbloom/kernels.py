@@ -27,6 +27,7 @@ cells of an item (a position repeated by the strategy counts once).
 from __future__ import annotations
 
 import os
+from types import ModuleType
 from typing import Any, Callable, Optional, Sequence, Tuple
 
 import numpy as np
@@ -36,8 +37,9 @@ from .hashing import M3KM, encode_key, encode_keys, strategy_info
 
 __all__ = ["BACKEND", "Kernels", "bind", "native_module"]
 
+_native: Optional[ModuleType]
 try:  # the compiled twin; optional (a machine without a compiler installs without it)
-    from . import _kernels as _native  # type: ignore[attr-defined]
+    from . import _kernels as _native
 except ImportError:  # pragma: no cover - exercised by the MMAPBLOOM_PURE=1 CI run instead
     _native = None
 
