@@ -64,6 +64,9 @@ _MAX_ITEMS = fmt.MAX_ITEMS
 
 F = TypeVar("F", bound="MappedFilter")
 
+_CLOSED_VIEW = memoryview(b"")
+_CLOSED_VIEW.release()  # any use raises ValueError
+
 
 @contextlib.contextmanager
 def deferred_signals() -> Iterator[None]:
@@ -134,6 +137,8 @@ class MappedFilter:
     )
 
     _magic: bytes = fmt.MAGIC
+    _body: memoryview
+    _kernels: "kernels.Kernels"
 
     # -- subclass hooks ---------------------------------------------------------------
     @classmethod
@@ -150,8 +155,18 @@ class MappedFilter:
         """Called once the storage is attached (subclasses cache derived values)."""
 
     def _release_views(self) -> None:
-        """Called by :meth:`close` before unmapping: drop buffer views of the image."""
-        self._body.release()
+        """Called by :meth:`close` before unmapping: drop buffer views of the image.
+
+        A native batch query in flight in another thread (it runs without the GIL) holds
+        an export of the body; the view then cannot be released, so it is dropped instead:
+        the mapping stays valid for that query and is unmapped when it ends. Every later
+        call goes to closed kernels and raises FilterClosedError."""
+        try:
+            self._body.release()
+        except BufferError:
+            pass
+        self._body = _CLOSED_VIEW
+        self._kernels = kernels.closed()
 
     # -- construction -------------------------------------------------------------
     def __init__(self, config: BloomConfig, **options: Any):
@@ -177,7 +192,7 @@ class MappedFilter:
         # The hot loops (hash, probe, test-and-set, counters) run in the kernels, bound
         # once to the body (a writable view unless the handle is read-only).
         self._body = memoryview(storage.buf)[self._hs:]
-        self._kernels: kernels.Kernels = kernels.bind(self._body, config.strategy, self._m, self._k, self._cell_bits)
+        self._kernels = kernels.bind(self._body, config.strategy, self._m, self._k, self._cell_bits)
         self._lock: WriteLock = storage.lock
         self._no_write = storage.readonly
         # Expected fill 1 - e^(-kn/m) > OVERFILL_RATIO  <=>  n > -(m / k) ln(1 - OVERFILL_RATIO).
@@ -492,12 +507,64 @@ class MappedFilter:
 
     def add_many(self, items: Iterable[Any]) -> npt.NDArray[np.bool_]:
         """Batch add: a ``bool`` array of shape ``(len(items),)``, True where the item was
-        new, exactly as sequential :meth:`add` calls. Implemented by each kind."""
-        raise NotImplementedError
+        new, exactly as sequential :meth:`add` calls (a duplicate within the batch is new
+        once); cells, item count and warnings too, except that warnings are emitted once
+        the batch is done.
+
+        Every item is validated before any cell changes, so a bad item leaves the filter
+        unchanged. The write lock is taken once per chunk of ``CHUNK_KEYS`` keys, so other
+        writers may interleave between chunks; each chunk is atomic, and its cells and the
+        items counter agree when it ends. SIGINT, SIGTERM and SIGHUP arriving during a
+        chunk's commit are delivered after it, and any exception leaving this method (a
+        KeyboardInterrupt, say) carries ``committed_items``: how many leading items were
+        committed.
+
+        Raises:
+            TypeError, UnicodeEncodeError: a bad item (nothing changed).
+            ReadOnlyFilterError, FilterClosedError, LengthMismatchError (file truncated).
+        """
+        return self._batch_add(items, count=False)  # type: ignore[no-any-return]
 
     def update(self, items: Iterable[Any]) -> int:
-        """Batch add; returns how many items were new. Implemented by each kind."""
-        raise NotImplementedError
+        """Add many items; return how many were new (as :meth:`add_many`, summed; the same
+        guarantees and errors)."""
+        return self._batch_add(items, count=True)  # type: ignore[no-any-return]
+
+    def _batch_add(self, items: Iterable[Any], count: bool) -> Any:
+        """The one batch writer of both kinds: chunking, lock, deferred signals, counter."""
+        if self._no_write:
+            self._refuse_write()
+        self._check_open()
+        committed = 0
+        try:
+            keys = validated_keys(items)
+            out = np.zeros(len(keys), dtype=np.bool_)
+            add_many = self._kernels.add_many
+            saturated = False
+            self._storage.check_size()  # a truncated file: LengthMismatchError, not SIGBUS
+            for start in range(0, len(keys), CHUNK_KEYS):
+                chunk = keys[start:start + CHUNK_KEYS]
+                with deferred_signals(), self._lock:
+                    flags, new, *sat = add_many(chunk)  # counting kernels add "saturated"
+                    if new:
+                        self._bump_items(new)
+                    committed = start + len(chunk)
+                out[start:start + len(chunk)] = flags
+                saturated = saturated or bool(sat and sat[0])
+            result = int(np.count_nonzero(out)) if count else out
+        except ValueError as exc:
+            exc.committed_items = committed  # type: ignore[attr-defined]
+            self._check_open()
+            raise
+        except BaseException as exc:  # KeyboardInterrupt: tell the caller how far it got
+            exc.committed_items = committed  # type: ignore[attr-defined]
+            raise
+        self._flush_batch_warnings(saturated)
+        return result
+
+    def _flush_batch_warnings(self, saturated: bool) -> None:
+        """Emit the warnings recorded during a batch (kinds with counters add saturation)."""
+        self._flush_warning(stacklevel=5)
 
     def contains_many(self, items: Iterable[Any]) -> npt.NDArray[np.bool_]:
         """Batch :meth:`might_contain`: a ``bool`` array of shape ``(len(items),)``; takes no

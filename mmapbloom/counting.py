@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import format as fmt
-from .base import CHUNK_BYTES, CHUNK_KEYS, MappedFilter, deferred_signals, validated_keys
+from .base import CHUNK_BYTES, MappedFilter, deferred_signals
 from .errors import ConfigError, ConfigMismatchError, SaturationWarning
 from .filter import BloomFilter
 from .sizing import BloomConfig
@@ -201,45 +201,10 @@ class CountingBloomFilter(MappedFilter):
     __contains__ = might_contain
 
     # -- batch operations -------------------------------------------------------------------
-    def add_many(self, items: Iterable[Item]) -> npt.NDArray[np.bool_]:
-        """Batch add: a ``bool`` array, True where the item was new, exactly as sequential
-        :meth:`add` calls (duplicates in ``items`` included); counters, item count and
-        warnings too, except that warnings are emitted once the batch is done. The write
-        lock is taken once per chunk of ``CHUNK_KEYS`` keys, so other writers interleave
-        between chunks, never inside an item. Every item is validated before any counter
-        changes. Signals and ``committed_items`` as ``BloomFilter.add_many``. Raises as
-        :meth:`add`."""
-        if self._no_write:
-            self._refuse_write()
-        self._check_open()
-        keys = validated_keys(items)
-        out = np.zeros(len(keys), dtype=np.bool_)
-        saturated = False
-        add_many = self._kernels.add_many
-        committed = 0
-        try:
-            self._storage.check_size()  # a truncated file: LengthMismatchError, not SIGBUS
-            for start in range(0, len(keys), CHUNK_KEYS):
-                chunk = keys[start:start + CHUNK_KEYS]
-                with deferred_signals(), self._lock:
-                    flags, new, sat = add_many(chunk)
-                    if new:
-                        self._bump_items(new)
-                    committed = start + len(chunk)
-                out[start:start + len(chunk)] = flags
-                saturated |= sat
-        except ValueError:
-            self._check_open()
-            raise
-        except BaseException as exc:  # KeyboardInterrupt: tell the caller how far it got
-            exc.committed_items = committed  # type: ignore[attr-defined]
-            raise
-        self._flush_warnings(saturated, stacklevel=3)
-        return out
-
-    def update(self, items: Iterable[Item]) -> int:
-        """Add many items; return how many were new (as :meth:`add_many`, summed)."""
-        return int(np.count_nonzero(self.add_many(items)))
+    # add_many and update: MappedFilter's batch writer over the counting kernels (the
+    # kernels return (flags, new, saturated); saturation warns once the batch is done).
+    def _flush_batch_warnings(self, saturated: bool) -> None:
+        self._flush_warnings(saturated, stacklevel=4)
 
     def contains_many(self, items: Iterable[Item]) -> npt.NDArray[np.bool_]:
         """Vectorised :meth:`might_contain`: a ``bool`` array of shape ``(len(items),)``.

@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import format as fmt
-from .base import CHUNK_BYTES, CHUNK_KEYS, OVERFILL_RATIO, MappedFilter, deferred_signals, validated_keys
+from .base import CHUNK_BYTES, OVERFILL_RATIO, MappedFilter, deferred_signals
 
 __all__ = ["BloomFilter", "OVERFILL_RATIO", "popcount"]
 
@@ -142,55 +142,7 @@ class BloomFilter(MappedFilter):
             self._check_open()
             raise
 
-    def add_many(self, items: Iterable[Item]) -> npt.NDArray[np.bool_]:
-        """Batch test-and-set: a ``bool`` array, True where the item was new, equal to the
-        answers of sequential :meth:`add` calls (a duplicate within the batch is new once).
-
-        Every item is validated before any bit is set, so a bad item leaves the filter
-        unchanged. The write lock is taken once per chunk of ``CHUNK_KEYS`` keys, so
-        another writer may interleave between chunks (each chunk is atomic, and its bits
-        and the items counter agree when it ends). SIGINT, SIGTERM and SIGHUP arriving
-        during a chunk's commit are delivered after it; an exception such as
-        KeyboardInterrupt leaving this method carries ``committed_items``, the number of
-        leading items whose chunks were committed.
-
-        Raises TypeError, UnicodeEncodeError, ReadOnlyFilterError, FilterClosedError.
-        """
-        if self._no_write:
-            self._refuse_write()
-        self._check_open()
-        out = self._add_many(validated_keys(items))
-        self._flush_warning()
-        return out
-
-    def _add_many(self, keys: list[Any]) -> npt.NDArray[np.bool_]:
-        out = np.zeros(len(keys), dtype=np.bool_)
-        add_many = self._kernels.add_many
-        committed = 0
-        try:
-            self._storage.check_size()  # a truncated file: LengthMismatchError, not SIGBUS
-            for start in range(0, len(keys), CHUNK_KEYS):
-                chunk = keys[start:start + CHUNK_KEYS]
-                with deferred_signals(), self._lock:
-                    flags, new = add_many(chunk)
-                    if new:
-                        self._bump_items(new)
-                    committed = start + len(chunk)
-                out[start:start + len(chunk)] = flags
-        except ValueError:
-            self._check_open()
-            raise
-        except BaseException as exc:  # KeyboardInterrupt: tell the caller how far it got
-            exc.committed_items = committed  # type: ignore[attr-defined]
-            raise
-        return out
-
-    def update(self, items: Iterable[Item]) -> int:
-        """Add many items; return how many were new (as :meth:`add_many`, summed).
-
-        Raises as :meth:`add_many`.
-        """
-        return int(np.count_nonzero(self.add_many(items)))
+    # add_many and update: MappedFilter's batch writer over the bit kernels.
 
     # -- set algebra ------------------------------------------------------------------------
     def _combine(self, other: "BloomFilter", op: Any, union: bool) -> "BloomFilter":

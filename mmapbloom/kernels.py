@@ -35,7 +35,7 @@ import numpy.typing as npt
 
 from .hashing import M3KM, encode_key, encode_keys, strategy_info
 
-__all__ = ["BACKEND", "Kernels", "bind", "native_module"]
+__all__ = ["BACKEND", "Kernels", "bind", "closed", "native_module"]
 
 _native: Optional[ModuleType]
 try:  # the compiled twin; optional (a machine without a compiler installs without it)
@@ -96,6 +96,19 @@ def bind(body: memoryview, strategy: Any, num_bits: int, num_hashes: int, cell_b
     if _native is not None and kernel_id is not None:
         return _bind_native(body, kernel_id, num_bits, num_hashes, cell_bits)
     return _bind_pure(body, strategy, num_bits, num_hashes, cell_bits)
+
+
+def closed() -> Kernels:
+    """Kernels of a closed handle: every function raises ``ValueError`` (the filter turns
+    it into FilterClosedError)."""
+
+    def refuse(*args: Any) -> Any:
+        raise ValueError("operation on a closed filter")
+
+    out = Kernels()
+    out.backend = "closed"
+    out.add = out.contains = out.add_many = out.contains_many = out.remove = out.count = refuse
+    return out
 
 
 # -- native -------------------------------------------------------------------------------

@@ -48,7 +48,6 @@ import errno
 import glob
 import os
 import stat
-import sys
 import time
 from typing import Iterable, Optional, Sequence, Union
 

@@ -230,9 +230,9 @@ def test_update_chunks_and_writes_a_shared_file(tmp_path, monkeypatch) -> None: 
     """A batch larger than one chunk, into a file: equal to sequential adds, byte for byte."""
     cfg = BloomConfig(num_bits=5_001, num_hashes=9)
     items = urls(3_000) + urls(1_000)  # a quarter are repeats
-    import mmapbloom.counting as counting_module
+    import mmapbloom.base as base_module
 
-    monkeypatch.setattr(counting_module, "CHUNK_KEYS", 700)  # several lock acquisitions, chunk edges in the repeats
+    monkeypatch.setattr(base_module, "CHUNK_KEYS", 700)  # several lock acquisitions, chunk edges in the repeats
     for width in (4, 8):
         with CountingBloomFilter.create(tmp_path / f"u{width}.blc", cfg, counter_bits=width) as f:
             with warnings.catch_warnings():
