@@ -28,6 +28,7 @@ from .filter import BloomFilter
 from .hashing import DEFAULT_STRATEGY, M3KM, HashStrategy, encode_key, get_strategy, register_strategy
 from .sizing import BloomConfig
 from .merge import merge_into, merge_shards
+from .scalable import ScalableBloomFilter
 from .verify import open_any, verify_file
 
 __version__ = "0.1.0"
@@ -53,6 +54,7 @@ __all__ = [
     "PaddingError",
     "ReadOnlyFilterError",
     "SaturationWarning",
+    "ScalableBloomFilter",
     "UnknownSchemeError",
     "__version__",
     "encode_key",
