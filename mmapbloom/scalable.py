@@ -67,7 +67,7 @@ from .errors import (
 from .filter import BloomFilter
 from .hashing import DEFAULT_STRATEGY, HashStrategy, encode_key, get_strategy
 from .locking import WriteLock
-from .sizing import BloomConfig
+from .sizing import BloomConfig, expected_fp_rate
 from .storage import absolute_path, atomic_file, fsync_directory
 
 __all__ = [
@@ -164,12 +164,22 @@ class _Params:
         return self.fp_rate * (1.0 - self.tightening) * self.tightening ** i
 
     def layer_config(self, i: int, strategy: HashStrategy) -> BloomConfig:
-        """Layer i's shape, sized by :meth:`BloomConfig.for_items`. Raises ConfigError when
-        it does not fit BLM1 (m >= 2**64) or p_i underflows to 0."""
+        """Layer i's shape: k from :meth:`BloomConfig.for_items` (``round((m/n) ln 2)``),
+        and m the smallest number of bits, at least for_items' m, whose expected rate at
+        capacity ``(1 - e^(-k n / m))^k`` is <= p_i, i.e. ``m >= -k n / ln(1 - p_i^(1/k))``.
+        (Rounding k alone leaves the rate up to 0.3% above p_i, which would let the sum
+        of the layers' rates pass p.) Raises ConfigError when it does not fit BLM1
+        (m >= 2**64) or p_i underflows to 0."""
         p_i = self.layer_fp_rate(i)
         if not p_i > 0.0:
             raise ConfigError(f"layer {i}: error target p0 * r**i underflowed to {p_i!r}; the filter cannot grow further")
-        return BloomConfig.for_items(self.layer_capacity(i), p_i, strategy)
+        n = self.layer_capacity(i)
+        base = BloomConfig.for_items(n, p_i, strategy)
+        k = base.num_hashes
+        m = max(base.num_bits, math.ceil(-k * n / math.log1p(-p_i ** (1.0 / k))))
+        while expected_fp_rate(n, m, k) > p_i:  # float rounding at the boundary
+            m += 1
+        return BloomConfig(num_bits=m, num_hashes=k, strategy=strategy, capacity=n, fp_rate=p_i)
 
     def layer_entry(self, i: int, strategy: HashStrategy) -> dict[str, Any]:
         cfg = self.layer_config(i, strategy)
