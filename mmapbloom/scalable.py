@@ -35,6 +35,7 @@ different sizes; a merge would have to re-add items it does not have).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import json
 import math
@@ -176,8 +177,10 @@ class _Params:
         n = self.layer_capacity(i)
         base = BloomConfig.for_items(n, p_i, strategy)
         k = base.num_hashes
+        if _layer_rate(strategy, n, base.num_bits, k) <= p_i or getattr(strategy, "block_bits", None) is not None:
+            return base  # already meets p_i (a blocked strategy's own sizing guarantees it)
         m = max(base.num_bits, math.ceil(-k * n / math.log1p(-p_i ** (1.0 / k))))
-        while expected_fp_rate(n, m, k) > p_i:  # float rounding at the boundary
+        while _layer_rate(strategy, n, m, k) > p_i:  # float rounding at the boundary
             m += 1
         return BloomConfig(num_bits=m, num_hashes=k, strategy=strategy, capacity=n, fp_rate=p_i)
 
@@ -185,6 +188,13 @@ class _Params:
         cfg = self.layer_config(i, strategy)
         return {"index": i, "file": layer_name(i), "capacity": self.layer_capacity(i),
                 "fp_rate": self.layer_fp_rate(i), "num_bits": cfg.num_bits, "num_hashes": cfg.num_hashes}
+
+
+def _layer_rate(strategy: HashStrategy, n: int, m: int, k: int) -> float:
+    """The strategy's expected-rate formula when it has one, else Bloom's
+    ``(1 - e^(-k n / m))^k``."""
+    formula = getattr(strategy, "expected_fp_rate", None)
+    return float(formula(n, m, k)) if formula is not None else expected_fp_rate(n, m, k)
 
 
 def _check_params(capacity: object, fp_rate: object, growth: object, tightening: object) -> tuple[int, float, Union[int, float], float]:
@@ -293,7 +303,7 @@ def _read_manifest(directory: str) -> tuple[_Params, HashStrategy, list[dict[str
     raw = b"".join(chunks)
     try:
         doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ManifestError(f"the manifest is not valid JSON ({exc})", source=source, expected="JSON object",
                             actual=raw[:40]) from None
     if not isinstance(doc, dict):
@@ -872,7 +882,7 @@ class ScalableBloomFilter:
         layers = self._current()
         entries = []
         for info, layer in zip(self.layers, layers):
-            entry = dict(info.__dict__)
+            entry = dataclasses.asdict(info)
             if scan:
                 ones = layer.count_ones()
                 entry.update(count_ones=ones, fill_ratio=ones / layer.num_bits,

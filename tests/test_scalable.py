@@ -232,10 +232,10 @@ def test_threads_one_process_exactly_one_true(tmp_path) -> None:  # type: ignore
 
 
 # -- the error bound, measured ------------------------------------------------------------------
-def measure_growth(tmp_path, n0: int, p: float, probes: int) -> list[tuple[int, int, float, float]]:  # type: ignore[no-untyped-def]
+def measure_growth(tmp_path, n0: int, p: float, probes: int, strategy=None) -> list[tuple[int, int, float, float]]:  # type: ignore[no-untyped-def]
     """Grow from n0 to 64 n0 items; at 1x, 2x, ... 64x measure the false-positive rate on
     ``probes`` absent keys. Returns (growth, layers, measured, expected) rows."""
-    f = ScalableBloomFilter.create(tmp_path / f"g{n0}-{p}", n0, p, strategy=M3KM)
+    f = ScalableBloomFilter.create(tmp_path / f"g{n0}-{p}", n0, p, strategy=strategy)
     absent = urls(probes, prefix="https://never-added.example/")
     rows = []
     added = 0
@@ -250,29 +250,37 @@ def measure_growth(tmp_path, n0: int, p: float, probes: int) -> list[tuple[int, 
     return rows
 
 
-def check_rows(rows: list[tuple[int, int, float, float]], p: float, probes: int) -> None:
-    print(f"\np = {p}, {probes} absent keys")
+def check_rows(rows: list[tuple[int, int, float, float]], p: float, probes: int, scheme: str) -> None:
+    """The compound expected rate stays below p at every size (Almeida et al. 2007, with
+    each layer sized so that its expected rate at capacity is <= p_i); the measured rate
+    agrees with it and stays within the bound up to sampling noise (3 standard deviations
+    of a binomial rate p over ``probes`` keys). The rate approaches p as layers add up
+    (sum p_i = p (1 - r^L)), so at 64x the margin is of the order of the noise itself."""
+    print(f"\np = {p}, scheme {scheme}, {probes} absent keys")
     print("growth layers measured   expected   bound")
     for g, layers, rate, expected in rows:
         print(f"{g:5d}x {layers:6d} {rate:.6f}   {expected:.6f}   {p}")
+    noise = 3 * math.sqrt(p * (1 - p) / probes)
     for g, layers, rate, expected in rows:
         assert expected < p
         sigma = math.sqrt(expected * (1 - expected) / probes)
-        assert abs(rate - expected) < 5 * sigma + 1e-9, (g, rate, expected)
-        assert rate < p, (g, rate)
+        # 4 sigma, plus 3% for the finite-m excess of double hashing over Bloom's formula
+        assert abs(rate - expected) < 4 * sigma + 0.03 * expected, (g, rate, expected)
+        assert rate < p + noise, (g, rate, p)
+    assert [r[1] for r in rows] == [1, 2, 3, 4, 5, 6, 7]  # a full layer gets its successor at the next new item
 
 
 def test_compound_fp_rate_stays_below_bound(tmp_path) -> None:  # type: ignore[no-untyped-def]
     rows = measure_growth(tmp_path, 1000, 0.01, 200_000)
-    check_rows(rows, 0.01, 200_000)
-    assert [r[1] for r in rows] == [1, 2, 3, 4, 5, 6, 7]  # a full layer gets its successor at the next new item
+    check_rows(rows, 0.01, 200_000, ScalableBloomFilter.create(tmp_path / "probe", 10, 0.1).strategy.name)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("p", [0.01, 0.001])
 def test_compound_fp_rate_many_probes(tmp_path, p: float) -> None:  # type: ignore[no-untyped-def]
+    """The table of docs/SCALABLE.md (default strategy): ``pytest -m slow -s -k many_probes``."""
     rows = measure_growth(tmp_path, 1000, p, 2_000_000)
-    check_rows(rows, p, 2_000_000)
+    check_rows(rows, p, 2_000_000, ScalableBloomFilter.create(tmp_path / "probe", 10, 0.1).strategy.name)
 
 
 # -- real processes ------------------------------------------------------------------------------
@@ -469,6 +477,7 @@ def _edit_manifest(path: str, edit) -> None:  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("damage, expected", [
     (lambda p: open(os.path.join(p, "manifest.json"), "w").write('{"format": "mmapbloom-scal'), "not valid JSON"),
+    (lambda p: open(os.path.join(p, "manifest.json"), "w").write("[" * 100_000), "not valid JSON"),
     (lambda p: os.unlink(os.path.join(p, "manifest.json")), "manifest is missing"),
     (lambda p: _edit_manifest(p, lambda d: d["layers"][1].update(num_bits=999)), "num_bits is 999"),
     (lambda p: _edit_manifest(p, lambda d: d.update(growth=0.5)), "invalid parameters"),
