@@ -9,8 +9,10 @@ layer is added. A query asks every layer, so the compound false-positive rate is
     P = 1 - prod_i (1 - p_i)  <=  sum_i p_i  =  p0 / (1 - r)  =  p
 
 at any size (the sum of a geometric series with ratio r < 1). Defaults: growth s = 2 and
-tightening r = 0.5 (the paper recommends s = 2 for slow growth and r between 0.8 and 0.9
-for fewer bits per item at large sizes; r = 0.5 keeps the first layers small).
+tightening r = 0.5 (the paper suggests s = 2 for slow and s = 4 for fast growth, and r
+around 0.8 to 0.9 for better average space use over a wide range of growth; r = 0.5 keeps
+the first layers small). Each layer's m is the smallest that keeps its expected rate at
+capacity at or below p_i (rounding k alone can leave it slightly above).
 
 On disk (documented exactly in docs/SCALABLE.md): a directory holding
 
