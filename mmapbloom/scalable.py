@@ -159,7 +159,7 @@ class _Params:
     def layer_capacity(self, i: int) -> int:
         """``n0 * s**i``, exact for an integer s, else rounded up."""
         if isinstance(self.growth, int):
-            return self.capacity * self.growth ** i
+            return int(self.capacity * self.growth ** i)
         return math.ceil(self.capacity * self.growth ** i)
 
     def layer_fp_rate(self, i: int) -> float:
@@ -203,14 +203,17 @@ def _check_params(capacity: object, fp_rate: object, growth: object, tightening:
     # Capacity and fp_rate are checked exactly as BloomConfig.for_items checks them.
     probe = BloomConfig.for_items(capacity, fp_rate)  # type: ignore[arg-type]
     assert probe.capacity is not None and probe.fp_rate is not None
-    if isinstance(growth, bool) or not isinstance(growth, numbers.Real) or not math.isfinite(float(growth)) \
-            or not float(growth) > 1.0:
+    try:
+        gf = float(growth) if isinstance(growth, numbers.Real) and not isinstance(growth, bool) else math.nan
+    except OverflowError:
+        gf = math.inf
+    if not (math.isfinite(gf) and gf > 1.0):
         raise ConfigError(f"growth must be a finite number greater than 1, got {growth!r}")
-    g: Union[int, float] = int(growth) if float(growth).is_integer() else float(growth)
-    if isinstance(tightening, bool) or not isinstance(tightening, numbers.Real) \
-            or not 0.0 < float(tightening) < 1.0:
+    g: Union[int, float] = int(gf) if gf.is_integer() else gf
+    tf = float(tightening) if isinstance(tightening, numbers.Real) and not isinstance(tightening, bool) else math.nan
+    if not 0.0 < tf < 1.0:
         raise ConfigError(f"tightening must be strictly between 0 and 1, got {tightening!r}")
-    return probe.capacity, probe.fp_rate, g, float(tightening)
+    return probe.capacity, probe.fp_rate, g, tf
 
 
 # -- the per-layer record ---------------------------------------------------------------------
@@ -371,7 +374,7 @@ def _check_lock_image(head: bytes, size: int, source: str) -> int:
     if count < 1:
         raise ManifestError(f"committed layer count is {count}, expected at least 1", source=source,
                             expected=">= 1", actual=count)
-    return count
+    return int(count)
 
 
 def _strip(path: PathLike) -> str:
@@ -420,6 +423,20 @@ class ScalableBloomFilter:
 
     __slots__ = ("_path", "_params", "_strategy", "_readonly", "_no_write", "_closed", "_lock", "_lock_fd",
                  "_lock_mm", "_word", "_layers", "_inodes", "_reload_lock", "__weakref__")
+
+    _path: str
+    _params: _Params
+    _strategy: HashStrategy
+    _readonly: bool
+    _no_write: bool
+    _closed: bool
+    _lock: WriteLock
+    _lock_fd: int
+    _lock_mm: mmap.mmap
+    _word: memoryview
+    _layers: list[BloomFilter]
+    _inodes: list[tuple[int, int]]
+    _reload_lock: threading.Lock
 
     # -- construction ------------------------------------------------------------------------
     def __init__(self) -> None:
@@ -504,8 +521,8 @@ class ScalableBloomFilter:
         self._readonly = bool(readonly)
         self._no_write = self._readonly
         self._closed = False
-        self._layers: list[BloomFilter] = []
-        self._inodes: list[tuple[int, int]] = []
+        self._layers = []
+        self._inodes = []
         self._reload_lock = threading.Lock()
         lock_path = os.path.join(dest, LOCK_NAME)
         flags = (os.O_RDONLY if readonly else os.O_RDWR) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
