@@ -56,5 +56,5 @@ def add_pickled(f: ScalableBloomFilter, keys: list[str]) -> int:
 
 def open_or_create_add(path: str, keys: list[str], barrier: Any) -> list[str]:
     barrier.wait()
-    with ScalableBloomFilter.open_or_create(path, 100, 1e-6) as f:
+    with ScalableBloomFilter.open_or_create(path, 100, 1e-9) as f:
         return [k for k in keys if f.add(k)]

@@ -62,6 +62,21 @@ def layer_bytes(path: str) -> list[bytes]:
     return [open(os.path.join(path, n), "rb").read() for n in names]
 
 
+def check_exactly_once(claims: list[list[str]], wanted: list[str], f: ScalableBloomFilter) -> None:
+    """Racing adders: no key was claimed new twice, no key is lost (all present), the
+    item count is the number of claims, and the keys nobody claimed are false positives
+    (present although no add of theirs returned True, so all their bits were set by the
+    claimed keys); at these sizes there are a handful at most (M3KM's rate floor at small
+    m is about 0.1/m to 2/m, far above the tiny targets used here)."""
+    counts = collections.Counter(k for claim in claims for k in claim)
+    assert max(counts.values()) == 1, "a key was claimed new twice"
+    assert set(counts) <= set(wanted)
+    assert f.contains_many(sorted(set(wanted))).all(), "a key was lost"
+    assert f.items_added == len(counts)
+    unclaimed = set(wanted) - set(counts)
+    assert len(unclaimed) <= max(3, len(set(wanted)) // 200), unclaimed
+
+
 # -- growth rule, parameters, basic API ---------------------------------------------------------
 def test_growth_rule_and_manifest(tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = str(tmp_path / "s")
@@ -205,7 +220,7 @@ def test_other_handles_see_new_layers_without_listing(tmp_path, monkeypatch) -> 
 
 
 def test_threads_one_process_exactly_one_true(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    f = ScalableBloomFilter.create(tmp_path / "s", 200, 1e-6)
+    f = ScalableBloomFilter.create(tmp_path / "s", 200, 1e-9)
     keys = urls(1500)
     claimed: list[str] = []
     guard = threading.Lock()
@@ -224,10 +239,9 @@ def test_threads_one_process_exactly_one_true(tmp_path) -> None:  # type: ignore
         t.start()
     for t in threads:
         t.join()
-    assert sorted(claimed) == sorted(keys)
-    assert f.items_added == len(keys)
-    assert f.num_layers == 4  # 200 + 400 + 800 + 100
-    assert [x.items_added for x in f.layers] == [200, 400, 800, 100]
+    check_exactly_once([claimed], keys, f)
+    assert f.num_layers == 4  # 200 + 400 + 800 + up to 100
+    assert [x.items_added for x in f.layers][:3] == [200, 400, 800]
     f.close()
 
 
@@ -286,33 +300,30 @@ def test_compound_fp_rate_many_probes(tmp_path, p: float) -> None:  # type: igno
 # -- real processes ------------------------------------------------------------------------------
 def test_eight_processes_four_threads_across_a_boundary(tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = str(tmp_path / "s")
-    ScalableBloomFilter.create(path, 500, 1e-6).close()
+    ScalableBloomFilter.create(path, 500, 1e-9).close()
     universe = urls(2400)  # layers of 500, 1000, 2000: two boundaries crossed
     rng = random.Random(7)
     parts = [rng.sample(universe, 1200) for _ in range(8)]  # overlapping
     barrier = CTX.Barrier(8)
     results = run_calls([(scalable_workers.threads_add, (path, parts[i], 4, i, barrier)) for i in range(8)])
-    counts = collections.Counter(k for r in results for k in r)
-    wanted = set(k for part in parts for k in part)
-    assert max(counts.values()) == 1, "a key was claimed new twice"
-    assert set(counts) == wanted, "a key was never claimed new"
+    wanted = sorted(set(k for part in parts for k in part))
     with ScalableBloomFilter.open(path, readonly=True) as f:
-        assert f.contains_many(sorted(wanted)).all()
-        assert f.items_added == len(wanted)
+        check_exactly_once(results, wanted, f)
         assert f.num_layers == 3
         assert [x.items_added for x in f.layers][:2] == [500, 1000]
         f.verify()
 
 
 def test_pickled_handle_in_another_process(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    f = ScalableBloomFilter.create(tmp_path / "s", 100, 1e-4)
+    f = ScalableBloomFilter.create(tmp_path / "s", 100, 1e-9)
     g = pickle.loads(pickle.dumps(f))
     assert g.path == f.path and not g.readonly and g is not f
     g.close()
     r = ScalableBloomFilter.open(f.path, readonly=True)
     assert pickle.loads(pickle.dumps(r)).readonly
     keys = urls(300)
-    assert run_calls([(scalable_workers.add_pickled, (f, keys))]) == [300]
+    (new,) = run_calls([(scalable_workers.add_pickled, (f, keys))])
+    assert new == f.items_added >= 297
     assert f.contains_many(keys).all() and f.num_layers == 2
     f.close()
     r.close()
@@ -325,18 +336,18 @@ def test_open_or_create_race(tmp_path) -> None:  # type: ignore[no-untyped-def]
     barrier = CTX.Barrier(4)
     keys = urls(300)
     results = run_calls([(scalable_workers.open_or_create_add, (path, keys, barrier))] * 4)
-    counts = collections.Counter(k for r in results for k in r)
-    assert set(counts.values()) == {1} and len(counts) == len(keys)
+    with ScalableBloomFilter.open(path, readonly=True) as f:
+        check_exactly_once(results, keys, f)
     assert sorted(os.listdir(tmp_path)) == ["s"]  # no temporary directory left
     with pytest.raises(ConfigMismatchError) as err:
-        ScalableBloomFilter.open_or_create(path, 100, 1e-6, growth=4)
+        ScalableBloomFilter.open_or_create(path, 100, 1e-9, growth=4)
     assert err.value.field == "growth" and (err.value.expected, err.value.actual) == (4, 2)
-    ScalableBloomFilter.open_or_create(path, 100, 1e-6).close()
+    ScalableBloomFilter.open_or_create(path, 100, 1e-9).close()
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 def test_fork_child_takes_its_own_lock(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    f = ScalableBloomFilter.create(tmp_path / "s", 100, 1e-6)
+    f = ScalableBloomFilter.create(tmp_path / "s", 100, 1e-9)
     f.update(urls(90))
     shared = mmap.mmap(-1, 8)
     with f.write_lock():
@@ -360,7 +371,7 @@ def test_fork_child_takes_its_own_lock(tmp_path) -> None:  # type: ignore[no-unt
     assert f.num_layers == 2
     everything = urls(90) + urls(50, prefix="https://child.example/") + ["child-first", "parent-inside"]
     assert f.contains_many(everything).all()
-    assert f.items_added == len(everything)
+    assert len(everything) - 3 <= f.items_added <= len(everything)  # a false positive is never claimed
     f.verify()
     f.close()
 
