@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import functools
 import json
 import math
 import mmap
@@ -161,6 +162,12 @@ class _Params:
         if isinstance(self.growth, int):
             return int(self.capacity * self.growth ** i)
         return math.ceil(self.capacity * self.growth ** i)
+
+    @functools.lru_cache(maxsize=256)
+    def layer_limit(self, i: int) -> int:
+        """The item count at which layer i is full: ``min(n_i, 2**32 - 1)`` (the BLM1
+        items field saturates at 2**32 - 1)."""
+        return min(self.layer_capacity(i), _MAX_ITEMS)
 
     def layer_fp_rate(self, i: int) -> float:
         """``p0 * r**i`` with ``p0 = p * (1 - r)``."""
@@ -676,7 +683,7 @@ class ScalableBloomFilter:
                                          source=path, expected=want, actual=got)
 
     def _full(self, i: int, layer: BloomFilter) -> bool:
-        return layer.items_added >= min(self._params.layer_capacity(i), _MAX_ITEMS)
+        return layer.items_added >= self._params.layer_limit(i)
 
     def _grow(self, layers: list[BloomFilter]) -> list[BloomFilter]:
         """Add layer ``len(layers)``; the caller holds the write lock and ``layers`` is
@@ -733,14 +740,23 @@ class ScalableBloomFilter:
         """
         if self._no_write:
             self._refuse_write()
-        key = encode_key(item)
-        for layer in reversed(self._current()):  # duplicates: no lock (bits are never cleared)
+        key = item.encode() if type(item) is str else encode_key(item)
+        seen = self._layers
+        try:
+            if not _NATIVE_LITTLE or self._word[0] != len(seen):  # inlined _current()
+                seen = self._current()
+        except ValueError:  # the word view was released: closed
+            self._check_open()
+            raise
+        for layer in reversed(seen):  # duplicates: no lock (bits are never cleared)
             if layer.might_contain(key):
                 return False
         with self._lock:
             layers = self._current()
             last = len(layers) - 1
-            for layer in layers[:last]:
+            # Layers older than the newest one seen above were already frozen (only the
+            # newest layer is ever written) and said no: ask only the ones since.
+            for layer in layers[len(seen) - 1:last]:
                 if layer.might_contain(key):
                     return False
             newest = layers[last]
@@ -791,7 +807,7 @@ class ScalableBloomFilter:
                 continue
             # At most `room` of them can be new, so the layer never passes its capacity and
             # items fill it in order, exactly as sequential adds would.
-            room = min(self._params.layer_capacity(last), _MAX_ITEMS) - newest.items_added
+            room = self._params.layer_limit(last) - newest.items_added
             part, cand = cand[:room], cand[room:]
             new += int(np.count_nonzero(newest.add_many(part)))
         return new
@@ -824,8 +840,15 @@ class ScalableBloomFilter:
         stops at the first that reports it. Takes no lock.
 
         Raises TypeError, FilterClosedError."""
-        key = encode_key(item)
-        for layer in reversed(self._current()):
+        key = item.encode() if type(item) is str else encode_key(item)
+        layers = self._layers
+        try:
+            if not _NATIVE_LITTLE or self._word[0] != len(layers):  # inlined _current()
+                layers = self._current()
+        except ValueError:  # the word view was released: closed
+            self._check_open()
+            raise
+        for layer in reversed(layers):
             if layer.might_contain(key):
                 return True
         return False
