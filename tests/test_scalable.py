@@ -573,3 +573,52 @@ def test_readonly_open_of_a_read_only_directory(grown) -> None:  # type: ignore[
         assert r.contains_many(urls(200)).all()
     with pytest.raises(PermissionError):
         ScalableBloomFilter.open(grown)
+
+
+# -- growth failures leave the filter as it was ---------------------------------------------------
+def test_failed_growth_adds_nothing(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import errno
+
+    f = ScalableBloomFilter.create(tmp_path / "s", 100, 1e-6)
+    f.update(urls(100))
+    assert f.num_layers == 1 and f.items_added == 100  # full; the next new item grows
+
+    def full_disk(*a, **k):  # type: ignore[no-untyped-def]
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(BloomFilter, "create", full_disk)
+    with pytest.raises(OSError) as err:
+        f.add("one more")
+    assert err.value.errno == errno.ENOSPC
+    with pytest.raises(OSError):
+        f.update(["one more", "and another"])
+    assert "one more" not in f and f.items_added == 100 and f.num_layers == 1
+    assert f.add(urls(1)[0]) is False  # a duplicate needs no new layer
+    monkeypatch.undo()
+    assert f.add("one more") is True and f.num_layers == 2
+    f.verify()
+    f.close()
+
+
+def test_a_layer_too_large_for_blm1_is_refused_before_writing(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    f = ScalableBloomFilter.create(tmp_path / "s", 10, 0.01, growth=10**18)
+    f.update(urls(10))
+    with pytest.raises(ConfigError):
+        f.add("eleven")  # layer 1 would need about 10^20 bits
+    assert "eleven" not in f and f.num_layers == 1
+    assert sorted(os.listdir(f.path)) == ["layer-0000.blm", "lock", "manifest.json"]
+    f.close()
+
+
+def test_write_lock_loop_and_float_growth(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    f = ScalableBloomFilter.create(tmp_path / "s", 10, 0.01, growth=1.5, tightening=0.9)
+    keys = urls(100)
+    with f.write_lock():
+        new = [f.add(k) for k in keys]
+    assert sum(new) == f.items_added >= 90  # tiny layers: a few false positives are refused
+    assert [x.capacity for x in f.layers] == [math.ceil(10 * 1.5 ** i) for i in range(f.num_layers)]
+    assert all(x.items_added == x.capacity for x in f.layers[:-1])
+    f.verify()
+    with ScalableBloomFilter.open(f.path) as g:
+        assert g.growth == 1.5 and g.tightening == 0.9 and g.contains_many(keys).all()
+    f.close()
