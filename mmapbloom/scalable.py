@@ -173,21 +173,25 @@ class _Params:
         """``p0 * r**i`` with ``p0 = p * (1 - r)``."""
         return self.fp_rate * (1.0 - self.tightening) * self.tightening ** i
 
+    @functools.lru_cache(maxsize=1024)
     def layer_config(self, i: int, strategy: HashStrategy) -> BloomConfig:
         """Layer i's shape: k from :meth:`BloomConfig.for_items` (``round((m/n) ln 2)``),
         and m the smallest number of bits, at least for_items' m, whose expected rate at
         capacity ``(1 - e^(-k n / m))^k`` is <= p_i, i.e. ``m >= -k n / ln(1 - p_i^(1/k))``.
         (Rounding k alone leaves the rate up to 0.3% above p_i, which would let the sum
-        of the layers' rates pass p.) Raises ConfigError when it does not fit BLM1
-        (m >= 2**64) or p_i underflows to 0."""
+        of the layers' rates pass p.) A blocked strategy (``block_bits`` set) keeps
+        for_items' shape: its own sizing already meets p_i in whole blocks. Cached, so the
+        shape and any sizing warning of the strategy come once per process and layer.
+        Raises ConfigError when it does not fit BLM1 (m >= 2**64) or p_i underflows to 0
+        (not cached: raised again on every call)."""
         p_i = self.layer_fp_rate(i)
         if not p_i > 0.0:
             raise ConfigError(f"layer {i}: error target p0 * r**i underflowed to {p_i!r}; the filter cannot grow further")
         n = self.layer_capacity(i)
         base = BloomConfig.for_items(n, p_i, strategy)
         k = base.num_hashes
-        if _layer_rate(strategy, n, base.num_bits, k) <= p_i or getattr(strategy, "block_bits", None) is not None:
-            return base  # already meets p_i (a blocked strategy's own sizing guarantees it)
+        if getattr(strategy, "block_bits", 0) or _layer_rate(strategy, n, base.num_bits, k) <= p_i:
+            return base  # a blocked strategy's own sizing already meets p_i (whole blocks)
         m = max(base.num_bits, math.ceil(-k * n / math.log1p(-p_i ** (1.0 / k))))
         while _layer_rate(strategy, n, m, k) > p_i:  # float rounding at the boundary
             m += 1
