@@ -4,7 +4,8 @@ Almeida, Baquero, Preguica and Hutchison 2007, "Scalable Bloom Filters" (Informa
 Processing Letters 101(6)): a scalable filter is a list of plain Bloom filters (layers).
 Layer i is sized for ``n_i = n0 * s**i`` items at error target ``p_i = p0 * r**i`` with
 ``p0 = p * (1 - r)``. New items go to the newest layer; when it holds ``n_i`` items a new
-layer is added. A query asks every layer, so the compound false-positive rate is::
+layer is added. A query asks every layer, so the compound (expected) false-positive rate
+is::
 
     P = 1 - prod_i (1 - p_i)  <=  sum_i p_i  =  p0 / (1 - r)  =  p
 
@@ -408,8 +409,9 @@ class ScalableBloomFilter:
 
     Construct with :meth:`create`, :meth:`open` or :meth:`open_or_create`. Layer i holds
     ``capacity * growth**i`` items at error target ``fp_rate * (1 - tightening) *
-    tightening**i``; the compound false-positive rate stays below ``fp_rate`` at any number
-    of items (see the module docstring and docs/SCALABLE.md).
+    tightening**i``; the compound expected false-positive rate stays below ``fp_rate`` at
+    any number of items (see the module docstring; docs/SCALABLE.md shows measured rates,
+    which follow the bits actually set and so scatter a few percent around it).
 
     Promise: no false negatives. ``might_contain(x)`` is False only if ``x`` was never
     added. :meth:`add` returns True only if the item was absent from every layer, atomically
