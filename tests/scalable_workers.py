@@ -10,8 +10,9 @@ from mmapbloom import ScalableBloomFilter
 
 
 def threads_add(path: str, keys: list[str], threads: int, seed: int, barrier: Any) -> list[str]:
-    """Open ``path``; ``threads`` threads each add a shuffled copy of ``keys`` one by one
-    (half of them with ``update`` in small batches); return every key reported new."""
+    """Open ``path``; ``threads`` threads each add a shuffled copy of ``keys`` one at a
+    time (even threads with ``add``, odd ones with ``update`` of one-item batches, so both
+    write paths race); return every key reported new."""
     claimed: list[str] = []
     guard = threading.Lock()
     errors: list[BaseException] = []
@@ -26,8 +27,7 @@ def threads_add(path: str, keys: list[str], threads: int, seed: int, barrier: An
                 if t % 2 == 0:
                     got = [k for k in mine if f.add(k)]
                 else:
-                    # update() reports a count only, so probe the new ones through add()
-                    # on batches of one: a batch of one is new exactly when add() is.
+                    # update() reports a count only: a batch of one says whether its item was new.
                     for k in mine:
                         if f.update([k]):
                             got.append(k)
