@@ -70,7 +70,7 @@ from .errors import (
     ReadOnlyFilterError,
 )
 from .filter import BloomFilter
-from .hashing import DEFAULT_STRATEGY, HashStrategy, encode_key, get_strategy
+from .hashing import DEFAULT_STRATEGY, HashStrategy, encode_key, encode_keys, get_strategy
 from .locking import WriteLock
 from .sizing import BloomConfig, expected_fp_rate
 from .storage import absolute_path, atomic_file, fsync_directory
@@ -790,7 +790,7 @@ class ScalableBloomFilter:
         if self._no_write:
             self._refuse_write()
         self._check_open()
-        keys = [encode_key(x) for x in items]
+        keys = encode_keys(items)
         total = 0
         for start in range(0, len(keys), _CHUNK):
             chunk = keys[start:start + _CHUNK]
@@ -867,7 +867,7 @@ class ScalableBloomFilter:
 
         Raises TypeError (every item is checked first), FilterClosedError."""
         self._check_open()
-        keys = [encode_key(x) for x in items]
+        keys = encode_keys(items)
         out = np.zeros(len(keys), dtype=np.bool_)
         todo = np.arange(len(keys))
         for layer in reversed(self._current()):
