@@ -14,9 +14,12 @@ from .errors import (
     FilterClosedError,
     FormatError,
     IncompatibleFiltersError,
+    LayerMismatchError,
     LengthMismatchError,
     LockTimeout,
+    ManifestError,
     MergeError,
+    MissingLayerError,
     MmapBloomError,
     NoSpaceError,
     OverCapacityWarning,
@@ -44,13 +47,13 @@ from .hashing import (
 from .kernels import BACKEND
 from .sizing import BloomConfig
 from .merge import merge_into, merge_shards
+from .scalable import ScalableBloomFilter
 from .verify import open_any, verify_file
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BACKEND",
-    "DEFAULT_STRATEGY",
     "BadHeaderError",
     "BadMagicError",
     "BloomConfig",
@@ -58,25 +61,30 @@ __all__ = [
     "ConfigError",
     "ConfigMismatchError",
     "CountingBloomFilter",
+    "DEFAULT_STRATEGY",
     "FilterClosedError",
     "FormatError",
     "HashStrategy",
     "IncompatibleFiltersError",
+    "LayerMismatchError",
     "LengthMismatchError",
-    "M3BL",
     "LockTimeout",
+    "M3BL",
     "M3KM",
     "M3MX",
+    "ManifestError",
     "MergeError",
+    "MissingLayerError",
     "MmapBloomError",
     "NoSpaceError",
     "OverCapacityWarning",
     "PaddingError",
     "ReadOnlyFilterError",
     "SaturationWarning",
-    "Strategy",
+    "ScalableBloomFilter",
     "SelfDeadlockError",
     "SparseFileWarning",
+    "Strategy",
     "UnknownSchemeError",
     "UnknownStrategyError",
     "__version__",

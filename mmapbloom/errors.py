@@ -10,7 +10,10 @@ and also from the matching built-in, so callers may catch either::
     │   ├── UnknownStrategyError             the hash-strategy name is not registered
     │   ├── BadHeaderError                   m = 0, k = 0 or another impossible header field
     │   ├── LengthMismatchError              truncated or over-long body
-    │   └── PaddingError                     a padding bit past m is set
+    │   ├── PaddingError                     a padding bit past m is set
+    │   ├── ManifestError                    a scalable filter's manifest or lock file is damaged
+    │   ├── MissingLayerError                a committed layer file of a scalable filter is missing
+    │   └── LayerMismatchError               a layer file's shape differs from the manifest
     ├── IncompatibleFiltersError(ValueError) union/intersection/merge of different m, k or scheme
     ├── MergeError(ValueError)               a merge request that cannot be carried out as asked
     ├── ConfigMismatchError(ValueError)      open_or_create found a file with another m, k or scheme
@@ -44,9 +47,12 @@ __all__ = [
     "FilterClosedError",
     "FormatError",
     "IncompatibleFiltersError",
+    "LayerMismatchError",
     "LengthMismatchError",
     "LockTimeout",
+    "ManifestError",
     "MergeError",
+    "MissingLayerError",
     "MmapBloomError",
     "NoSpaceError",
     "OverCapacityWarning",
@@ -120,6 +126,26 @@ class LengthMismatchError(FormatError):
 
 class PaddingError(FormatError):
     """A padding bit past num_bits in the last byte is set; the bit array is damaged."""
+
+
+class ManifestError(FormatError):
+    """A scalable filter directory's ``manifest.json`` or ``lock`` file is damaged:
+    unreadable JSON, a missing or ill-typed field, layer shapes that do not follow the
+    growth rule, fewer layers listed than committed, or a lock file with the wrong size,
+    magic, version or layer count (see docs/SCALABLE.md). ``source`` is the file's path;
+    ``expected`` and ``actual`` the values compared."""
+
+
+class MissingLayerError(FormatError):
+    """A layer file that the scalable filter's committed layer count covers is missing
+    (``source`` is the missing path; ``expected`` the committed layer count, ``actual`` the
+    index of the missing layer)."""
+
+
+class LayerMismatchError(FormatError):
+    """A layer file of a scalable filter is a sound BLM1 file but its num_bits, num_hashes
+    or scheme differ from the manifest (``source`` is the layer's path), or it was replaced
+    by another file since the handle opened it."""
 
 
 class IncompatibleFiltersError(MmapBloomError, ValueError):
