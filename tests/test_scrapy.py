@@ -1,0 +1,256 @@
+"""mmapbloom.scrapy.BloomDupeFilter in real Scrapy crawls of a real HTTP server on 127.0.0.1.
+
+Every crawl is a ``python -m scrapy runspider tests/scrapy_spider.py`` subprocess (Twisted's
+reactor cannot be restarted in one process); every site is served by ``python -m
+http.server``, whose request log tells which pages were really fetched and how often.
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+import sysconfig
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+
+pytest.importorskip("scrapy", reason="scrapy is in the test extra (and the scrapy extra)")
+
+from mmapbloom import BloomConfig, BloomFilter, ConfigMismatchError  # noqa: E402
+from tests.conftest import ROOT  # noqa: E402
+
+SPIDER = os.path.join(ROOT, "tests", "scrapy_spider.py")
+BLOOM = "mmapbloom.scrapy.BloomDupeFilter"
+DEFAULT = "scrapy.dupefilters.RFPDupeFilter"
+PAGES = 200  # p0.html ... p199.html and index.html; "/" is the index under a second URL
+
+
+def make_site(directory: Path, pages: int = PAGES) -> set[str]:
+    """Write ``pages`` linked HTML pages; return every path a crawl from "/" must fetch.
+
+    Page i links to i + 1, 2i, 7i + 3 and i*i (mod pages), each twice (once with a
+    fragment, which Scrapy's fingerprint ignores), and to index.html: about 9 links per
+    page, so most requests a crawl makes are duplicates."""
+    directory.mkdir()
+    for i in range(pages):
+        targets = sorted({(i + 1) % pages, 2 * i % pages, (7 * i + 3) % pages, i * i % pages})
+        links = "".join(f'<a href="p{j}.html">p{j}</a> <a href="p{j}.html#top">again</a>\n' for j in targets)
+        html = f"<html><body><h1>page {i}</h1>\n{links}<a href='index.html'>home</a></body></html>\n"
+        (directory / f"p{i}.html").write_text(html)
+        if i == 0:
+            (directory / "index.html").write_text(html)
+    return {"/", "/index.html"} | {f"/p{i}.html" for i in range(pages)}
+
+
+class Server:
+    """``python -m http.server`` over a directory on 127.0.0.1, port chosen by the OS.
+
+    Its request log (stderr) is the record of what was fetched: :meth:`fetched` counts the
+    GETs per path since the last call."""
+
+    def __init__(self, directory: Path, log: Path):
+        self.log = log
+        self._stderr = open(log, "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-u", "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(directory), "0"],
+            stdout=subprocess.PIPE, stderr=self._stderr, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()  # "Serving HTTP on 127.0.0.1 port 40211 (http://127.0.0.1:40211/) ..."
+        match = re.search(r"port (\d+)", line)
+        assert match, f"http.server said {line!r}"
+        self.url = f"http://127.0.0.1:{match.group(1)}/"
+        self._offset = 0
+
+    def fetched(self) -> collections.Counter[str]:
+        """GETs per path logged since the previous call."""
+        with open(self.log) as f:
+            f.seek(self._offset)
+            text = f.read()
+            self._offset = f.tell()
+        return collections.Counter(re.findall(r'"GET (\S+) HTTP/[\d.]+" 200', text))
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+        self._stderr.close()
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, set[str]]]:
+    base = tmp_path_factory.mktemp("scrapy")
+    paths = make_site(base / "site")
+    server = Server(base / "site", base / "server.log")
+    try:
+        yield server, paths
+    finally:
+        server.close()
+
+
+def start_crawl(start: str, out: Path, dupefilter: str = BLOOM, settings: Optional[dict[str, Any]] = None,
+                go_file: Optional[Path] = None) -> "subprocess.Popen[str]":
+    """Start one Scrapy crawl; its items (one per page) go to ``out`` (JSON lines) and
+    its log to ``out.log``."""
+    argv = [sys.executable, "-m", "scrapy", "runspider", SPIDER, "-a", f"start_urls={start}", "-O", str(out)]
+    if go_file is not None:
+        argv += ["-a", f"go_file={go_file}"]
+    every = {"DUPEFILTER_CLASS": dupefilter, "LOG_LEVEL": "INFO", "TELNETCONSOLE_ENABLED": False,
+             "REMOTE_CONTROL_ENABLED": False, **(settings or {})}
+    for key, value in every.items():
+        argv += ["-s", f"{key}={value}"]
+    log = open(f"{out}.log", "w")
+    try:
+        return subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                text=True)
+    finally:
+        log.close()
+
+
+class Crawl:
+    """The outcome of a finished crawl: exit status, log, pages (paths, in fetch order)
+    and the stats Scrapy dumped."""
+
+    def __init__(self, proc: "subprocess.Popen[str]", out: Path):
+        self.returncode = proc.wait(120)
+        self.log = Path(f"{out}.log").read_text()
+        self.pages = [re.sub(r"^http://[^/]+", "", json.loads(line)["url"])
+                      for line in (out.read_text().splitlines() if out.exists() else [])]
+
+    def stat(self, name: str) -> Optional[Any]:
+        match = re.search(rf"'{re.escape(name)}': ([^,\n]+)", self.log)
+        return None if match is None else ast.literal_eval(match.group(1))  # an int or a str
+
+
+def crawl(start: str, out: Path, dupefilter: str = BLOOM, settings: Optional[dict[str, Any]] = None) -> Crawl:
+    """Run one crawl to its end."""
+    return Crawl(start_crawl(start, out, dupefilter, settings), out)
+
+
+@pytest.fixture(scope="module")
+def baseline(site: tuple[Server, set[str]], tmp_path_factory: pytest.TempPathFactory) -> Crawl:
+    """The generated site crawled once with Scrapy's default filter."""
+    server, paths = site
+    server.fetched()
+    result = crawl(server.url, tmp_path_factory.mktemp("baseline") / "default.jsonl", DEFAULT)
+    assert result.returncode == 0, result.log
+    assert server.fetched() == collections.Counter(paths)  # the whole site, each page once
+    return result
+
+
+def test_same_pages_as_the_default_filter(site: tuple[Server, set[str]], baseline: Crawl, tmp_path: Path) -> None:
+    server, paths = site
+    server.fetched()
+    bloom = crawl(server.url, tmp_path / "bloom.jsonl")
+    assert bloom.returncode == 0, bloom.log
+    fetched = server.fetched()
+    assert fetched == collections.Counter(paths), "each page fetched exactly once"
+    assert sorted(bloom.pages) == sorted(baseline.pages) == sorted(paths)
+    # The same duplicates were filtered (same fingerprints), and there were many.
+    filtered = bloom.stat("dupefilter/filtered")
+    assert isinstance(filtered, int) and filtered > 3 * len(paths)
+    assert filtered == baseline.stat("dupefilter/filtered")
+    assert "Filtered duplicate request" not in bloom.log  # logged at DEBUG only, as the default does
+    opened = re.search(r"\[mmapbloom.scrapy\] INFO: Duplicate filter: (\S+) .* 0 requests already seen", bloom.log)
+    assert opened, bloom.log
+    assert not os.path.exists(opened.group(1))  # the temporary default file is removed at close
+
+
+def test_debug_logs_every_filtered_request(site: tuple[Server, set[str]], tmp_path: Path) -> None:
+    server, paths = site
+    bloom = crawl(server.url + "p5.html", tmp_path / "bloom.jsonl", settings={"DUPEFILTER_DEBUG": True,
+                                                                               "LOG_LEVEL": "DEBUG"})
+    assert bloom.returncode == 0, bloom.log
+    logged = re.findall(r"Filtered duplicate request: <GET \S+> \(referer: \S+\)", bloom.log)
+    assert len(logged) == bloom.stat("dupefilter/filtered") > 0
+
+
+def test_two_processes_share_one_file(site: tuple[Server, set[str]], baseline: Crawl, tmp_path: Path) -> None:
+    server, paths = site
+    shared = {"MMAPBLOOM_DUPEFILTER_PATH": tmp_path / "shared.blm"}
+    go = tmp_path / "go"
+    server.fetched()
+    procs = [start_crawl(server.url + start, tmp_path / f"{i}.jsonl", settings=shared, go_file=go)
+             for i, start in enumerate(["", f"p{PAGES // 2}.html"])]
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("go.ready.*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    go.touch()  # both filters are open and both spiders wait: start them together
+    a, b = (Crawl(p, tmp_path / f"{i}.jsonl") for i, p in enumerate(procs))
+    assert a.returncode == b.returncode == 0, a.log + b.log
+    assert len(a.pages) > 10 and len(b.pages) > 10, (len(a.pages), len(b.pages))  # both really crawled
+    assert not set(a.pages) & set(b.pages), "a page fetched by both processes"
+    assert len(set(a.pages)) == len(a.pages) and len(set(b.pages)) == len(b.pages)
+    assert set(a.pages) | set(b.pages) == set(baseline.pages)
+    assert server.fetched() == collections.Counter(paths), "each page fetched exactly once by the pair"
+    with BloomFilter.open(tmp_path / "shared.blm", readonly=True) as f:
+        assert f.items_added == len(paths)
+
+
+def test_interrupt_and_resume_with_jobdir(site: tuple[Server, set[str]], tmp_path: Path) -> None:
+    server, paths = site
+    jobdir = {"JOBDIR": tmp_path / "job"}
+    server.fetched()
+    first = crawl(server.url, tmp_path / "first.jsonl", settings={**jobdir, "CLOSESPIDER_PAGECOUNT": 40})
+    assert first.returncode == 0, first.log
+    assert first.stat("finish_reason") == "closespider_pagecount"
+    fetched_first = server.fetched()
+    assert 40 <= sum(fetched_first.values()) < len(paths) / 2
+    assert (tmp_path / "job" / "requests.blm").is_file()
+    assert not (tmp_path / "job" / "requests.seen").exists()  # the default filter's file is not used
+
+    second = crawl(server.url, tmp_path / "second.jsonl", settings=jobdir)
+    assert second.returncode == 0, second.log
+    assert second.stat("finish_reason") == "finished"
+    fetched_second = server.fetched()
+    assert not set(fetched_first) & set(fetched_second), "a page fetched again after the resume"
+    assert fetched_first + fetched_second == collections.Counter(paths)  # all of them, each once
+    # The first run recorded every request it scheduled, fetched or still queued in JOBDIR.
+    seen = re.search(r"(\d+) requests already seen", second.log)
+    assert seen and int(seen.group(1)) > sum(fetched_first.values()), second.log
+
+
+def test_another_shape_is_refused_at_spider_open(site: tuple[Server, set[str]], tmp_path: Path) -> None:
+    server, paths = site
+    path = tmp_path / "small.blm"
+    BloomFilter.create(path, BloomConfig.for_items(1000, 0.01)).close()
+    before = path.read_bytes()
+    server.fetched()
+    refused = crawl(server.url, tmp_path / "refused.jsonl", settings={"MMAPBLOOM_DUPEFILTER_PATH": path})
+    assert refused.returncode != 0
+    assert f"{ConfigMismatchError.__module__}.ConfigMismatchError: {path}: existing filter has num_bits" in refused.log
+    assert "MMAPBLOOM_DUPEFILTER_REUSE=False" in refused.log  # the logged advice
+    assert refused.pages == [] and not server.fetched(), "nothing may be crawled"
+    assert path.read_bytes() == before
+
+    # REUSE=False replaces it with an empty filter of the configured shape.
+    fresh = crawl(server.url, tmp_path / "fresh.jsonl",
+                  settings={"MMAPBLOOM_DUPEFILTER_PATH": path, "MMAPBLOOM_DUPEFILTER_REUSE": False,
+                            "MMAPBLOOM_DUPEFILTER_CAPACITY": 5000})
+    assert fresh.returncode == 0, fresh.log
+    assert sorted(fresh.pages) == sorted(paths)
+    with BloomFilter.open(path, readonly=True) as f:
+        assert f.config == BloomConfig.for_items(5000, 1e-6, f.strategy) and f.items_added == len(paths)
+
+
+def test_stdlib_directory_listing_same_as_default(tmp_path: Path) -> None:
+    """http.server's own listing of a directory of the installed standard library."""
+    directory = Path(sysconfig.get_paths()["stdlib"]) / "email"
+    server = Server(directory, tmp_path / "server.log")
+    try:
+        default = crawl(server.url, tmp_path / "default.jsonl", DEFAULT)
+        fetched_default = server.fetched()
+        bloom = crawl(server.url, tmp_path / "bloom.jsonl")
+        fetched_bloom = server.fetched()
+    finally:
+        server.close()
+    assert default.returncode == bloom.returncode == 0, default.log + bloom.log
+    assert len(bloom.pages) > 20  # the listing, its subdirectories and every file in them
+    assert sorted(bloom.pages) == sorted(default.pages)
+    assert fetched_bloom == fetched_default and set(fetched_bloom.values()) == {1}
