@@ -43,6 +43,7 @@ import logging
 import os
 import shutil
 import tempfile
+import weakref
 from typing import TYPE_CHECKING, Any, Optional
 
 from scrapy.dupefilters import BaseDupeFilter
@@ -117,6 +118,12 @@ class BloomDupeFilter(BaseDupeFilter):
     One instance belongs to one crawler; its methods are called from Scrapy's reactor
     thread. The file may be shared by any number of processes and threads.
 
+    >>> from scrapy import Request
+    >>> df = BloomDupeFilter()  # a temporary file; Scrapy builds it with from_crawler
+    >>> [df.request_seen(Request(u)) for u in ("https://a.example/?x=1&y=2", "https://a.example/?y=2&x=1#top")]
+    [False, True]
+    >>> df.close("finished")
+
     Args:
         path: the filter file, or ``None`` for a new temporary file removed by
             :meth:`close`.
@@ -158,6 +165,8 @@ class BloomDupeFilter(BaseDupeFilter):
         self._tempdir: Optional[str] = None
         if path is None:
             self._tempdir = tempfile.mkdtemp(prefix="mmapbloom-scrapy-")
+            # Removed by close(), or at garbage collection / interpreter exit if never closed.
+            self._cleanup = weakref.finalize(self, shutil.rmtree, self._tempdir, True)
             path = os.path.join(self._tempdir, JOBDIR_FILE_NAME)
         try:
             if reuse:
@@ -247,7 +256,7 @@ class BloomDupeFilter(BaseDupeFilter):
 
     def _remove_tempdir(self) -> None:
         if self._tempdir is not None:
-            shutil.rmtree(self._tempdir, ignore_errors=True)
+            self._cleanup()  # shutil.rmtree(tempdir, ignore_errors=True), once
             self._tempdir = None
 
     def log(self, request: Request, spider: Spider) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import collections
 import json
+import logging
 import os
 import re
 import subprocess
@@ -24,7 +25,8 @@ import pytest
 
 pytest.importorskip("scrapy", reason="scrapy is in the test extra (and the scrapy extra)")
 
-from mmapbloom import BloomConfig, BloomFilter, ConfigMismatchError  # noqa: E402
+from mmapbloom import (BloomConfig, BloomFilter, ConfigError, ConfigMismatchError,  # noqa: E402
+                       UnknownSchemeError, get_strategy)
 from tests.conftest import ROOT  # noqa: E402
 
 SPIDER = os.path.join(ROOT, "tests", "scrapy_spider.py")
@@ -33,6 +35,84 @@ DEFAULT = "scrapy.dupefilters.RFPDupeFilter"
 PAGES = 200  # p0.html ... p199.html and index.html; "/" is the index under a second URL
 
 
+# -- in-process: settings, fingerprints, logging --------------------------------------------
+def test_settings(tmp_path: Path) -> None:
+    from scrapy.utils.test import get_crawler
+
+    from mmapbloom.scrapy import DEFAULT_CAPACITY, DEFAULT_FP_RATE, BloomDupeFilter
+
+    df = BloomDupeFilter.from_crawler(get_crawler(settings_dict={"JOBDIR": str(tmp_path / "job")}))
+    assert df.path == str(tmp_path / "job" / "requests.blm") and os.path.isfile(df.path)
+    assert df.filter.config == BloomConfig.for_items(DEFAULT_CAPACITY, DEFAULT_FP_RATE, df.filter.strategy)
+    df.close("finished")
+    assert os.path.isfile(df.path)  # a JOBDIR file is kept for the resume
+
+    df = BloomDupeFilter.from_crawler(get_crawler(settings_dict={
+        "JOBDIR": str(tmp_path / "job"), "MMAPBLOOM_DUPEFILTER_PATH": str(tmp_path / "mine.blm"),
+        "MMAPBLOOM_DUPEFILTER_CAPACITY": "5000", "MMAPBLOOM_DUPEFILTER_FP_RATE": "0.001",
+        "MMAPBLOOM_DUPEFILTER_STRATEGY": "M3KM"}))
+    assert df.path == str(tmp_path / "mine.blm")  # the path setting wins over JOBDIR
+    assert df.filter.config == BloomConfig.for_items(5000, 0.001, get_strategy("M3KM"))
+    df.close("finished")
+
+    df = BloomDupeFilter.from_crawler(get_crawler())
+    temporary = df.path
+    assert os.path.isfile(temporary)
+    df.close("finished")
+    df.close("finished")  # idempotent
+    assert not os.path.exists(os.path.dirname(temporary))  # the temporary default is removed
+
+    for bad in ({"MMAPBLOOM_DUPEFILTER_CAPACITY": "many"}, {"MMAPBLOOM_DUPEFILTER_CAPACITY": 0},
+                {"MMAPBLOOM_DUPEFILTER_FP_RATE": 1.5}):
+        with pytest.raises(ConfigError):
+            BloomDupeFilter.from_crawler(get_crawler(settings_dict=bad))
+    with pytest.raises(UnknownSchemeError):
+        BloomDupeFilter.from_crawler(get_crawler(settings_dict={"MMAPBLOOM_DUPEFILTER_STRATEGY": "NOPE"}))
+
+
+def test_same_decisions_as_the_default_filter() -> None:
+    """Scrapy's fingerprinter: canonical URL (query order, fragment), method and body."""
+    import scrapy
+    from scrapy.dupefilters import RFPDupeFilter
+    from scrapy.utils.test import get_crawler
+
+    from mmapbloom.scrapy import BloomDupeFilter
+
+    crawler = get_crawler()
+    requests = [scrapy.Request(u) for u in ("http://h/a?x=1&y=2", "http://h/a?y=2&x=1", "http://h/a?x=1&y=2#f",
+                                            "http://h/a?x=1", "http://H/a?x=1", "http://h/b")]
+    requests += [scrapy.Request("http://h/a?x=1", method="POST"), scrapy.Request("http://h/a?x=1", method="POST"),
+                 scrapy.Request("http://h/a?x=1", method="POST", body=b"1")]
+    default, bloom = RFPDupeFilter.from_crawler(crawler), BloomDupeFilter.from_crawler(crawler)
+    expected = [False, True, True, False, True, False, False, True, False]
+    assert [default.request_seen(r) for r in requests] == expected
+    assert [bloom.request_seen(r) for r in requests] == expected
+    bloom.close("finished")
+
+
+def test_log_and_stat(caplog: pytest.LogCaptureFixture) -> None:
+    import scrapy
+    from scrapy.utils.test import get_crawler
+
+    from mmapbloom.scrapy import BloomDupeFilter
+
+    for debug, shown in ((False, 1), (True, 3)):
+        crawler = get_crawler(settings_dict={"DUPEFILTER_DEBUG": debug})
+        spider = scrapy.Spider.from_crawler(crawler, name="s")
+        df = BloomDupeFilter.from_crawler(crawler)
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="mmapbloom.scrapy"):
+            for _ in range(3):
+                df.log(scrapy.Request("http://h/a", headers={"Referer": "http://h/"}), spider)
+        assert crawler.stats is not None and crawler.stats.get_value("dupefilter/filtered") == 3
+        messages = [r.getMessage() for r in caplog.records if "Filtered duplicate request" in r.getMessage()]
+        assert len(messages) == shown
+        assert ("(referer: http://h/)" in messages[0]) == debug
+        assert ("no more duplicates will be shown" in messages[0]) != debug
+        df.close("finished")
+
+
+# -- real crawls ----------------------------------------------------------------------------
 def make_site(directory: Path, pages: int = PAGES) -> set[str]:
     """Write ``pages`` linked HTML pages; return every path a crawl from "/" must fetch.
 
