@@ -304,7 +304,7 @@ def test_another_shape_is_refused_at_spider_open(site: tuple[Server, set[str]], 
     before = path.read_bytes()
     server.fetched()
     refused = crawl(server.url, tmp_path / "refused.jsonl", settings={"MMAPBLOOM_DUPEFILTER_PATH": path})
-    assert refused.returncode != 0
+    # (Scrapy 2.19 exits with status 1 here; 2.11 logs the error and exits with 0.)
     assert f"{ConfigMismatchError.__module__}.ConfigMismatchError: {path}: existing filter has num_bits" in refused.log
     assert "MMAPBLOOM_DUPEFILTER_REUSE=False" in refused.log  # the logged advice
     assert refused.pages == [] and not server.fetched(), "nothing may be crawled"
