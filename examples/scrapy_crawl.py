@@ -53,12 +53,15 @@ class StdlibSpider(scrapy.Spider):
     """Follow every link of the start URLs' site, except into :data:`SKIP_DIRS`; one item
     ``{"url": ...}`` per page. Start requests go through the duplicate filter.
 
-    Arguments (``-a``): ``start_urls``, URLs separated by spaces."""
+    Arguments (``-a``): ``start_urls``, URLs separated by spaces; ``go_file`` (optional):
+    before its first request the spider creates ``go_file + ".ready.<pid>"`` and waits
+    (at most 60 s) until ``go_file`` exists, so that processes can start crawling together."""
 
     name = "stdlib"
 
-    def __init__(self, start_urls: str = "", **kwargs: Any) -> None:
+    def __init__(self, start_urls: str = "", go_file: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.go_file = go_file
         self.start_urls = start_urls.split()
         origin = re.match(r"https?://[^/]+/", self.start_urls[0]).group(0)  # type: ignore[union-attr]
         deny = r"/(%s)/" % "|".join(map(re.escape, SKIP_DIRS))
@@ -69,6 +72,11 @@ class StdlibSpider(scrapy.Spider):
             yield request
 
     def start_requests(self) -> Iterator[scrapy.Request]:  # Scrapy < 2.13
+        if self.go_file:  # blocks the reactor, which has nothing else to do yet
+            open(f"{self.go_file}.ready.{os.getpid()}", "w").close()
+            deadline = time.monotonic() + 60
+            while not os.path.exists(self.go_file) and time.monotonic() < deadline:
+                time.sleep(0.02)
         for url in self.start_urls:
             yield scrapy.Request(url, dont_filter=False)  # the default start requests skip the filter
 
@@ -112,11 +120,11 @@ class Server:
         self._stderr.close()
 
 
-def start_crawl(start_urls: list[str], out: str, settings: dict[str, Any]) -> "subprocess.Popen[bytes]":
+def start_crawl(start_urls: list[str], out: str, settings: dict[str, Any], go_file: str) -> "subprocess.Popen[bytes]":
     """One ``scrapy runspider`` process running :class:`StdlibSpider`; items to ``out``
     (JSON lines), log to ``out + ".log"``."""
     argv = [sys.executable, "-m", "scrapy", "runspider", os.path.abspath(__file__),
-            "-a", "start_urls=" + " ".join(start_urls), "-O", out]
+            "-a", "start_urls=" + " ".join(start_urls), "-a", f"go_file={go_file}", "-O", out]
     for key, value in {"LOG_LEVEL": "INFO", "TELNETCONSOLE_ENABLED": False, "REMOTE_CONTROL_ENABLED": False,
                        **settings}.items():
         argv += ["-s", f"{key}={value}"]
@@ -132,12 +140,22 @@ def pages_of(out: str, proc: "subprocess.Popen[bytes]") -> list[str]:
         return [re.sub(r"^https?://[^/]+", "", json.loads(line)["url"]) for line in f]
 
 
-def run(label: str, server: Server, starts: list[list[str]], settings: dict[str, Any], tmp: str) -> dict[str, Any]:
-    """Run one process per entry of ``starts`` at once; what each fetched, and the overlap."""
+def run(n: int, label: str, server: Server, starts: list[list[str]], settings: dict[str, Any], tmp: str) -> dict[str, Any]:
+    """Run one process per entry of ``starts``, all starting to crawl at the same moment;
+    what each fetched, and the overlap."""
     server.fetched()
+    go = os.path.join(tmp, f"run{n}.go")
+    procs = []
+    for i, start in enumerate(starts):
+        out = os.path.join(tmp, f"{os.path.basename(go)}-{i}.jsonl")
+        procs.append((out, start_crawl(start, out, settings, go)))
+    deadline = time.monotonic() + 60
+    while len([f for f in os.listdir(tmp) if f.startswith(os.path.basename(go) + ".ready.")]) < len(starts):
+        if time.monotonic() > deadline or any(p.poll() is not None for _, p in procs):
+            break  # a process failed: pages_of reports it
+        time.sleep(0.02)
+    open(go, "w").close()
     t0 = time.monotonic()
-    procs = [(os.path.join(tmp, f"{label}-{i}.jsonl"), start_crawl(s, os.path.join(tmp, f"{label}-{i}.jsonl"),
-                                                                     settings)) for i, s in enumerate(starts)]
     pages = [pages_of(out, proc) for out, proc in procs]
     seconds = time.monotonic() - t0
     fetched = server.fetched()
@@ -171,9 +189,9 @@ def main(argv: Optional[list[str]] = None) -> int:
             bloom = {"DUPEFILTER_CLASS": "mmapbloom.scrapy.BloomDupeFilter",
                      "MMAPBLOOM_DUPEFILTER_PATH": os.path.join(tmp, "shared.blm"), **limit}
             results = [
-                run("one process, default filter", server, [root], default, tmp),
-                run("two processes, default filter each", server, [root, others], default, tmp),
-                run("two processes, one shared BloomDupeFilter file", server, [root, others], bloom, tmp),
+                run(1, "one process, default filter", server, [root], default, tmp),
+                run(2, "two processes, default filter each", server, [root, others], default, tmp),
+                run(3, "two processes, one shared BloomDupeFilter file", server, [root, others], bloom, tmp),
             ]
         finally:
             server.close()
