@@ -6,9 +6,11 @@ on 127.0.0.1 (its directory listings link to every file and subdirectory). Three
 it are made, each by ``python -m scrapy runspider`` processes running the spider below:
 
 1. one process with Scrapy's default filter (``RFPDupeFilter``): the reference;
-2. two processes at once, each with the default filter (a set in each process): they
+2. one process with ``mmapbloom.scrapy.BloomDupeFilter`` (a temporary file): the same
+   pages, and the same number of duplicate requests filtered;
+3. two processes at once, each with the default filter (a set in each process): they
    fetch many of the same pages;
-3. two processes at once, both with ``mmapbloom.scrapy.BloomDupeFilter`` and the same
+4. two processes at once, both with ``BloomDupeFilter`` and the same
    ``MMAPBLOOM_DUPEFILTER_PATH``: no page is fetched by both, and together they fetch the
    pages of crawl 1.
 
@@ -132,12 +134,16 @@ def start_crawl(start_urls: list[str], out: str, settings: dict[str, Any], go_fi
         return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
-def pages_of(out: str, proc: "subprocess.Popen[bytes]") -> list[str]:
-    """Wait for the process; the paths of the pages it scraped."""
+def pages_of(out: str, proc: "subprocess.Popen[bytes]") -> tuple[list[str], int]:
+    """Wait for the process; the paths of the pages it scraped, and the number of
+    duplicate requests its filter dropped (the ``dupefilter/filtered`` stat it logged)."""
     if proc.wait() != 0:
         raise RuntimeError(f"scrapy exited with {proc.returncode}; see {out}.log")
+    with open(out + ".log") as f:
+        filtered = re.search(r"'dupefilter/filtered': (\d+)", f.read())
     with open(out) as f:
-        return [re.sub(r"^https?://[^/]+", "", json.loads(line)["url"]) for line in f]
+        return [re.sub(r"^https?://[^/]+", "", json.loads(line)["url"]) for line in f], \
+            int(filtered.group(1)) if filtered else 0
 
 
 def run(n: int, label: str, server: Server, starts: list[list[str]], settings: dict[str, Any], tmp: str) -> dict[str, Any]:
@@ -156,13 +162,13 @@ def run(n: int, label: str, server: Server, starts: list[list[str]], settings: d
         time.sleep(0.02)
     open(go, "w").close()
     t0 = time.monotonic()
-    pages = [pages_of(out, proc) for out, proc in procs]
+    pages, filtered = zip(*(pages_of(out, proc) for out, proc in procs))
     seconds = time.monotonic() - t0
     fetched = server.fetched()
     sets = [set(p) for p in pages]
     overlap = set.intersection(*sets) if len(sets) > 1 else set()
     return {"label": label, "pages": [len(p) for p in pages], "overlap": len(overlap),
-            "union": len(set.union(*sets)), "requests": sum(fetched.values()),
+            "union": len(set.union(*sets)), "filtered": sum(filtered), "requests": sum(fetched.values()),
             "fetched_twice": sum(1 for c in fetched.values() if c > 1), "seconds": round(seconds, 1),
             "_union": set.union(*sets)}
 
@@ -190,12 +196,14 @@ def main(argv: Optional[list[str]] = None) -> int:
                      "MMAPBLOOM_DUPEFILTER_PATH": os.path.join(tmp, "shared.blm"), **limit}
             results = [
                 run(1, "one process, default filter", server, [root], default, tmp),
-                run(2, "two processes, default filter each", server, [root, others], default, tmp),
-                run(3, "two processes, one shared BloomDupeFilter file", server, [root, others], bloom, tmp),
+                run(2, "one process, BloomDupeFilter", server, [root],
+                    {**bloom, "MMAPBLOOM_DUPEFILTER_PATH": ""}, tmp),
+                run(3, "two processes, default filter each", server, [root, others], default, tmp),
+                run(4, "two processes, one shared BloomDupeFilter file", server, [root, others], bloom, tmp),
             ]
         finally:
             server.close()
-    same = results[2]["_union"] == results[0]["_union"]
+    same = results[3]["_union"] == results[1]["_union"] == results[0]["_union"]
     for r in results:
         del r["_union"]
     if args.json:
@@ -204,13 +212,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 0
     print(f"site: {args.directory} served by http.server (Scrapy {scrapy.__version__}"
           + (f", at most {args.max_pages} pages per process)" if args.max_pages else ")"))
-    print(f"{'crawl':<48} {'pages A':>8} {'pages B':>8} {'overlap':>8} {'union':>7} {'GETs':>6} "
+    print(f"{'crawl':<48} {'pages A':>8} {'pages B':>8} {'overlap':>8} {'union':>7} {'filtered':>9} {'GETs':>6} "
           f"{'fetched twice':>14} {'s':>6}")
     for r in results:
         a, b = (r["pages"] + ["-"])[:2]
         print(f"{r['label']:<48} {a:>8} {b:>8} {r['overlap'] if len(r['pages']) > 1 else '-':>8} {r['union']:>7} "
-              f"{r['requests']:>6} {r['fetched_twice']:>14} {r['seconds']:>6}")
-    print("shared filter: union of A and B equals the one-process crawl:", same,
+              f"{r['filtered']:>9} {r['requests']:>6} {r['fetched_twice']:>14} {r['seconds']:>6}")
+    print("filtered: duplicate requests dropped (dupefilter/filtered, summed); GETs: requests the server"
+          " answered, any status")
+    print("one process with BloomDupeFilter and the shared pair fetched the pages of the reference crawl:", same,
           "(expected only when no process reached --max-pages)" if args.max_pages else "")
     return 0
 
