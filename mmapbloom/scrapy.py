@@ -1,7 +1,7 @@
 """A Scrapy duplicate-request filter kept in a shared, memory-mapped Bloom filter file.
 
 Scrapy's default filter, :class:`scrapy.dupefilters.RFPDupeFilter`, holds every request
-fingerprint in a Python ``set`` (about 100 bytes per request, so gigabytes at tens of
+fingerprint in a Python ``set`` (about 90 bytes per request, so gigabytes at tens of
 millions of requests) and, with ``JOBDIR``, appends each one to ``requests.seen``, which a
 resumed crawl reads back in full. :class:`BloomDupeFilter` keeps the fingerprints in an
 mmapbloom file instead: memory stays at the size of the file (34.3 MiB for the default 10
