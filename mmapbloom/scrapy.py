@@ -87,6 +87,25 @@ JOBDIR_FILE_NAME = "requests.blm"
 logger = logging.getLogger(__name__)
 
 
+def _number(settings: Any, name: str, default: float) -> float:
+    """Setting ``name`` as an int or float (strings from ``-s NAME=VALUE`` are parsed:
+    ``"10000000"``, ``"1e7"``, ``"1e-6"``); :class:`BloomConfig` checks the range.
+
+    Raises:
+        ConfigError (a ``ValueError``): not a number; the message shows the value.
+    """
+    raw = settings.get(name, default)
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str):
+        for convert in (int, float):
+            try:
+                return convert(raw.strip().replace("_", ""))
+            except ValueError:
+                pass
+    raise ConfigError(f"{name} must be a number, got {raw!r}")
+
+
 class BloomDupeFilter(BaseDupeFilter):
     """Scrapy duplicate filter (``DUPEFILTER_CLASS``) backed by an mmapbloom file.
 
@@ -113,7 +132,8 @@ class BloomDupeFilter(BaseDupeFilter):
       opens it in O(1) instead of reading every fingerprint back.
 
     The file is opened (or created) when the filter is built, which Scrapy does when the
-    spider opens, so a file of another shape is refused before any request is made.
+    spider opens, so a file of another shape is refused before any request is made
+    (:meth:`open` has nothing left to do, as for the default filter).
 
     One instance belongs to one crawler; its methods are called from Scrapy's reactor
     thread. The file may be shared by any number of processes and threads.
@@ -130,7 +150,8 @@ class BloomDupeFilter(BaseDupeFilter):
         debug: log every filtered request (``DUPEFILTER_DEBUG``), not only the first.
         fingerprinter: object with ``fingerprint(request) -> bytes``; default Scrapy's
             :class:`~scrapy.utils.request.RequestFingerprinter`.
-        capacity: expected number of distinct requests (positive integer).
+        capacity: expected number of distinct requests (a positive integer; an integral
+            float such as ``1e7`` is accepted).
         fp_rate: false-positive rate at ``capacity``, strictly between 0 and 1.
         reuse: open an existing file at ``path`` (True) or replace it by an empty one.
         strategy: hash-strategy name, ``None`` for the package default.
@@ -152,7 +173,7 @@ class BloomDupeFilter(BaseDupeFilter):
         debug: bool = False,
         *,
         fingerprinter: Optional[RequestFingerprinterProtocol] = None,
-        capacity: int = DEFAULT_CAPACITY,
+        capacity: float = DEFAULT_CAPACITY,
         fp_rate: float = DEFAULT_FP_RATE,
         reuse: bool = True,
         strategy: Optional[str] = None,
@@ -161,7 +182,11 @@ class BloomDupeFilter(BaseDupeFilter):
         self.debug = debug
         self.logdupes = True
         self.logger = logger
-        config = BloomConfig.for_items(capacity, fp_rate, get_strategy(strategy) if strategy else None)
+        try:
+            config = BloomConfig.for_items(capacity, fp_rate, get_strategy(strategy) if strategy else None)
+        except ConfigError as exc:
+            raise ConfigError(f"MMAPBLOOM_DUPEFILTER_CAPACITY={capacity!r}, MMAPBLOOM_DUPEFILTER_FP_RATE={fp_rate!r}:"
+                              f" {exc}") from exc
         self._tempdir: Optional[str] = None
         if path is None:
             self._tempdir = tempfile.mkdtemp(prefix="mmapbloom-scrapy-")
@@ -210,17 +235,12 @@ class BloomDupeFilter(BaseDupeFilter):
             jobdir = job_dir(settings)
             if jobdir:
                 path = os.path.join(jobdir, JOBDIR_FILE_NAME)
-        try:
-            capacity = settings.getint("MMAPBLOOM_DUPEFILTER_CAPACITY", DEFAULT_CAPACITY)
-            fp_rate = settings.getfloat("MMAPBLOOM_DUPEFILTER_FP_RATE", DEFAULT_FP_RATE)
-        except ValueError as exc:
-            raise ConfigError(f"MMAPBLOOM_DUPEFILTER_CAPACITY / _FP_RATE: {exc}") from exc
         return cls(
             os.fspath(path) if path is not None else None,
             settings.getbool("DUPEFILTER_DEBUG"),
             fingerprinter=crawler.request_fingerprinter,
-            capacity=capacity,
-            fp_rate=fp_rate,
+            capacity=_number(settings, "MMAPBLOOM_DUPEFILTER_CAPACITY", DEFAULT_CAPACITY),
+            fp_rate=_number(settings, "MMAPBLOOM_DUPEFILTER_FP_RATE", DEFAULT_FP_RATE),
             reuse=settings.getbool("MMAPBLOOM_DUPEFILTER_REUSE", True),
             strategy=settings.get("MMAPBLOOM_DUPEFILTER_STRATEGY") or None,
         )

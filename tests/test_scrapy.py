@@ -49,7 +49,7 @@ def test_settings(tmp_path: Path) -> None:
 
     df = BloomDupeFilter.from_crawler(get_crawler(settings_dict={
         "JOBDIR": str(tmp_path / "job"), "MMAPBLOOM_DUPEFILTER_PATH": str(tmp_path / "mine.blm"),
-        "MMAPBLOOM_DUPEFILTER_CAPACITY": "5000", "MMAPBLOOM_DUPEFILTER_FP_RATE": "0.001",
+        "MMAPBLOOM_DUPEFILTER_CAPACITY": "5e3", "MMAPBLOOM_DUPEFILTER_FP_RATE": "0.001",
         "MMAPBLOOM_DUPEFILTER_STRATEGY": "M3KM"}))
     assert df.path == str(tmp_path / "mine.blm")  # the path setting wins over JOBDIR
     assert df.filter.config == BloomConfig.for_items(5000, 0.001, get_strategy("M3KM"))
@@ -63,8 +63,9 @@ def test_settings(tmp_path: Path) -> None:
     assert not os.path.exists(os.path.dirname(temporary))  # the temporary default is removed
 
     for bad in ({"MMAPBLOOM_DUPEFILTER_CAPACITY": "many"}, {"MMAPBLOOM_DUPEFILTER_CAPACITY": 0},
-                {"MMAPBLOOM_DUPEFILTER_FP_RATE": 1.5}):
-        with pytest.raises(ConfigError):
+                {"MMAPBLOOM_DUPEFILTER_CAPACITY": "12.5"}, {"MMAPBLOOM_DUPEFILTER_FP_RATE": "1.5"},
+                {"MMAPBLOOM_DUPEFILTER_FP_RATE": True}):
+        with pytest.raises(ConfigError, match=re.escape(str(next(iter(bad.values()))))):
             BloomDupeFilter.from_crawler(get_crawler(settings_dict=bad))
     with pytest.raises(UnknownSchemeError):
         BloomDupeFilter.from_crawler(get_crawler(settings_dict={"MMAPBLOOM_DUPEFILTER_STRATEGY": "NOPE"}))
