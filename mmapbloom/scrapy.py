@@ -126,8 +126,11 @@ class BloomDupeFilter(BaseDupeFilter):
     * Sharing: :meth:`request_seen` is :meth:`mmapbloom.BloomFilter.add`, an atomic
       test-and-set across processes (``flock``), so any number of Scrapy processes on one
       machine given the same ``MMAPBLOOM_DUPEFILTER_PATH`` never both schedule the same
-      request: exactly one of them gets ``False``. Not for network file systems whose
-      ``flock`` is not coherent (NFS).
+      request: exactly one of them gets ``False``. A request is claimed when it is
+      scheduled: if the process that claimed it stops before fetching it (without a
+      ``JOBDIR`` to resume its queue), no process fetches it. Not for network file
+      systems whose ``flock`` is not coherent (NFS). ``reuse=False`` replaces the file, so
+      processes that already had it open no longer share with the new one.
     * Resume: with ``JOBDIR``, the filter is ``JOBDIR/requests.blm``; a resumed crawl
       opens it in O(1) instead of reading every fingerprint back.
 
