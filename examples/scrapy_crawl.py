@@ -93,11 +93,12 @@ class Server:
     """``python -m http.server`` over ``directory`` on 127.0.0.1 (a free port); its request
     log on stderr goes to ``log``."""
 
-    def __init__(self, directory: str, log: str):
+    def __init__(self, directory: "str | os.PathLike[str]", log: "str | os.PathLike[str]"):
         self.log = log
         self._stderr = open(log, "w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-u", "-m", "http.server", "--bind", "127.0.0.1", "--directory", directory, "0"],
+            [sys.executable, "-u", "-m", "http.server", "--bind", "127.0.0.1", "--directory", os.fspath(directory),
+             "0"],
             stdout=subprocess.PIPE, stderr=self._stderr, stdin=subprocess.DEVNULL, text=True)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()  # "Serving HTTP on 127.0.0.1 port 40211 (http://127.0.0.1:40211/) ..."
@@ -122,9 +123,10 @@ class Server:
         self._stderr.close()
 
 
-def start_crawl(start_urls: list[str], out: str, settings: dict[str, Any], go_file: str) -> "subprocess.Popen[bytes]":
-    """One ``scrapy runspider`` process running :class:`StdlibSpider`; items to ``out``
-    (JSON lines), log to ``out + ".log"``."""
+def start_crawl(start_urls: list[str], out: str, settings: dict[str, Any],
+                go_file: str = "") -> "subprocess.Popen[bytes]":
+    """One ``scrapy runspider`` process running :class:`StdlibSpider` (see there for
+    ``go_file``); items to ``out`` (JSON lines), log to ``out + ".log"``."""
     argv = [sys.executable, "-m", "scrapy", "runspider", os.path.abspath(__file__),
             "-a", "start_urls=" + " ".join(start_urls), "-a", f"go_file={go_file}", "-O", out]
     for key, value in {"LOG_LEVEL": "INFO", "TELNETCONSOLE_ENABLED": False, "REMOTE_CONTROL_ENABLED": False,

@@ -1,20 +1,21 @@
 """mmapbloom.scrapy.BloomDupeFilter in real Scrapy crawls of a real HTTP server on 127.0.0.1.
 
-Every crawl is a ``python -m scrapy runspider tests/scrapy_spider.py`` subprocess (Twisted's
-reactor cannot be restarted in one process); every site is served by ``python -m
-http.server``, whose request log tells which pages were really fetched and how often.
+Every crawl is a ``python -m scrapy runspider examples/scrapy_crawl.py`` subprocess
+(Twisted's reactor cannot be restarted in one process) running the example's spider; every
+site is served by ``python -m http.server`` (the example's ``Server``), whose request log
+tells which pages were really fetched and how often. The example is loaded by path.
 """
 
 from __future__ import annotations
 
 import ast
 import collections
+import importlib.util
 import json
 import logging
 import os
 import re
 import subprocess
-import sys
 import sysconfig
 import time
 import urllib.parse
@@ -30,7 +31,19 @@ from mmapbloom import (BloomConfig, BloomFilter, ConfigError, ConfigMismatchErro
                        UnknownSchemeError, get_strategy)
 from tests.conftest import ROOT  # noqa: E402
 
-SPIDER = os.path.join(ROOT, "tests", "scrapy_spider.py")
+EXAMPLE = os.path.join(ROOT, "examples", "scrapy_crawl.py")
+
+
+def _load_example() -> Any:
+    spec = importlib.util.spec_from_file_location("scrapy_crawl_example", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+example = _load_example()
+Server = example.Server
 BLOOM = "mmapbloom.scrapy.BloomDupeFilter"
 DEFAULT = "scrapy.dupefilters.RFPDupeFilter"
 PAGES = 200  # p0.html ... p199.html and index.html; "/" is the index under a second URL
@@ -132,41 +145,8 @@ def make_site(directory: Path, pages: int = PAGES) -> set[str]:
     return {"/", "/index.html"} | {f"/p{i}.html" for i in range(pages)}
 
 
-class Server:
-    """``python -m http.server`` over a directory on 127.0.0.1, port chosen by the OS.
-
-    Its request log (stderr) is the record of what was fetched: :meth:`fetched` counts the
-    GETs per path since the last call."""
-
-    def __init__(self, directory: Path, log: Path):
-        self.log = log
-        self._stderr = open(log, "w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-u", "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(directory), "0"],
-            stdout=subprocess.PIPE, stderr=self._stderr, text=True)
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()  # "Serving HTTP on 127.0.0.1 port 40211 (http://127.0.0.1:40211/) ..."
-        match = re.search(r"port (\d+)", line)
-        assert match, f"http.server said {line!r}"
-        self.url = f"http://127.0.0.1:{match.group(1)}/"
-        self._offset = 0
-
-    def fetched(self) -> collections.Counter[str]:
-        """GETs per path logged since the previous call."""
-        with open(self.log) as f:
-            f.seek(self._offset)
-            text = f.read()
-            self._offset = f.tell()
-        return collections.Counter(re.findall(r'"GET (\S+) HTTP/[\d.]+" 200', text))
-
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
-        self._stderr.close()
-
-
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, set[str]]]:
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, set[str]]]:
     base = tmp_path_factory.mktemp("scrapy")
     paths = make_site(base / "site")
     server = Server(base / "site", base / "server.log")
@@ -177,29 +157,19 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, set
 
 
 def start_crawl(start: str, out: Path, dupefilter: str = BLOOM, settings: Optional[dict[str, Any]] = None,
-                go_file: Optional[Path] = None) -> "subprocess.Popen[str]":
-    """Start one Scrapy crawl; its items (one per page) go to ``out`` (JSON lines) and
-    its log to ``out.log``."""
-    argv = [sys.executable, "-m", "scrapy", "runspider", SPIDER, "-a", f"start_urls={start}", "-O", str(out)]
-    if go_file is not None:
-        argv += ["-a", f"go_file={go_file}"]
-    every = {"DUPEFILTER_CLASS": dupefilter, "LOG_LEVEL": "INFO", "TELNETCONSOLE_ENABLED": False,
-             "REMOTE_CONTROL_ENABLED": False, **(settings or {})}
-    for key, value in every.items():
-        argv += ["-s", f"{key}={value}"]
-    log = open(f"{out}.log", "w")
-    try:
-        return subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                text=True)
-    finally:
-        log.close()
+                go_file: Optional[Path] = None) -> "subprocess.Popen[bytes]":
+    """Start one crawl by the example's spider; items (one per page) to ``out`` (JSON
+    lines), log to ``out.log``."""
+    proc: "subprocess.Popen[bytes]" = example.start_crawl(
+        [start], str(out), {"DUPEFILTER_CLASS": dupefilter, **(settings or {})}, str(go_file or ""))
+    return proc
 
 
 class Crawl:
     """The outcome of a finished crawl: exit status, log, pages (paths, in fetch order)
     and the stats Scrapy dumped."""
 
-    def __init__(self, proc: "subprocess.Popen[str]", out: Path):
+    def __init__(self, proc: "subprocess.Popen[bytes]", out: Path):
         self.returncode = proc.wait(120)
         self.log = Path(f"{out}.log").read_text()
         self.pages = [re.sub(r"^http://[^/]+", "", json.loads(line)["url"])
@@ -216,7 +186,7 @@ def crawl(start: str, out: Path, dupefilter: str = BLOOM, settings: Optional[dic
 
 
 @pytest.fixture(scope="module")
-def baseline(site: tuple[Server, set[str]], tmp_path_factory: pytest.TempPathFactory) -> Crawl:
+def baseline(site: tuple[Any, set[str]], tmp_path_factory: pytest.TempPathFactory) -> Crawl:
     """The generated site crawled once with Scrapy's default filter."""
     server, paths = site
     server.fetched()
@@ -226,7 +196,7 @@ def baseline(site: tuple[Server, set[str]], tmp_path_factory: pytest.TempPathFac
     return result
 
 
-def test_same_pages_as_the_default_filter(site: tuple[Server, set[str]], baseline: Crawl, tmp_path: Path) -> None:
+def test_same_pages_as_the_default_filter(site: tuple[Any, set[str]], baseline: Crawl, tmp_path: Path) -> None:
     server, paths = site
     server.fetched()
     bloom = crawl(server.url, tmp_path / "bloom.jsonl")
@@ -244,7 +214,7 @@ def test_same_pages_as_the_default_filter(site: tuple[Server, set[str]], baselin
     assert not os.path.exists(opened.group(1))  # the temporary default file is removed at close
 
 
-def test_two_processes_share_one_file(site: tuple[Server, set[str]], baseline: Crawl, tmp_path: Path) -> None:
+def test_two_processes_share_one_file(site: tuple[Any, set[str]], baseline: Crawl, tmp_path: Path) -> None:
     server, paths = site
     shared = {"MMAPBLOOM_DUPEFILTER_PATH": tmp_path / "shared.blm"}
     go = tmp_path / "go"
@@ -266,7 +236,7 @@ def test_two_processes_share_one_file(site: tuple[Server, set[str]], baseline: C
         assert f.items_added == len(paths)
 
 
-def test_interrupt_and_resume_with_jobdir(site: tuple[Server, set[str]], tmp_path: Path) -> None:
+def test_interrupt_and_resume_with_jobdir(site: tuple[Any, set[str]], tmp_path: Path) -> None:
     server, paths = site
     jobdir = {"JOBDIR": tmp_path / "job"}
     server.fetched()
@@ -289,7 +259,7 @@ def test_interrupt_and_resume_with_jobdir(site: tuple[Server, set[str]], tmp_pat
     assert seen and int(seen.group(1)) > sum(fetched_first.values()), second.log
 
 
-def test_another_shape_is_refused_at_spider_open(site: tuple[Server, set[str]], tmp_path: Path) -> None:
+def test_another_shape_is_refused_at_spider_open(site: tuple[Any, set[str]], tmp_path: Path) -> None:
     server, paths = site
     path = tmp_path / "small.blm"
     BloomFilter.create(path, BloomConfig.for_items(1000, 0.01)).close()
@@ -327,9 +297,9 @@ def test_stdlib_directory_listing(tmp_path: Path) -> None:
     finally:
         server.close()
     assert bloom.returncode == 0, bloom.log
-    # After the crawl: the crawler's imports may have written __pycache__ files before it.
-    expected = {"/"}
+    expected = {"/"}  # every listing and file, except in the directories the spider skips
     for here, dirs, files in os.walk(directory, followlinks=True):
+        dirs[:] = [d for d in dirs if d not in example.SKIP_DIRS]
         rel = Path(here).relative_to(directory).as_posix()
         prefix = "/" if rel == "." else f"/{rel}/"
         expected |= {urllib.parse.quote(f"{prefix}{d}/") for d in dirs}
