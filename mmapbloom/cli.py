@@ -43,6 +43,7 @@ from .errors import MmapBloomError
 from .filter import BloomFilter
 from .units import format_bytes, format_count, format_rate, parse_count, parse_fp_rate, progress_bar
 from .termination import TerminationSignal, exit_status, run_main
+from .scalable import ScalableBloomFilter, is_scalable, scalable_info, verify_scalable
 from .verify import open_any
 from .hashing import DEFAULT_STRATEGY, get_strategy, registered_strategies, strategy_info
 from .sizing import BloomConfig, approx_items, expected_fill_ratio, observed_fp_rate
@@ -206,7 +207,42 @@ def _config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
     return BloomConfig(num_bits=args.bits, num_hashes=args.hashes, strategy=strategy)
 
 
+def _open_filter(path: str, readonly: bool) -> Any:
+    """A scalable filter (a directory with a manifest) or a file of either kind."""
+    if is_scalable(path):
+        return ScalableBloomFilter.open(path, readonly=readonly)
+    return open_any(path, readonly=readonly)
+
+
+def _create_scalable(args: argparse.Namespace) -> int:
+    if args.n is None or args.p is None or args.bits is not None or args.hashes is not None:
+        args.parser.error("--scalable needs -n (capacity of the first layer) and -p (compound rate), "
+                          "not --bits/--hashes")
+    if args.counting:
+        args.parser.error("--scalable and --counting cannot be combined")
+    options: dict[str, Any] = {}
+    if args.growth is not None:
+        options["growth"] = args.growth
+    if args.tightening is not None:
+        options["tightening"] = args.tightening
+    try:
+        f = ScalableBloomFilter.create(args.file, args.n, args.p, strategy=get_strategy(args.strategy), **options)
+    except FileExistsError as exc:
+        raise _use_force(exc, args.file) from None
+    with f:
+        layer = f.layers[0]
+        if not args.quiet:
+            print(f"created {args.file}: scalable filter, first layer {layer.num_bits:,} bits, "
+                  f"k={layer.num_hashes}, capacity {f.capacity:,}, growth {f.growth:g}, "
+                  f"tightening {f.tightening:g}, strategy {f.strategy.name}", file=sys.stderr)
+    return 0
+
+
 def _create(args: argparse.Namespace) -> int:
+    if args.scalable:
+        return _create_scalable(args)
+    if args.growth is not None or args.tightening is not None:
+        args.parser.error("--growth and --tightening need --scalable")
     cfg = _config_from_args(args, args.parser)
     if args.counter_bits is not None and not args.counting:
         args.parser.error("--counter-bits needs --counting")
@@ -240,7 +276,7 @@ def _use_force(exc: FileExistsError, path: str) -> FileExistsError:
 def _add(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     total = new = 0
-    with open_any(args.file) as f:
+    with _open_filter(args.file, readonly=False) as f:
         bar = _progress_bar(args.inputs, "add")
         try:
             for chunk in _item_chunks(args.inputs, args.null, bar):
@@ -269,7 +305,7 @@ def _check(args: argparse.Namespace) -> int:
     sep = b"\0" if args.null else b"\n"
     out = sys.stdout.buffer
     show = not (args.count or args.quiet)
-    with open_any(args.file, readonly=True) as f:
+    with _open_filter(args.file, readonly=True) as f:
         bar = _progress_bar(args.inputs, "check")
         try:
             for chunk in _item_chunks(args.inputs, args.null, bar):
@@ -317,7 +353,36 @@ def _info_report(f: MappedFilter) -> dict[str, Any]:
     }
 
 
+def _info_scalable(args: argparse.Namespace) -> int:
+    report = scalable_info(args.file, scan=True)
+    if args.json:
+        print(json.dumps(report, indent=2, allow_nan=False))
+        return 0
+    lines = [
+        ("path", report["path"]),
+        ("kind", f"scalable filter, {format_count(report['num_layers'], 'layer')}"),
+        ("strategy", report["strategy"]),
+        ("sized for", f"{report['capacity']:,} items in the first layer, compound fp rate {report['fp_rate']:g}"),
+        ("growth / tightening", f"{report['growth']:g} / {report['tightening']:g}"),
+        ("size", f"{report['size_bytes']:,} bytes ({format_bytes(report['size_bytes'])})"),
+        ("items added", f"{report['items_added']:,}"),
+        ("approx items", f"{report['approx_items']:,.0f} (distinct, from the bits)"),
+        ("expected fp rate", f"{report['expected_fp_rate']:.4g} (compound, from items added)"),
+    ]
+    width = max(len(name) for name, _ in lines)
+    for name, value in lines:
+        print(f"{name:<{width}}  {value}")
+    print("layers:")
+    print("  #  capacity      items        m (bits)   k  target p    fill")
+    for i, layer in enumerate(report["layers"]):
+        print(f"  {i}  {layer['capacity']:>9,}  {layer['items_added']:>9,}  {layer['num_bits']:>14,}  "
+              f"{layer['num_hashes']:>2}  {layer['fp_rate']:<10.3g}  {layer['fill_ratio']:.4f}")
+    return 0
+
+
 def _info(args: argparse.Namespace) -> int:
+    if is_scalable(args.file):
+        return _info_scalable(args)
     with open_any(args.file, readonly=True) as f:
         report = _info_report(f)
     if args.json:
@@ -352,14 +417,18 @@ def _verify(args: argparse.Namespace) -> int:
     bad = 0
     for path in args.files:
         try:
-            f = verify_file(path)
+            f = verify_scalable(path) if is_scalable(path) else verify_file(path)
         except (MmapBloomError, OSError) as exc:
             bad += 1
             print(f"mmapbloom verify: FAILED: {_describe_error(exc, path)}", file=sys.stderr)
             continue
         with f:
-            print(f"{path}: OK (m={f.num_bits:,}, k={f.num_hashes}, strategy {f.strategy.name}, "
-                  f"{f.size_bytes:,} bytes)")
+            if isinstance(f, ScalableBloomFilter):
+                print(f"{path}: OK (scalable, {format_count(f.num_layers, 'layer')}, strategy {f.strategy.name}, "
+                      f"{f.size_bytes:,} bytes)")
+            else:
+                print(f"{path}: OK (m={f.num_bits:,}, k={f.num_hashes}, strategy {f.strategy.name}, "
+                      f"{f.size_bytes:,} bytes)")
     if len(args.files) > 1 and not bad:
         print(f"all {len(args.files)} files OK")
     return 2 if bad else 0
@@ -484,6 +553,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bits", type=_arg_type(parse_count), metavar="M", help="number of bits m")
     p.add_argument("--hashes", type=_arg_type(parse_count), metavar="K", help="number of hashes k")
     _strategy_argument(p)
+    p.add_argument("--scalable", action="store_true",
+                   help="create a scalable filter (a directory of layers that grows past -n, keeping the "
+                        "compound false-positive rate below -p; Almeida et al. 2007)")
+    p.add_argument("--growth", type=float, default=None, metavar="S",
+                   help="--scalable: capacity factor of each new layer (default 2)")
+    p.add_argument("--tightening", type=float, default=None, metavar="R",
+                   help="--scalable: error-target factor of each new layer, 0 < R < 1 (default 0.5)")
     p.add_argument("--counting", action="store_true",
                    help="create a counting filter (BLC1: supports removal; 4 or 8 times the size)")
     p.add_argument("--counter-bits", type=int, choices=(4, 8), default=None,

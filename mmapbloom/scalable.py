@@ -934,13 +934,12 @@ class ScalableBloomFilter:
             if scan:
                 ones = layer.count_ones()
                 entry.update(count_ones=ones, fill_ratio=ones / layer.num_bits,
-                             observed_fp_rate=(ones / layer.num_bits) ** layer.num_hashes,
-                             approx_items=layer.approx_items())
+                             observed_fp_rate=layer.observed_fp_rate(), approx_items=layer.approx_items())
             entries.append(entry)
         out: dict[str, Any] = {
             "kind": "scalable",
             "path": self._path,
-            "scheme": self._params.scheme,
+            "strategy": self._params.scheme,
             "capacity": self._params.capacity,
             "fp_rate": self._params.fp_rate,
             "growth": self._params.growth,

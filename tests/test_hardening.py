@@ -201,3 +201,17 @@ def test_cli_add_and_check_on_a_counting_filter(tmp_path: Path) -> None:
     with CountingBloomFilter.open(path) as f:
         f.remove("a")
         assert "a" not in f and "b" in f
+
+
+def test_cli_on_a_scalable_filter(tmp_path: Path) -> None:
+    path = str(tmp_path / "grow")
+    made = cli("create", path, "--scalable", "-n", "1000", "-p", "1%")
+    assert made.returncode == 0 and b"scalable filter" in made.stderr
+    assert cli("add", path, stdin=b"".join(b"u%d\n" % i for i in range(5000))).returncode == 0
+    check = cli("check", path, "-c", stdin=b"".join(b"u%d\n" % i for i in range(5000)))
+    assert check.returncode == 0 and b"5000 might be present" in check.stdout
+    info = json.loads(cli("info", path, "--json").stdout)
+    assert info["kind"] == "scalable" and info["num_layers"] == 3 and len(info["layers"]) == 3
+    assert "layers:" in cli("info", path).stdout.decode()
+    assert cli("verify", path).returncode == 0
+    assert cli("create", path, "--scalable", "-n", "10", "-p", "1%").returncode == 2  # exists
