@@ -45,6 +45,7 @@ from .units import format_bytes, format_count, format_rate, parse_count, parse_f
 from .termination import TerminationSignal, exit_status, run_main
 from .scalable import ScalableBloomFilter, is_scalable, scalable_info, verify_scalable
 from .verify import open_any
+from .kernels import BACKEND
 from .hashing import DEFAULT_STRATEGY, get_strategy, registered_strategies, strategy_info
 from .sizing import BloomConfig, approx_items, expected_fill_ratio, observed_fp_rate
 
@@ -527,6 +528,11 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 ok; 1 a check found an item absent (see check --help); 2 bad usage, "
                "a damaged or unreadable file, or another error. Run 'mmapbloom COMMAND --help'.",
     )
+    from . import __version__
+
+    parser.add_argument("--version", action="version",
+                        version=f"mmapbloom {__version__} ({BACKEND} backend: "
+                                f"{'compiled kernels' if BACKEND == 'native' else 'pure Python and numpy'})")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("plan", help="size a filter: m, k and file size for n items at rate p",
