@@ -287,7 +287,8 @@ def count_nonzero_cells(fd: int, start: int, stop: int, cell_bits: int, progress
 
 
 def _nonzero(values: npt.NDArray[np.uint8]) -> npt.NDArray[np.bool_]:
-    return values != 0
+    out: npt.NDArray[np.bool_] = values != 0
+    return out
 
 
 def count_filter_cells(f: Any, progress: Progress = None,
