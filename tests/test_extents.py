@@ -72,7 +72,8 @@ def _full_popcount(fd: int, start: int, stop: int) -> int:
     return int(np.bitwise_count(data).sum())
 
 
-WRITES = {0: b"\xff\x01", 3 * MIB + 5: b"\x80" * 100, 17 * MIB - 1: b"\x0f", 40 * MIB - 3: b"\x11\x22\x33"}
+WRITES = {0: b"\xff\x01", 3 * MIB + 5: b"\x80" * 100, 17 * MIB - 1: b"\x0f", 30 * MIB: b"\x01" * 3 * 65536,
+          40 * MIB - 3: b"\x11\x22\x33"}
 
 
 def test_counts_equal_full_read_and_holes_are_skipped(holes: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -82,9 +83,13 @@ def test_counts_equal_full_read_and_holes_are_skipped(holes: Any, monkeypatch: p
         assert found == sorted(found)
         assert all(length > 0 for _, length in found)
         data = sum(length for _, length in found)
-        assert data <= 4 * 64 * 1024  # four small extents (block granularity), not 40 MiB
-        for off in WRITES:  # every written byte lies in a yielded extent
+        assert data <= 7 * 64 * 1024  # small extents (block granularity), not 40 MiB
+        for off, written in WRITES.items():  # every written byte lies in a yielded extent
             assert any(a <= off < a + n for a, n in found)
+            assert any(a <= off + len(written) - 1 < a + n for a, n in found)
+        # A multi-block region comes back whole (its first block and the rest joined).
+        assert any(a <= 30 * MIB and 30 * MIB + 3 * 65536 <= a + n for a, n in found)
+        assert all(a + n < b for (a, n), (b, _) in zip(found, found[1:]))  # sorted, not even adjacent
         expected = _full_popcount(fd, 0, 40 * MIB)
         reads = ReadCounter(monkeypatch)
         assert count_set_bits(fd, 0, 40 * MIB) == expected
