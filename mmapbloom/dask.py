@@ -13,16 +13,23 @@ then merged with :func:`mmapbloom.merge.merge_shards`. Needs the ``[dask]`` extr
 
 How it runs:
 
-* :func:`build_shards` turns each partition of a Dask Bag (of ``str``/bytes-like items) or
-  of a Dask DataFrame column (a Dask ``Series``) into one task that depends on that
-  partition only (``to_delayed``), so the scheduler runs it on the worker that holds the
-  partition. The task creates ``DIRECTORY/shard-NNNNN.blm`` with
+* :func:`build_shards` adds to the collection's graph one task per partition that depends
+  on that partition only (a graph layer over a Bag's partitions; ``map_partitions`` on a
+  Series), so Dask fuses it with the tasks that produce the partition: one task per
+  partition reads, transforms, adds and writes, on whichever worker runs it, and the
+  partition never becomes an intermediate result that the scheduler could ship to another
+  worker (a lazy Bag partition looks tiny to the scheduler and, when stolen, is pickled
+  whole). The task creates ``DIRECTORY/shard-NNNNN.blm`` with
   :meth:`BloomFilter.create <mmapbloom.filter.BloomFilter.create>` (atomic: built under a
   temporary name and published complete), adds the partition with ``update`` in chunks,
-  ``msync``\\ s it and returns only the path: the bits never travel through the scheduler
+  flushes it (``msync``) and returns only the path: the bits never travel through the scheduler
   or the client. The shard directory must therefore be visible to every worker and to
   the process that merges (a shared file system on a real cluster; any local directory
   on a ``LocalCluster`` or Dask's default local schedulers).
+* Disk: one shard per partition, each the full filter size (``24 + m / 8`` bytes), so
+  repartition to a few partitions per worker before building a large filter
+  (``bag.repartition(npartitions=...)``): 16 partitions of a 12 GB filter need 192 GB of
+  shard space next to the output (see docs/SCALING.md).
 * :func:`build` builds the shards in a temporary directory next to the output, merges
   them with :func:`~mmapbloom.merge.merge_shards` (bitwise OR, streamed in bounded memory,
   atomic output) or, with ``into=True``, ORs them into an existing filter in place with
@@ -58,6 +65,7 @@ import itertools
 import os
 import shutil
 import tempfile
+import uuid
 from typing import Any, Iterable, Optional, Sequence, Union
 
 from .base import check_compatible
@@ -87,19 +95,52 @@ def _require_dask() -> Any:
     return dask
 
 
-def _partitions(collection: Any) -> list[Any]:
-    """The collection's partitions as Delayed objects, one per partition, in order."""
+def _shard_collection(collection: Any, shape: tuple[int, int, str], root: str, prefix: str,
+                      overwrite: bool) -> Any:
+    """A collection with one shard-writing task per partition of ``collection``, each
+    depending on that partition only, so that Dask fuses it with the tasks that produce
+    the partition (one task: read, transform, add, write; the partition is never an
+    intermediate result that the scheduler could move to another worker)."""
     _require_dask()
     import dask.bag as db
     import dask.dataframe as dd
 
-    if isinstance(collection, (db.Bag, dd.Series)):
-        to_delayed: Any = collection.to_delayed
-        return list(to_delayed(optimize_graph=True))
+    def path(i: int) -> str:
+        return os.path.join(root, f"{prefix}-{i:05d}.blm")
+
+    if isinstance(collection, db.Bag):
+        from dask.highlevelgraph import HighLevelGraph
+
+        name = f"mmapbloom-shards-{uuid.uuid4().hex}"  # never a cached result: always run
+        layer = {(name, i): (_bag_shard, (collection.name, i), shape, path(i), overwrite, i)
+                 for i in range(collection.npartitions)}
+        graph = HighLevelGraph.from_collections(name, layer, dependencies=[collection])
+        return db.Bag(graph, name, collection.npartitions)
+    if isinstance(collection, dd.Series):
+        import pandas as pd
+
+        return collection.map_partitions(_series_shard, shape, root, prefix, overwrite, uuid.uuid4().hex,
+                                         meta=pd.Series([], dtype=object), enforce_metadata=False,
+                                         align_dataframes=False)
     if isinstance(collection, dd.DataFrame):
         raise TypeError("build_shards takes a Dask Bag or ONE DataFrame column (a Dask Series, "
                         f"e.g. df['url']), got a DataFrame with columns {list(collection.columns)}")
     raise TypeError(f"build_shards takes a Dask Bag or a Dask Series, got {type(collection).__name__}")
+
+
+def _bag_shard(partition: Any, shape: tuple[int, int, str], path: str, overwrite: bool, index: int) -> list[str]:
+    return [_build_shard(partition, shape, path, overwrite, index)]
+
+
+def _series_shard(partition: Any, shape: tuple[int, int, str], root: str, prefix: str, overwrite: bool,
+                  token: str, partition_info: Optional[dict[str, Any]] = None) -> Any:
+    import pandas as pd
+
+    if partition_info is None:  # meta inference on an empty frame: write nothing
+        return pd.Series([], dtype=object)
+    index = int(partition_info["number"])
+    path = os.path.join(root, f"{prefix}-{index:05d}.blm")
+    return pd.Series([_build_shard(partition, shape, path, overwrite, index)], dtype=object)
 
 
 def _chunks(partition: Any) -> Iterable[list[Any]]:
@@ -137,13 +178,13 @@ def _shape(config: BloomConfig) -> tuple[int, int, str]:
     return (config.num_bits, config.num_hashes, config.strategy.name)
 
 
-def _compute(tasks: Sequence[Any], client: Any) -> list[str]:
+def _compute(shards: Any, client: Any) -> list[str]:
     dask = _require_dask()
-    if not tasks:
-        return []
     if client is not None:
-        return list(client.gather(client.compute(list(tasks))))
-    return list(dask.compute(*tasks))
+        result = client.compute(shards).result()
+    else:
+        (result,) = dask.compute(shards)
+    return [str(p) for p in (result.tolist() if hasattr(result, "tolist") else result)]
 
 
 def build_shards(collection: Any, config: BloomConfig, directory: PathLike, *, client: Any = None,
@@ -181,15 +222,10 @@ def build_shards(collection: Any, config: BloomConfig, directory: PathLike, *, c
     concurrently as two Dask computations are, provided the shard names differ.
     """
     shape = _shape(config)
-    parts = _partitions(collection)
     root = absolute_path(directory)
+    shards = _shard_collection(collection, shape, root, prefix, overwrite)
     os.makedirs(root, exist_ok=True)
-    from dask.delayed import delayed
-
-    builder = delayed(_build_shard, pure=False)
-    tasks = [builder(part, shape, os.path.join(root, f"{prefix}-{i:05d}.blm"), overwrite, i)
-             for i, part in enumerate(parts)]
-    return _compute(tasks, client)
+    return _compute(shards, client)
 
 
 def build(collection: Any, config: BloomConfig, path: PathLike, *, client: Any = None, overwrite: bool = False,

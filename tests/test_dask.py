@@ -74,9 +74,13 @@ def test_bag_and_column_on_a_local_cluster_run_on_the_workers(tmp_path: Any, cli
     with get_task_stream(client) as stream:
         shards = build_shards(bag, EXACT, tmp_path / "shards", client=client)
     assert shards == [str(tmp_path / "shards" / f"shard-{i:05d}.blm") for i in range(bag.npartitions)]
-    ran = [t for t in stream.data if "build_shard" in str(t["key"])]
+    # One fused task per partition (made the items, wrote the shard), run by a worker,
+    # which received no data from another worker (only the finalize step gathers paths).
+    ran = [t for t in stream.data if "mmapbloom-shards" in str(t["key"][0] if isinstance(t["key"], tuple) else t["key"])
+           and not str(t["key"][0]).startswith("mmapbloom-shards")]
     assert len(ran) == bag.npartitions > 2
     assert {t["worker"] for t in ran} <= set(cluster.scheduler_info["workers"])
+    assert not [ss for t in ran for ss in t["startstops"] if ss["action"] == "transfer"]
     per_shard = [BloomFilter.open(p, readonly=True) for p in shards]
     assert sum(f.items_added for f in per_shard) == N
     for f in per_shard:
@@ -96,7 +100,7 @@ def test_the_current_default_client_is_used(tmp_path: Any, cluster: LocalCluster
     with Client(cluster) as default:  # set as the default scheduler of dask.compute
         with get_task_stream(default) as stream:
             out = build(db.from_sequence(items, npartitions=2), EXACT, tmp_path / "d.blm")
-        assert any("build_shard" in str(t["key"]) for t in stream.data)
+        assert any("mmapbloom-shards" in str(t["key"]) for t in stream.data)
     assert _read(out) == _single(items, EXACT).to_bytes()
 
 
