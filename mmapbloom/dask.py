@@ -61,6 +61,7 @@ worker processes too (e.g. by importing the module that registers it in a worker
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import os
 import shutil
@@ -108,18 +109,19 @@ def _shard_collection(collection: Any, shape: tuple[int, int, str], root: str, p
     def path(i: int) -> str:
         return os.path.join(root, f"{prefix}-{i:05d}.blm")
 
+    coll: Any = collection  # dask's annotations are partial
     if isinstance(collection, db.Bag):
         from dask.highlevelgraph import HighLevelGraph
 
         name = f"mmapbloom-shards-{uuid.uuid4().hex}"  # never a cached result: always run
-        layer = {(name, i): (_bag_shard, (collection.name, i), shape, path(i), overwrite, i)
-                 for i in range(collection.npartitions)}
-        graph = HighLevelGraph.from_collections(name, layer, dependencies=[collection])
-        return db.Bag(graph, name, collection.npartitions)
+        layer: dict[Any, Any] = {(name, i): (_bag_shard, (coll.name, i), shape, path(i), overwrite, i)
+                                 for i in range(coll.npartitions)}
+        graph = HighLevelGraph.from_collections(name, layer, dependencies=[coll])
+        return db.Bag(graph, name, coll.npartitions)
     if isinstance(collection, dd.Series):
-        import pandas as pd
-
-        return collection.map_partitions(_series_shard, shape, root, prefix, overwrite, uuid.uuid4().hex,
+        pd: Any = importlib.import_module("pandas")
+        # The uuid makes the task keys new on every call (no cached result is reused).
+        return coll.map_partitions(_series_shard, shape, root, prefix, overwrite, uuid.uuid4().hex,
                                          meta=pd.Series([], dtype=object), enforce_metadata=False,
                                          align_dataframes=False)
     if isinstance(collection, dd.DataFrame):
@@ -134,8 +136,7 @@ def _bag_shard(partition: Any, shape: tuple[int, int, str], path: str, overwrite
 
 def _series_shard(partition: Any, shape: tuple[int, int, str], root: str, prefix: str, overwrite: bool,
                   token: str, partition_info: Optional[dict[str, Any]] = None) -> Any:
-    import pandas as pd
-
+    pd: Any = importlib.import_module("pandas")
     if partition_info is None:  # meta inference on an empty frame: write nothing
         return pd.Series([], dtype=object)
     index = int(partition_info["number"])
