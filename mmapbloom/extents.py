@@ -231,7 +231,12 @@ def _pread_into(fd: int, view: memoryview, offset: int) -> int:
     """Read ``len(view)`` bytes at ``offset`` (short only at end of file); return bytes read."""
     done = 0
     while done < len(view):
-        got = os.preadv(fd, [view[done:]], offset + done)
+        if hasattr(os, "preadv"):
+            got = os.preadv(fd, [view[done:]], offset + done)
+        else:  # pragma: no cover - platforms without preadv: one copy more
+            data = os.pread(fd, len(view) - done, offset + done)
+            got = len(data)
+            view[done:done + got] = data
         if got == 0:
             break
         done += got
