@@ -14,12 +14,15 @@ then merged with :func:`mmapbloom.merge.merge_shards`. Needs the ``[dask]`` extr
 How it runs:
 
 * :func:`build_shards` adds to the collection's graph one task per partition that depends
-  on that partition only (a graph layer over a Bag's partitions; ``map_partitions`` on a
-  Series), so Dask fuses it with the tasks that produce the partition: one task per
-  partition reads, transforms, adds and writes, on whichever worker runs it, and the
-  partition never becomes an intermediate result that the scheduler could ship to another
-  worker (a lazy Bag partition looks tiny to the scheduler and, when stolen, is pickled
-  whole). The task creates ``DIRECTORY/shard-NNNNN.blm`` with
+  on that partition only. On a Bag it is a graph layer over the Bag's partitions, which
+  Dask fuses with the tasks that produce each partition: one task per partition reads,
+  transforms, adds and writes, so the partition is never an intermediate result that the
+  scheduler could ship to another worker (a lazy Bag partition looks tiny to the
+  scheduler and, once moved, is pickled whole). On a Series it is a ``map_partitions``
+  task (with ``partition_info``); the pandas partition it reads has a size the scheduler
+  knows, so the scheduler normally keeps it with its worker, as for any Dask DataFrame
+  operation.
+  The task creates ``DIRECTORY/shard-NNNNN.blm`` with
   :meth:`BloomFilter.create <mmapbloom.filter.BloomFilter.create>` (atomic: built under a
   temporary name and published complete), adds the partition with ``update`` in chunks,
   flushes it (``msync``) and returns only the path: the bits never travel through the scheduler
@@ -166,10 +169,13 @@ def _build_shard(partition: Any, shape: tuple[int, int, str], path: str, overwri
         try:
             for chunk in _chunks(partition):
                 f.update(chunk)
-        except TypeError as exc:
-            raise TypeError(f"partition {index}: {exc} (drop missing values first, e.g. "
-                            "series.dropna(); items must be str or bytes-like)") from exc
-        f.flush()  # msync: a merger on another host of a shared file system sees the bits
+            f.flush()  # msync: a merger on another host of a shared file system sees the bits
+        except BaseException as exc:
+            os.unlink(path)  # never leave a partial shard that a later merge could take as whole
+            if isinstance(exc, TypeError):
+                raise TypeError(f"partition {index}: {exc} (drop missing values first, e.g. "
+                                "series.dropna(); items must be str or bytes-like)") from exc
+            raise
     return path
 
 
@@ -215,7 +221,8 @@ def build_shards(collection: Any, config: BloomConfig, directory: PathLike, *, c
             (a whole DataFrame is refused: pick a column); an item is not str or
             bytes-like (e.g. a missing value: the message names the partition).
         FileExistsError: a shard file exists and ``overwrite`` is False. Shards that other
-            tasks completed stay in ``directory``.
+            tasks completed stay in ``directory``; a task that fails removes its own
+            partial shard.
         OSError: from creating the files (ENOSPC ...). ImportError: dask is not installed.
         Other exceptions from computing the collection itself, as Dask re-raises them.
 

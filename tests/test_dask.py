@@ -161,6 +161,9 @@ def test_into_an_existing_filter_and_errors_before_computing(tmp_path: Any) -> N
         with pytest.raises(TypeError, match="dropna"):
             build(col, EXACT, tmp_path / "na.blm")
         assert not (tmp_path / "na.blm").exists()
+        with pytest.raises(TypeError, match="partition 0"):
+            build_shards(col, EXACT, tmp_path / "na")
+        assert os.listdir(tmp_path / "na") == []  # the failed task removed its partial shard
         # An existing shard file is never replaced unless asked.
         first = build_shards(db.from_sequence(new, npartitions=1), EXACT, tmp_path / "s")
         with pytest.raises(FileExistsError):
@@ -168,4 +171,4 @@ def test_into_an_existing_filter_and_errors_before_computing(tmp_path: Any) -> N
         build_shards(db.from_sequence(old, npartitions=1), EXACT, tmp_path / "s", overwrite=True)
         with BloomFilter.open(first[0], readonly=True) as shard:
             assert shard.contains_many(old).all() and not shard.contains_many(new).all()
-    assert sorted(os.listdir(tmp_path)) == ["live.blm", "s"]
+    assert sorted(os.listdir(tmp_path)) == ["live.blm", "na", "s"]
