@@ -235,3 +235,24 @@ def test_huge_sparse_filter_reads_only_its_data(holes: Any, monkeypatch: pytest.
         assert f.count_ones() == expected
         assert reads.bytes <= 70 * 64 * 1024
         assert f.approx_items() == pytest.approx(10, abs=0.01)
+
+
+def test_progress_true_on_a_terminal_shows_a_bar_for_long_scans(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+    import sys
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    fd = _sparse_file(str(tmp_path / "t.bin"), 4 * MIB, {MIB: b"\x03" * 5000})
+    try:
+        term = Terminal()
+        monkeypatch.setattr(sys, "stderr", term)
+        assert count_set_bits(fd, 0, 4 * MIB, progress=True) == 10000
+        assert term.getvalue() == ""  # a short scan: no bar
+        monkeypatch.setattr(extents, "PROGRESS_MIN_BYTES", 0)
+        assert count_set_bits(fd, 0, 4 * MIB, progress=True) == 10000
+        assert "count bits" in term.getvalue()
+    finally:
+        os.close(fd)
