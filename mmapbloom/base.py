@@ -572,9 +572,11 @@ class MappedFilter:
         raise NotImplementedError
 
     # -- statistics (shared by every kind; the strategy brings its formulas) -------------
-    def count_ones(self) -> int:
+    def count_ones(self, progress: Any = False) -> int:
         """Number of non-zero cells X (set bits of a Bloom filter, non-zero counters of a
-        counting filter); O(m) cells read. Implemented by each kind."""
+        counting filter); O(m) cells read, only the allocated extents of a sparse file.
+        ``progress``: True shows a bar on a terminal for long scans (see
+        :mod:`mmapbloom.extents`). Implemented by each kind."""
         raise NotImplementedError
 
     def _block_histogram(self, block_bits: int) -> list[int]:

@@ -330,7 +330,7 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _info_report(f: MappedFilter) -> dict[str, Any]:
-    ones = f.count_ones()
+    ones = f.count_ones(progress=True)  # a bar on a terminal when the scan is long
     m, k, n = f.num_bits, f.num_hashes, f.items_added
     blocked = strategy_info(f.strategy)[1] != 0  # per-block statistics need their own scan
     approx = f.approx_items() if blocked else approx_items(ones, m, k)
@@ -350,7 +350,7 @@ def _info_report(f: MappedFilter) -> dict[str, Any]:
         "over_capacity": f.is_over_capacity(),
         "kind": type(f).__name__,
         "counter_bits": getattr(f, "counter_bits", None),
-        "saturated_counters": f.saturated_counters() if isinstance(f, CountingBloomFilter) else None,
+        "saturated_counters": f.saturated_counters(progress=True) if isinstance(f, CountingBloomFilter) else None,
     }
 
 

@@ -33,6 +33,7 @@ from typing import Any, Iterable, Union
 import numpy as np
 import numpy.typing as npt
 
+from . import extents
 from . import format as fmt
 from .base import CHUNK_BYTES, MappedFilter, deferred_signals
 from .errors import ConfigError, ConfigMismatchError, SaturationWarning
@@ -219,8 +220,11 @@ class CountingBloomFilter(MappedFilter):
             raise
 
     # -- statistics -----------------------------------------------------------------------
-    def _count_where(self, test: Any) -> int:
+    def _count_where(self, test: Any, progress: extents.Progress = False) -> int:
         self._check_open()
+        found = extents.count_filter_cells(self, progress, test)  # file-backed: allocated extents only
+        if found is not None:
+            return found
         cells = self._cells()
         per_chunk = CHUNK_BYTES
         total = 0
@@ -229,18 +233,19 @@ class CountingBloomFilter(MappedFilter):
             total += int(np.count_nonzero(test(values)))
         return total
 
-    def nonzero_counters(self) -> int:
-        """Number of non-zero counters X (O(m) cells read)."""
-        return self._count_where(lambda v: v != 0)
+    def nonzero_counters(self, progress: extents.Progress = False) -> int:
+        """Number of non-zero counters X (O(m) cells read; a file-backed filter reads only
+        its allocated extents, see ``BloomFilter.count_ones`` for ``progress``)."""
+        return self._count_where(lambda v: v != 0, progress)
 
-    def count_ones(self) -> int:
+    def count_ones(self, progress: extents.Progress = False) -> int:
         """Non-zero counters: the number of ones of :meth:`to_bloom` (same as
         :meth:`nonzero_counters`; the name matches ``BloomFilter.count_ones``)."""
-        return self.nonzero_counters()
+        return self.nonzero_counters(progress)
 
-    def saturated_counters(self) -> int:
+    def saturated_counters(self, progress: extents.Progress = False) -> int:
         """Number of counters at their maximum (they are never decremented again)."""
-        return self._count_where(lambda v: v == self._max)
+        return self._count_where(lambda v: v == self._max, progress)
 
     def _block_histogram(self, block_bits: int) -> list[int]:
         """``histogram[j]`` = number of ``block_bits``-cell blocks with j non-zero counters."""

@@ -20,6 +20,7 @@ from typing import Any, Iterable, Union
 import numpy as np
 import numpy.typing as npt
 
+from . import extents
 from . import format as fmt
 from .base import CHUNK_BYTES, OVERFILL_RATIO, MappedFilter, deferred_signals
 
@@ -201,10 +202,14 @@ class BloomFilter(MappedFilter):
         return self.copy().intersection(other)
 
     # -- statistics --------------------------------------------------------------------
-    def count_ones(self) -> int:
-        """Number of set bits X (popcount over the whole array; O(m / 8) bytes read)."""
+    def count_ones(self, progress: extents.Progress = False) -> int:
+        """Number of set bits X. A file-backed filter reads only the file's allocated
+        extents, in bounded memory (:mod:`mmapbloom.extents`; bits being set meanwhile may
+        be missed); in memory, a popcount over the array. ``progress``: see
+        :func:`mmapbloom.extents.count_set_bits` (True: a bar on a terminal for long scans)."""
         self._check_open()
-        return popcount(self._bits())
+        found = extents.count_filter_cells(self, progress)
+        return popcount(self._bits()) if found is None else found
 
     def _block_histogram(self, block_bits: int) -> list[int]:
         """``histogram[j]`` = number of ``block_bits``-bit blocks with j bits set."""

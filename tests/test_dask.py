@@ -1,0 +1,174 @@
+"""Shard builds on Dask: byte equality with a single-process build, on the default local
+schedulers and on a real-process LocalCluster; errors before anything is computed."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterator
+
+import pytest
+
+pytest.importorskip("dask")
+pytest.importorskip("distributed")
+
+import dask  # noqa: E402
+import dask.bag as db  # noqa: E402
+import dask.dataframe as dd  # noqa: E402
+import pandas as pd  # noqa: E402
+from distributed import Client, LocalCluster, get_task_stream  # noqa: E402
+
+from mmapbloom import BloomConfig, BloomFilter, IncompatibleFiltersError, get_strategy  # noqa: E402
+from mmapbloom.dask import build, build_shards  # noqa: E402
+
+STRATEGY = get_strategy("M3KM")
+N = 20_000
+# Sized so that no item is a false positive at its add (checked below): then even the
+# items-added counter of the merged filter equals the single-process one.
+EXACT = BloomConfig.for_items(N, 1e-7, strategy=STRATEGY)
+
+
+def _urls(n: int, tag: str = "u") -> list[str]:
+    return [f"https://{tag}{i % 797}.example.org/page/{i}" for i in range(n)]
+
+
+def _single(items: list[Any], cfg: BloomConfig) -> BloomFilter:
+    f = BloomFilter(cfg)
+    f.update(items)
+    return f
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    with LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None,
+                      silence_logs=40) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def client(cluster: LocalCluster) -> Iterator[Client]:
+    with Client(cluster, set_as_default=False) as c:
+        yield c
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def test_bag_on_the_default_local_scheduler_equals_a_single_process_build(tmp_path: Any) -> None:
+    items = _urls(N)
+    single = _single(items, EXACT)
+    assert single.items_added == N  # no false positive at any add: the counters can agree
+    bag = db.from_sequence(items, npartitions=4)
+    out = build(bag, EXACT, tmp_path / "bag.blm")
+    assert out == str(tmp_path / "bag.blm")
+    assert _read(out) == single.to_bytes()
+    assert os.listdir(tmp_path) == ["bag.blm"]  # the shard directory is gone
+
+
+def test_bag_and_column_on_a_local_cluster_run_on_the_workers(tmp_path: Any, client: Client,
+                                                             cluster: LocalCluster) -> None:
+    items = _urls(N)
+    expected = _single(items, EXACT).to_bytes()
+    bag = db.from_sequence(items, npartitions=6)
+    with get_task_stream(client) as stream:
+        shards = build_shards(bag, EXACT, tmp_path / "shards", client=client)
+    assert shards == [str(tmp_path / "shards" / f"shard-{i:05d}.blm") for i in range(bag.npartitions)]
+    # One fused task per partition (made the items, wrote the shard), run by a worker,
+    # which received no data from another worker (only the finalize step gathers paths).
+    ran = [t for t in stream.data if "mmapbloom-shards" in str(t["key"][0] if isinstance(t["key"], tuple) else t["key"])
+           and not str(t["key"][0]).startswith("mmapbloom-shards")]
+    assert len(ran) == bag.npartitions > 2
+    assert {t["worker"] for t in ran} <= set(cluster.scheduler_info["workers"])
+    assert not [ss for t in ran for ss in t["startstops"] if ss["action"] == "transfer"]
+    per_shard = [BloomFilter.open(p, readonly=True) for p in shards]
+    assert sum(f.items_added for f in per_shard) == N
+    for f in per_shard:
+        f.close()
+
+    frame = dd.from_pandas(pd.DataFrame({"url": items, "n": range(N)}), npartitions=5)
+    out = build(frame["url"], EXACT, tmp_path / "col.blm", client=client)
+    assert _read(out) == expected
+    # The same items as bytes give the same filter (str is hashed as UTF-8).
+    out = build(db.from_sequence([s.encode() for s in items], npartitions=3), EXACT, tmp_path / "b.blm",
+                client=client)
+    assert _read(out) == expected
+
+
+def test_the_current_default_client_is_used(tmp_path: Any, cluster: LocalCluster) -> None:
+    items = _urls(5000, "d")
+    with Client(cluster) as default:  # set as the default scheduler of dask.compute
+        with get_task_stream(default) as stream:
+            out = build(db.from_sequence(items, npartitions=2), EXACT, tmp_path / "d.blm")
+        assert any("mmapbloom-shards" in str(t["key"]) for t in stream.data)
+    assert _read(out) == _single(items, EXACT).to_bytes()
+
+
+def test_repeated_items_same_bits_and_the_counter_is_the_sum_of_the_shards(tmp_path: Any) -> None:
+    cfg = BloomConfig.for_items(6000, 0.01, strategy=STRATEGY)
+    parts = [_urls(2000), _urls(1500), _urls(2500, "v")]  # overlapping partitions
+    items = [x for part in parts for x in part]
+    single = _single(items, cfg)
+    with dask.config.set(scheduler="threads"):
+        out = build(db.from_sequence(items, npartitions=3), cfg, tmp_path / "r.blm")
+    got = _read(out)
+    want = single.to_bytes()
+    assert got[24:] == want[24:]  # the bit arrays are identical
+    assert got[:16] == want[:16]  # magic, scheme, m, k
+    with BloomFilter.open(out, readonly=True) as merged:
+        shard_counts = [_single(part, cfg).items_added for part in _partition(items, 3)]
+        assert merged.items_added == sum(shard_counts) > single.items_added
+        assert merged.approx_items() == single.approx_items()
+
+
+def _partition(items: list[str], n: int) -> list[list[str]]:
+    bag = db.from_sequence(items, npartitions=n)
+    return [list(p) for p in dask.compute(*bag.to_delayed(), scheduler="sync")]
+
+
+def test_into_an_existing_filter_and_errors_before_computing(tmp_path: Any) -> None:
+    path = tmp_path / "live.blm"
+    old, new = _urls(1000, "old"), _urls(1000, "new")
+    with BloomFilter.create(path, EXACT) as live:
+        live.update(old)
+
+    def explode(x: str) -> str:
+        raise AssertionError("the collection was computed")
+
+    never = db.from_sequence(new, npartitions=2).map(explode)
+    with pytest.raises(FileExistsError):
+        build(never, EXACT, path)
+    other = BloomConfig(num_bits=EXACT.num_bits + 8, num_hashes=EXACT.num_hashes, strategy=STRATEGY)
+    with pytest.raises(IncompatibleFiltersError, match="num_bits"):
+        build(never, other, path, into=True)
+    with pytest.raises(FileNotFoundError):
+        build(never, EXACT, tmp_path / "missing.blm", into=True)
+    with pytest.raises(TypeError, match="column"):
+        build(dd.from_pandas(pd.DataFrame({"a": ["x"], "b": ["y"]}), npartitions=1), EXACT, tmp_path / "x.blm")
+    with pytest.raises(TypeError, match="BloomConfig"):
+        build_shards(db.from_sequence(new), {"num_bits": 8}, tmp_path / "s")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="Bag"):
+        build_shards(new, EXACT, tmp_path / "s")
+    assert sorted(os.listdir(tmp_path)) == ["live.blm"]
+
+    with dask.config.set(scheduler="sync"):
+        build(db.from_sequence(new, npartitions=2), EXACT, path, into=True)
+        with BloomFilter.open(path, readonly=True) as live:
+            assert live.contains_many(old + new).all()
+            assert live.items_added == 2000
+        # Missing values in a column are refused with a hint, and nothing is published.
+        col = dd.from_pandas(pd.DataFrame({"u": ["a", None, "c"]}), npartitions=1)["u"]
+        with pytest.raises(TypeError, match="dropna"):
+            build(col, EXACT, tmp_path / "na.blm")
+        assert not (tmp_path / "na.blm").exists()
+        with pytest.raises(TypeError, match="partition 0"):
+            build_shards(col, EXACT, tmp_path / "na")
+        assert os.listdir(tmp_path / "na") == []  # the failed task removed its partial shard
+        # An existing shard file is never replaced unless asked.
+        first = build_shards(db.from_sequence(new, npartitions=1), EXACT, tmp_path / "s")
+        with pytest.raises(FileExistsError):
+            build_shards(db.from_sequence(old, npartitions=1), EXACT, tmp_path / "s")
+        build_shards(db.from_sequence(old, npartitions=1), EXACT, tmp_path / "s", overwrite=True)
+        with BloomFilter.open(first[0], readonly=True) as shard:
+            assert shard.contains_many(old).all() and not shard.contains_many(new).all()
+    assert sorted(os.listdir(tmp_path)) == ["live.blm", "na", "s"]
