@@ -340,13 +340,15 @@ def count_filter_cells(f: Any, progress: Progress = None,
         test: for counting filters, as :func:`count_cells`.
 
     Raises:
-        FilterClosedError: the handle is closed. OSError: a read error.
+        FilterClosedError: the handle is closed. LengthMismatchError: the file was
+        truncated under the handle. OSError: a read error.
     """
     storage = f._storage
     fd = getattr(storage, "fd", None)
     if fd is None or storage.path is None:
         return None
     f._check_open()
+    storage.check_size()  # a truncated file: LengthMismatchError, not a count of what is left
     try:
         mine = os.dup(fd)
     except OSError:
