@@ -208,19 +208,10 @@ class MappedFilter:
         return self
 
     @classmethod
-    def _parse(cls, head: bytes, source: str) -> fmt.Header:
-        return fmt.parse_header(head, source=source, magic=cls._magic)
-
-    @classmethod
-    def _header_size(cls) -> int:
-        return fmt.COUNTING_HEADER_SIZE if cls._magic == fmt.COUNTING_MAGIC else fmt.HEADER_SIZE
-
-    @classmethod
-    def _validate(cls, head: bytes, size: int, source: str) -> int:
-        """``FileStorage`` callback: check header and length before anything is mapped."""
-        header = cls._parse(head, source)
-        fmt.check_length(header.total_size, size, source=source)
-        return header.total_size
+    def _validate(cls, read: fmt.Reader, size: int, source: str) -> fmt.Header:
+        """Validate an image of this kind (header, length, padding): the one validator,
+        :func:`mmapbloom.format.validate_image`, also the ``FileStorage`` callback."""
+        return fmt.validate_image(read, size, source=source, magic=cls._magic)
 
     @classmethod
     def create(cls: type[F], path: PathLike, config: BloomConfig, *, sparse: bool = False,
@@ -285,12 +276,11 @@ class MappedFilter:
     @classmethod
     def _open_checked(cls: type[F], path: PathLike, *, readonly: bool, config: Optional[BloomConfig],
                       options: Optional[dict[str, Any]]) -> F:
-        storage = FileStorage.open(path, readonly=readonly, header_size=cls._header_size(), validate=cls._validate)
+        storage = FileStorage.open(path, readonly=readonly, header_size=fmt.header_size(cls._magic),
+                                   validate=cls._validate)
         source = storage.path or ""
         try:
-            header = cls._parse(bytes(storage.buf[:storage.header_size]), source)
-            fmt.check_padding(storage.buf[len(storage.buf) - 1], header.num_bits, source=source,
-                              cell_bits=header.cell_bits)
+            header = storage.header  # validated (header, length, padding) before mapping
             found = BloomConfig(num_bits=header.num_bits, num_hashes=header.num_hashes, strategy=header.strategy)
             if config is not None:
                 _check_same(config, found, source)
@@ -345,9 +335,7 @@ class MappedFilter:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"from_bytes needs bytes, got {type(data).__name__}")
         mv = memoryview(data).cast("B")
-        header = cls._parse(bytes(mv[:cls._header_size()]), "<bytes>")
-        fmt.check_length(header.total_size, mv.nbytes, source="<bytes>")
-        fmt.check_padding(mv[mv.nbytes - 1], header.num_bits, source="<bytes>", cell_bits=header.cell_bits)
+        header = cls._validate(lambda offset, count: bytes(mv[offset:offset + count]), mv.nbytes, "<bytes>")
         config = BloomConfig(num_bits=header.num_bits, num_hashes=header.num_hashes, strategy=header.strategy)
         return cls._from_storage(MemoryStorage(mv, header.header_size), config, header)
 
@@ -639,14 +627,14 @@ class MappedFilter:
         self._check_open()
         source = self._describe()
         self._storage.check_size()  # before reading anything: pages past the end raise SIGBUS
-        header = self._parse(bytes(self._buf[:self._hs]), source)
+        buf = self._buf
+        size = os.fstat(self._storage.fd).st_size if isinstance(self._storage, FileStorage) else len(buf)
+        # Reads from the mapping, never past it: the length is checked before the last byte.
+        header = self._validate(lambda offset, count: bytes(buf[offset:offset + count]), size, source)
         found = BloomConfig(num_bits=header.num_bits, num_hashes=header.num_hashes, strategy=header.strategy)
         if found != self._config or header.cell_bits != self._cell_bits:
             raise BadHeaderError(f"header changed under the handle: {found!r}", source=source,
-                                     expected=self._config, actual=found)
-        size = os.fstat(self._storage.fd).st_size if isinstance(self._storage, FileStorage) else len(self._buf)
-        fmt.check_length(header.total_size, size, source=source)
-        fmt.check_padding(self._buf[len(self._buf) - 1], self._m, source=source, cell_bits=self._cell_bits)
+                                 expected=self._config, actual=found)
 
     # -- combining --------------------------------------------------------------------
     def is_compatible(self, other: object) -> bool:

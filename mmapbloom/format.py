@@ -15,9 +15,11 @@ offset  size    type       field
 
 The total length is exactly ``24 + ceil(m / 8)``; the ``8 * ceil(m / 8) - m`` padding bits
 in the last byte are always 0. The same bytes are used on disk, by ``to_bytes`` and by
-``from_bytes``. Validation (:func:`parse_header`, :func:`check_length`) looks only at the
-header and the total length, so nothing proportional to m is allocated or mapped before
-the header is known to agree with the length.
+``from_bytes``. Validation (:func:`validate_image`: :func:`parse_header`,
+:func:`check_length`, :func:`check_padding`) looks only at the header, the total length
+and the last byte, so nothing proportional to m is allocated or mapped before the header
+is known to agree with the length. Every reader (``open``, ``from_bytes``, ``check``,
+the shard merger) validates through that one function.
 
 BLC1 (counting filter, Fan et al. 2000) shares the first 24 bytes (with magic ``b"BLC1"``
 and m counting cells instead of bits), then:
@@ -44,7 +46,7 @@ import mmap
 import struct
 import sys
 from dataclasses import dataclass
-from typing import Union
+from typing import Callable, Union
 
 from .errors import BadHeaderError, BadMagicError, LengthMismatchError, PaddingError
 from .hashing import HashStrategy, get_strategy
@@ -64,6 +66,7 @@ __all__ = [
     "body_size",
     "check_length",
     "check_padding",
+    "header_size",
     "items_word",
     "load_items",
     "pack_counting_header",
@@ -71,6 +74,7 @@ __all__ = [
     "padding_mask",
     "parse_header",
     "store_items",
+    "validate_image",
 ]
 
 MAGIC = b"BLM1"
@@ -266,3 +270,45 @@ def check_padding(last_byte: int, num_bits: int, *, source: str = "<bytes>", cel
             f"padding bits past num_bits {num_bits} must be 0, last byte is 0x{last_byte:02x}",
             source=source, expected=0, actual=last_byte & mask,
         )
+
+
+def header_size(magic: bytes = MAGIC) -> int:
+    """Bytes of the header of the kind with ``magic``: 24 (BLM1) or 32 (BLC1)."""
+    return COUNTING_HEADER_SIZE if magic == COUNTING_MAGIC else HEADER_SIZE
+
+
+#: ``read(offset, count) -> bytes``: at most ``count`` bytes of an image from ``offset``
+#: (``os.pread`` on a file, a slice of a buffer in memory).
+Reader = Callable[[int, int], bytes]
+
+
+def validate_image(read: Reader, size: int, *, source: str = "<bytes>", magic: bytes = MAGIC) -> Header:
+    """Validate an image (a file or a byte string) from its header, its total length and
+    its last byte: the one validator of every reader (``open`` before anything is mapped,
+    ``from_bytes`` before anything is allocated, ``check`` on an open handle, the shard
+    merger before any shard is combined). Reads at most two small pieces, whatever m.
+
+    Args:
+        read: ``read(offset, count) -> bytes`` over the image (``os.pread`` on a file
+            descriptor, a slice in memory); a short read is treated as a short image.
+        size: the image's real total length in bytes (``fstat`` for a file).
+        source: a path or ``"<bytes>"``, used in error messages.
+        magic: the kind expected, :data:`MAGIC` or :data:`COUNTING_MAGIC`.
+
+    Returns:
+        The decoded :class:`Header` (its ``total_size`` equals ``size``).
+
+    Raises:
+        BadMagicError, UnknownStrategyError, BadHeaderError: as :func:`parse_header`.
+        LengthMismatchError: ``size`` differs from the header's total (checked before
+            the last byte is read, so nothing past a short image is touched).
+        PaddingError: a padding bit of the last byte is set.
+        (all ``FormatError``, a ``ValueError``)
+    """
+    header = parse_header(read(0, header_size(magic)), source=source, magic=magic)
+    check_length(header.total_size, size, source=source)
+    last = read(size - 1, 1)
+    if not last:  # the image shrank after its size was taken
+        check_length(header.total_size, size - 1, source=source)
+    check_padding(last[0], header.num_bits, source=source, cell_bits=header.cell_bits)
+    return header

@@ -204,11 +204,7 @@ def _read_shard_header(fd: int, path: str) -> tuple[fmt.Header, os.stat_result]:
         if stat.S_ISDIR(st.st_mode):
             raise IsADirectoryError(errno.EISDIR, "is a directory, not a filter file", path)
         raise OSError(errno.EINVAL, "not a regular file", path)
-    head = os.pread(fd, fmt.HEADER_SIZE, 0)
-    header = fmt.parse_header(head, source=path)
-    fmt.check_length(fmt.HEADER_SIZE + fmt.body_size(header.num_bits), st.st_size, source=path)
-    last = os.pread(fd, 1, st.st_size - 1)
-    fmt.check_padding(last[0], header.num_bits, source=path)
+    header = BloomFilter._validate(lambda offset, count: os.pread(fd, count, offset), st.st_size, path)
     return header, st
 
 

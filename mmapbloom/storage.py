@@ -9,7 +9,8 @@ destination's directory, space is reserved with ``posix_fallocate`` (unless ``sp
 it is fsynced, then published with ``link`` (never replaces an existing file) or
 ``replace`` (atomic rename over it), and the directory is fsynced.
 
-Opening validates the header and the length from a 24-byte ``pread`` and ``fstat`` before
+Opening validates the header, the length and the padding (a ``pread`` of the header and
+of the last byte, and ``fstat``; :func:`mmapbloom.format.validate_image`) before
 anything is mapped, so a short or damaged file is refused, never mapped past its end
 (which would raise SIGBUS at the first touch). Opening costs O(1) whatever the size.
 
@@ -47,7 +48,11 @@ import numpy as np
 import numpy.typing as npt
 
 from .errors import FilterClosedError, LengthMismatchError, NoSpaceError, SparseFileWarning
+from .format import Header, Reader
 from .locking import WriteLock
+
+#: ``validate(read, file_size, source) -> Header``: see :meth:`FileStorage.open`.
+Validator = Callable[[Reader, int, str], Header]
 
 __all__ = [
     "DEFAULT_FILE_MODE",
@@ -131,6 +136,9 @@ class FileStorage(Storage):
     """
 
     fd: int
+    #: The header as validated when the file was opened (its items field is stale at once;
+    #: the shape fields never change).
+    header: Header
 
     @classmethod
     def open(
@@ -139,16 +147,20 @@ class FileStorage(Storage):
         *,
         readonly: bool,
         header_size: int,
-        validate: Callable[[bytes, int, str], int],
+        validate: "Validator",
     ) -> "FileStorage":
-        """Open and map ``path`` after validating its header and length.
+        """Open and map ``path`` after validating its header, length and padding.
 
         Args:
             path: the file.
             readonly: map read-only (``PROT_READ``); writes are refused by the filter.
-            header_size: bytes of header passed to ``validate``.
-            validate: ``validate(header_bytes, file_size, source) -> total_size``; raises a
-                ``FormatError`` if the header or size is wrong. It is called before mapping.
+            header_size: bytes of the header (kept as :attr:`header_size`).
+            validate: ``validate(read, file_size, source) -> Header``, normally
+                :func:`mmapbloom.format.validate_image` for the filter's kind; ``read(offset,
+                count)`` is ``os.pread`` on the descriptor. It raises a ``FormatError`` if
+                the image is wrong, and is called before anything is mapped; the header it
+                returns is kept as :attr:`header` (so the caller does not parse it again)
+                and its ``total_size`` bytes are mapped.
 
         Raises:
             OSError: the file cannot be opened (FileNotFoundError, PermissionError,
@@ -163,7 +175,7 @@ class FileStorage(Storage):
 
     @classmethod
     def from_fd(cls, fd: int, path: str, *, readonly: bool, header_size: int,
-                validate: Callable[[bytes, int, str], int]) -> "FileStorage":
+                validate: "Validator") -> "FileStorage":
         """Map an open descriptor (taking ownership of it: it is closed on error and by
         :meth:`close`) after the checks of :meth:`open`. ``path`` is for messages."""
         try:
@@ -172,8 +184,8 @@ class FileStorage(Storage):
                 if stat.S_ISDIR(st.st_mode):
                     raise IsADirectoryError(errno.EISDIR, "is a directory, not a filter file", path)
                 raise OSError(errno.EINVAL, "not a regular file", path)
-            head = os.pread(fd, header_size, 0)
-            total = validate(head, st.st_size, path)
+            header = validate(lambda offset, count: os.pread(fd, count, offset), st.st_size, path)
+            total = header.total_size
             check_backing(fd, path, total, readonly=readonly)
             access = mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE
             try:
@@ -191,6 +203,7 @@ class FileStorage(Storage):
         self.readonly = readonly
         self.path = path
         self.header_size = header_size
+        self.header = header
         self.lock = WriteLock(fd, path)
         return self
 
