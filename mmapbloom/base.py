@@ -43,7 +43,10 @@ from .sizing import (
 )
 from .storage import DEFAULT_FILE_MODE, FileStorage, MemoryStorage, Storage, create_file
 
-__all__ = ["CHUNK_BYTES", "CHUNK_KEYS", "OVERFILL_RATIO", "MappedFilter", "PathLike", "deferred_signals", "validated_keys"]
+__all__ = [
+    "CHUNK_BYTES", "CHUNK_KEYS", "OVERFILL_RATIO", "MappedFilter", "PathLike", "deferred_signals", "design_limit",
+    "items_update", "validated_keys",
+]
 
 #: ``add`` warns (OverCapacityWarning, once per handle) past this expected fill ratio
 #: ``1 - e^(-kn/m)`` (Bloom 1970). A filter sized by ``for_items`` stays below it at its
@@ -66,6 +69,43 @@ F = TypeVar("F", bound="MappedFilter")
 
 _CLOSED_VIEW = memoryview(b"")
 _CLOSED_VIEW.release()  # any use raises ValueError
+
+
+def design_limit(num_bits: int, num_hashes: int) -> float:
+    """The item count n past which the expected fill ratio ``1 - e^(-kn/m)`` (Bloom 1970)
+    exceeds ``OVERFILL_RATIO``: ``n > -(m / k) ln(1 - OVERFILL_RATIO)``."""
+    return -(num_bits / num_hashes) * math.log1p(-OVERFILL_RATIO)
+
+
+def items_update(count: int, num_bits: int, num_hashes: int, *, source: str, limit: Optional[float] = None,
+                 warn: bool = True) -> tuple[int, Optional[str]]:
+    """The one rule for a new value of an items counter (every writer goes through it:
+    ``MappedFilter._set_items`` for adds, removes, unions and ``merge_into``, and
+    ``merge_shards`` for the header of a new output).
+
+    Args:
+        count: the count to store, before saturation (may be negative or past 2**32 - 1).
+        num_bits, num_hashes: m and k of the filter.
+        source: the file (or ``"<memory>"``) named in the warning.
+        limit: :func:`design_limit` of m and k, if the caller cached it.
+        warn: False to skip building the message (a handle that warned already).
+
+    Returns:
+        ``(stored, message)``: the count clamped to ``[0, 2**32 - 1]`` (it saturates and
+        never wraps), and the text of the ``OverCapacityWarning`` to emit when ``stored``
+        is past the design point (:func:`design_limit`), else ``None``. The caller emits
+        it once its write is complete (never under a lock, so ``-W error`` cannot
+        interrupt a write).
+    """
+    count = 0 if count < 0 else _MAX_ITEMS if count > _MAX_ITEMS else count
+    if not warn or count <= (design_limit(num_bits, num_hashes) if limit is None else limit):
+        return count, None
+    return count, (
+        f"{source}: filter is past its design point: {count} items in {num_bits} cells "
+        f"with k={num_hashes} gives an expected fill ratio of "
+        f"{expected_fill_ratio(count, num_bits, num_hashes):.3f} > {OVERFILL_RATIO}; "
+        f"false-positive rate about {expected_fp_rate(count, num_bits, num_hashes):.3g}"
+    )
 
 
 @contextlib.contextmanager
@@ -195,8 +235,7 @@ class MappedFilter:
         self._kernels = kernels.bind(self._body, config.strategy, self._m, self._k, self._cell_bits)
         self._lock: WriteLock = storage.lock
         self._no_write = storage.readonly
-        # Expected fill 1 - e^(-kn/m) > OVERFILL_RATIO  <=>  n > -(m / k) ln(1 - OVERFILL_RATIO).
-        self._warn_at = -(self._m / self._k) * math.log1p(-OVERFILL_RATIO)
+        self._warn_at = design_limit(self._m, self._k)
         self._warned = False
         self._warn_msg: Optional[str] = None
         self._after_attach()
@@ -405,20 +444,17 @@ class MappedFilter:
         return self._storage.path or "<memory>"
 
     def _set_items(self, count: int) -> None:
-        """Store the item count (clamped to [0, 2**32 - 1]) and record an
-        OverCapacityWarning past the design point; the caller holds the write lock."""
-        count = 0 if count < 0 else _MAX_ITEMS if count > _MAX_ITEMS else count
+        """Store the item count by the one rule, :func:`items_update` (clamped to
+        [0, 2**32 - 1]), and record an OverCapacityWarning past the design point, once per
+        handle; the caller holds the write lock."""
+        count, msg = items_update(count, self._m, self._k, source=self._describe(), limit=self._warn_at,
+                                  warn=not self._warned)
         fmt.store_items(self._items, count)
-        if count > self._warn_at and not self._warned:
+        if msg is not None:
             # Recorded here, under the lock; emitted by _flush_warning once the write is
             # complete and the lock released (so ``-W error`` cannot interrupt a write).
             self._warned = True
-            self._warn_msg = (
-                f"{self._describe()}: filter is past its design point: {count} items in {self._m} cells "
-                f"with k={self._k} gives an expected fill ratio of "
-                f"{expected_fill_ratio(count, self._m, self._k):.3f} > {OVERFILL_RATIO}; "
-                f"false-positive rate about {expected_fp_rate(count, self._m, self._k):.3g}"
-            )
+            self._warn_msg = msg
 
     def _flush_warning(self, stacklevel: int = 3) -> None:
         """Emit the OverCapacityWarning recorded by :meth:`_set_items`, if any. Call after
@@ -446,6 +482,72 @@ class MappedFilter:
         except ValueError:  # closed by another thread since the caller's check
             self._check_open()
             raise
+
+    # -- the protected interface for the package's own modules ---------------------------
+    # merge, extents (and through them dask) use these instead of the handle's private
+    # fields, so the storage and the items counter keep one owner.
+    def _file_descriptor(self) -> Optional[int]:
+        """The descriptor of the mapped file, or ``None`` in memory. Valid only while the
+        handle is open: a caller that reads through it while another thread may close the
+        handle uses :meth:`_duplicate_descriptor` instead.
+
+        Raises:
+            FilterClosedError: the handle is closed.
+        """
+        self._check_open()
+        return self._storage.fd if isinstance(self._storage, FileStorage) else None
+
+    def _duplicate_descriptor(self) -> Optional[int]:
+        """A duplicate (``os.dup``) of the file's descriptor, which the caller closes, or
+        ``None`` in memory. A ``close()`` of the handle by another thread cannot make reads
+        through it reach another file: the handle is found open after the duplicate was
+        taken (``close`` marks the storage closed before closing its descriptor).
+
+        Raises:
+            FilterClosedError: the handle is closed. LengthMismatchError: the file was
+            truncated under the handle. OSError: ``dup`` failed.
+        """
+        fd = self._file_descriptor()
+        if fd is None:
+            return None
+        self._check_size()
+        try:
+            mine = os.dup(fd)
+        except OSError:
+            self._check_open()  # closed meanwhile: FilterClosedError
+            raise
+        try:
+            self._check_open()
+        except BaseException:
+            os.close(mine)
+            raise
+        return mine
+
+    def _check_size(self) -> None:
+        """Refuse a file truncated under the handle before the mapping is scanned
+        (``LengthMismatchError``, not SIGBUS); FilterClosedError when closed."""
+        self._check_open()
+        self._storage.check_size()
+
+    def _cell_layout(self) -> tuple[int, int, int]:
+        """``(start, stop, cell_bits)``: the cell array is bytes ``[start, stop)`` of the
+        image (and of the file), ``cell_bits`` bits per cell (1, 4 or 8)."""
+        return self._hs, self._hs + fmt.body_size(self._m, self._cell_bits), self._cell_bits
+
+    def _add_items(self, delta: int, stacklevel: int = 2) -> int:
+        """Add ``delta`` to the items counter under the write lock, by the one rule
+        (:meth:`_bump_items`: saturating; :func:`items_update`: the over-capacity check),
+        then emit the OverCapacityWarning (once per handle) after releasing the lock, with
+        ``stacklevel`` as if the caller called ``warnings.warn`` (2: the caller's caller).
+        Returns the stored count. For writers outside the class (``merge_into``)."""
+        if self._no_write:
+            self._refuse_write()
+        with deferred_signals(), self._lock:
+            self._check_size()
+            self._bump_items(delta)
+            count = fmt.load_items(self._items)
+        self._flush_warning(stacklevel=stacklevel + 2)
+        return count
 
     def write_lock(self, timeout: Optional[float] = None) -> Union[WriteLock, TimedWriteLock]:
         """The handle's write lock, as a context manager, for loops that cannot batch::
@@ -651,16 +753,16 @@ class MappedFilter:
         if type(other) is not type(self) and not (isinstance(other, MappedFilter) and other._magic == self._magic):
             raise TypeError(f"cannot combine a {type(self).__name__} with {type(other).__name__}")
         other._check_open()
-        check_compatible(self._config, other._config)
+        self._config.check_compatible(other._config)
         if self._cell_bits != other._cell_bits:
             raise IncompatibleFiltersError("counter_bits", self._cell_bits, other._cell_bits)
 
     def _same_image(self, other: "MappedFilter") -> bool:
         if other is self:
             return True
-        a, b = self._storage, other._storage
-        if isinstance(a, FileStorage) and isinstance(b, FileStorage):
-            sa, sb = os.fstat(a.fd), os.fstat(b.fd)
+        fa, fb = self._file_descriptor(), other._file_descriptor()
+        if fa is not None and fb is not None:
+            sa, sb = os.fstat(fa), os.fstat(fb)
             return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
         return False
 
@@ -753,22 +855,7 @@ class MappedFilter:
                 f"strategy={self._strategy.name} {state}>")
 
 
-def check_compatible(a: BloomConfig, b: BloomConfig, where: str = "") -> None:
-    """Raise :class:`IncompatibleFiltersError` naming the first of num_bits, num_hashes,
-    strategy that differs between two configs (both values in the message). The one
-    compatibility check: filters, ``merge_shards`` and ``merge_into`` all call it."""
-    if a.num_bits != b.num_bits:
-        raise IncompatibleFiltersError("num_bits", a.num_bits, b.num_bits, where=where)
-    if a.num_hashes != b.num_hashes:
-        raise IncompatibleFiltersError("num_hashes", a.num_hashes, b.num_hashes, where=where)
-    if a.strategy.name != b.strategy.name:
-        raise IncompatibleFiltersError("strategy", a.strategy.name, b.strategy.name, where=where)
-
-
 def _check_same(expected: BloomConfig, found: BloomConfig, path: str) -> None:
-    if expected.num_bits != found.num_bits:
-        raise ConfigMismatchError(path, "num_bits", expected.num_bits, found.num_bits)
-    if expected.num_hashes != found.num_hashes:
-        raise ConfigMismatchError(path, "num_hashes", expected.num_hashes, found.num_hashes)
-    if expected.strategy.name != found.strategy.name:
-        raise ConfigMismatchError(path, "strategy", expected.strategy.name, found.strategy.name)
+    diff = expected.difference(found)  # the one comparison of shapes (BloomConfig)
+    if diff is not None:
+        raise ConfigMismatchError(path, *diff)

@@ -64,6 +64,7 @@ worker processes too (e.g. by importing the module that registers it in a worker
 
 from __future__ import annotations
 
+import errno
 import importlib
 import itertools
 import os
@@ -72,7 +73,6 @@ import tempfile
 import uuid
 from typing import Any, Iterable, Optional, Sequence, Union
 
-from .base import check_compatible
 from .filter import BloomFilter
 from .hashing import get_strategy
 from .merge import DEFAULT_CHUNK_BYTES, merge_into, merge_shards
@@ -266,7 +266,7 @@ def build(collection: Any, config: BloomConfig, path: PathLike, *, client: Any =
             (checked before anything is computed).
         FileNotFoundError: ``into=True`` and ``path`` does not exist.
         IncompatibleFiltersError (a ``ValueError``): ``into=True`` and the existing
-            file's m, k or scheme differ from ``config`` (checked before anything is
+            file's m, k or strategy differ from ``config`` (checked before anything is
             computed; the message names the field and both values).
         ValueError: ``overwrite`` and ``into`` both set.
         And whatever :func:`build_shards` and the merge raise; nothing is published at
@@ -282,9 +282,9 @@ def build(collection: Any, config: BloomConfig, path: PathLike, *, client: Any =
         raise ValueError("overwrite=True and into=True exclude each other")
     if into:
         with BloomFilter.open(dest, readonly=True) as existing:
-            check_compatible(existing.config, config, where=dest)
+            existing.config.check_compatible(config, where=dest)
     elif not overwrite and os.path.lexists(dest):
-        raise FileExistsError(17, "file exists (pass overwrite=True to replace it)", dest)
+        raise FileExistsError(errno.EEXIST, "file exists (pass overwrite=True to replace it)", dest)
     directory = os.path.dirname(dest) or "."
     shards_dir = tempfile.mkdtemp(prefix=".mmapbloom-shards-", dir=directory)
     try:

@@ -14,9 +14,9 @@ and also from the matching built-in, so callers may catch either::
     │   ├── ManifestError                    a scalable filter's manifest or lock file is damaged
     │   ├── MissingLayerError                a committed layer file of a scalable filter is missing
     │   └── LayerMismatchError               a layer file's shape differs from the manifest
-    ├── IncompatibleFiltersError(ValueError) union/intersection/merge of different m, k or scheme
+    ├── IncompatibleFiltersError(ValueError) union/intersection/merge of different m, k or strategy
     ├── MergeError(ValueError)               a merge request that cannot be carried out as asked
-    ├── ConfigMismatchError(ValueError)      open_or_create found a file with another m, k or scheme
+    ├── ConfigMismatchError(ValueError)      open_or_create found a file with another m, k or strategy
     ├── FilterClosedError(ValueError)        use of a filter after close()
     ├── ReadOnlyFilterError(PermissionError) a write on a filter opened read-only
     ├── NoSpaceError(OSError)                errno ENOSPC: a filter that cannot fit (path, needed, available)
@@ -144,15 +144,16 @@ class MissingLayerError(FormatError):
 
 class LayerMismatchError(FormatError):
     """A layer file of a scalable filter is a sound BLM1 file but its num_bits, num_hashes
-    or scheme differ from the manifest (``source`` is the layer's path), or it was replaced
+    or strategy differ from the manifest (``source`` is the layer's path), or it was replaced
     by another file since the handle opened it."""
 
 
 class IncompatibleFiltersError(MmapBloomError, ValueError):
-    """Two filters differ in num_bits, num_hashes or hash scheme and cannot be combined.
+    """Two filters differ in num_bits, num_hashes or hash strategy and cannot be combined
+    (raised by :meth:`mmapbloom.BloomConfig.check_compatible`, the one check).
 
     Attributes:
-        field: ``"num_bits"``, ``"num_hashes"``, ``"scheme"`` or ``"counter_bits"``.
+        field: ``"num_bits"``, ``"num_hashes"``, ``"strategy"`` or ``"counter_bits"``.
         left, right: the two differing values.
     """
 
@@ -181,11 +182,11 @@ class MergeError(MmapBloomError, ValueError):
 
 
 class ConfigMismatchError(MmapBloomError, ValueError):
-    """``open_or_create`` found an existing file whose m, k or scheme differ from the config.
+    """``open_or_create`` found an existing file whose m, k or strategy differ from the config.
 
     Attributes:
         path: the file.
-        field: ``"num_bits"``, ``"num_hashes"``, ``"scheme"`` or ``"counter_bits"``.
+        field: ``"num_bits"``, ``"num_hashes"``, ``"strategy"`` or ``"counter_bits"``.
         expected: the value in the requested config.
         actual: the value in the file.
     """

@@ -343,27 +343,13 @@ def count_filter_cells(f: Any, progress: Progress = None,
         FilterClosedError: the handle is closed. LengthMismatchError: the file was
         truncated under the handle. OSError: a read error.
     """
-    storage = f._storage
-    fd = getattr(storage, "fd", None)
-    if fd is None or storage.path is None:
+    mine = f._duplicate_descriptor()  # the handle's protected storage interface (base.py)
+    if mine is None:
         return None
-    f._check_open()
-    storage.check_size()  # a truncated file: LengthMismatchError, not a count of what is left
     try:
-        mine = os.dup(fd)
-    except OSError:
-        f._check_open()  # closed meanwhile: FilterClosedError
-        raise
-    try:
-        # close() marks the storage closed before closing its fd: if it is still open now,
-        # the duplicate was taken from the filter's own file.
-        f._check_open()
-        from . import format as fmt
-
-        start = f._hs
-        stop = start + fmt.body_size(f._m, f._cell_bits)
-        if f._cell_bits == 1:
+        start, stop, cell_bits = f._cell_layout()
+        if cell_bits == 1:
             return count_set_bits(mine, start, stop, progress)
-        return count_cells(mine, start, stop, f._cell_bits, test or _nonzero, progress)
+        return count_cells(mine, start, stop, cell_bits, test or _nonzero, progress)
     finally:
         os.close(mine)

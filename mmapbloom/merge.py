@@ -33,7 +33,12 @@ How it runs, and what it promises:
   keep working: readers never see a bit cleared, writers wait at most one chunk.
 * **Items added** of the output is the saturating sum of the shards' (union), or their
   minimum (intersection; the true count is unknown, and the minimum is an upper bound of
-  the items added to every shard). ``mmapbloom info`` shows the approximate distinct count
+  the items added to every shard). It is written by the same rule as every filter's
+  counter (:func:`mmapbloom.base.items_update`), so a merge whose count passes the
+  output's design point (expected fill ratio above ``OVERFILL_RATIO``) warns with
+  :class:`~mmapbloom.errors.OverCapacityWarning`, as ``add`` and ``union`` do: ten full
+  shards of ``for_items(10_000, 0.01)`` merged into one filter of that size (real rate
+  about 0.99) are reported, not silently published. ``mmapbloom info`` shows the approximate distinct count
   from the bits, so the overlap of the shards can be read off.
 
 Cost: every shard's bit array is read once and the output written once; the combining
@@ -49,6 +54,7 @@ import glob
 import os
 import stat
 import time
+import warnings
 from typing import Iterable, Optional, Sequence, Union
 
 import numpy as np
@@ -56,8 +62,11 @@ import numpy.typing as npt
 
 from . import format as fmt
 from .units import progress_bar
-from .errors import IncompatibleFiltersError, MergeError
+from .base import items_update
+from .errors import MergeError, OverCapacityWarning
 from .filter import BloomFilter
+from .hashing import get_strategy
+from .sizing import BloomConfig
 from .storage import DEFAULT_FILE_MODE, absolute_path, atomic_file, reserve_space
 
 __all__ = [
@@ -99,6 +108,12 @@ class ShardInfo:
     size_bytes: int
     dev: int
     ino: int
+
+    @property
+    def config(self) -> BloomConfig:
+        """The shard's shape (m, k, strategy) as a :class:`~mmapbloom.BloomConfig`, for the
+        one compatibility check, :meth:`BloomConfig.check_compatible`."""
+        return BloomConfig(num_bits=self.num_bits, num_hashes=self.num_hashes, strategy=get_strategy(self.strategy))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,17 +239,6 @@ def _inspect_one(path: PathLike) -> ShardInfo:
                      header.items_added, st.st_size, st.st_dev, st.st_ino)
 
 
-def _check_compatible(first: ShardInfo, other: ShardInfo) -> None:
-    # The message reads "OTHER vs FIRST: incompatible filters: num_bits differs (OTHER's != FIRST's)".
-    where = f"{other.path} vs {first.path}"
-    if other.num_bits != first.num_bits:
-        raise IncompatibleFiltersError("num_bits", other.num_bits, first.num_bits, where=where)
-    if other.num_hashes != first.num_hashes:
-        raise IncompatibleFiltersError("num_hashes", other.num_hashes, first.num_hashes, where=where)
-    if other.strategy != first.strategy:
-        raise IncompatibleFiltersError("strategy", other.strategy, first.strategy, where=where)
-
-
 def inspect_shards(paths: Sequence[PathLike]) -> list[ShardInfo]:
     """Validate every shard and check that all are compatible, opening one file at a time.
 
@@ -260,6 +264,7 @@ def inspect_shards(paths: Sequence[PathLike]) -> list[ShardInfo]:
         raise MergeError("no shards to merge")
     infos: list[ShardInfo] = []
     seen: dict[tuple[int, int], str] = {}
+    first: Optional[BloomConfig] = None
     for path in paths:
         info = _inspect_one(path)
         twin = seen.get((info.dev, info.ino))
@@ -267,8 +272,11 @@ def inspect_shards(paths: Sequence[PathLike]) -> list[ShardInfo]:
             raise MergeError(f"{info.path}: the same file is named twice among the shards (also as {twin})",
                              path=info.path)
         seen[(info.dev, info.ino)] = info.path
-        if infos:
-            _check_compatible(infos[0], info)
+        if first is None:
+            first = info.config
+        else:
+            # "OTHER vs FIRST: incompatible filters: num_bits differs (OTHER's != FIRST's)".
+            info.config.check_compatible(first, where=f"{info.path} vs {infos[0].path}")
         infos.append(info)
     return infos
 
@@ -357,9 +365,7 @@ def _pwrite_all(fd: int, data: npt.NDArray[np.uint8], offset: int) -> None:
 
 def _sum_items(values: Iterable[int], intersection: bool) -> int:
     values = list(values)
-    if intersection:
-        return min(values)
-    return min(sum(values), fmt.MAX_ITEMS)
+    return min(values) if intersection else sum(values)
 
 
 # -- public entry points ----------------------------------------------------------------
@@ -387,6 +393,10 @@ def merge_shards(output: PathLike, shards: Sequence[PathLike], *, intersection: 
     Returns:
         A :class:`MergeResult`.
 
+    Warns:
+        OverCapacityWarning: the output's items added is past its design point (emitted
+        once the output is published).
+
     Raises:
         FileExistsError: ``output`` exists and ``replace`` is False (checked before any
             shard is read; nothing is written).
@@ -405,13 +415,16 @@ def merge_shards(output: PathLike, shards: Sequence[PathLike], *, intersection: 
     chunk = _check_chunk_bytes(chunk_bytes)
     dest = absolute_path(output)
     if os.path.isdir(dest) and not os.path.islink(dest):
-        raise IsADirectoryError(21, "is a directory; the output must name a file", dest)
+        raise IsADirectoryError(errno.EISDIR, "is a directory; the output must name a file", dest)
     if not replace and os.path.lexists(dest):
-        raise FileExistsError(17, "file exists (pass replace=True to replace it)", dest)
+        raise FileExistsError(errno.EEXIST, "file exists (pass replace=True to replace it)", dest)
     infos = inspect_shards(shards)
     first = infos[0]
     body = fmt.body_size(first.num_bits)
-    items = _sum_items((s.items_added for s in infos), intersection)
+    # The one rule for the counter (saturating; the OverCapacityWarning, emitted once the
+    # output is published): base.items_update, as every filter handle's writes.
+    items, over = items_update(_sum_items((s.items_added for s in infos), intersection), first.num_bits,
+                               first.num_hashes, source=dest)
     acc = np.empty(min(chunk, body), dtype=np.uint8)
     scratch = np.empty_like(acc)
     bar = _Progress(body * len(infos), progress, "merge")
@@ -424,6 +437,8 @@ def merge_shards(output: PathLike, shards: Sequence[PathLike], *, intersection: 
             os.pwrite(fd, fmt.pack_header(first.strategy, first.num_bits, first.num_hashes, items), 0)
     finally:
         bar.close()
+    if over is not None:
+        warnings.warn(over, OverCapacityWarning, stacklevel=2)
     return MergeResult(dest, len(infos), body * len(infos), time.perf_counter() - t0, first.num_bits,
                        first.num_hashes, first.strategy, items, intersection, in_place=False)
 
@@ -436,8 +451,9 @@ def merge_into(target: PathLike, shards: Sequence[PathLike], *, chunk_bytes: int
     for each chunk, the shards' bytes are ORed into a buffer (no lock held while reading)
     and the buffer is ORed into the target's shared mapping under the target's write lock
     (:meth:`BloomFilter.write_lock`: its thread lock and exclusive ``flock``). Finally, under
-    the lock, the target's items added is raised by the shards' sum (saturating), and the
-    mapping is flushed (``msync``) if ``flush``.
+    the lock, the target's items added is raised by the shards' sum (saturating; an
+    ``OverCapacityWarning`` past the design point, as for ``add``), and the mapping is
+    flushed (``msync``) if ``flush``.
 
     Processes using the target meanwhile keep working: readers take no lock and never see
     a bit cleared (an item of a shard may be visible before the merge returns); writers wait
@@ -458,6 +474,10 @@ def merge_into(target: PathLike, shards: Sequence[PathLike], *, chunk_bytes: int
     Returns:
         A :class:`MergeResult` (``in_place`` True).
 
+    Warns:
+        OverCapacityWarning: the target's items added passes its design point (once per
+        call, after the lock is released).
+
     Raises:
         MergeError: the target is among the shards (it would count its items twice), or a
             shard changed during the merge.
@@ -471,29 +491,30 @@ def merge_into(target: PathLike, shards: Sequence[PathLike], *, chunk_bytes: int
         raise MergeError("no shards to merge")
     with BloomFilter.open(target) as f:
         tpath = f.path or absolute_path(target)
-        tst = os.fstat(f._storage.fd)  # type: ignore[attr-defined]
+        tfd = f._file_descriptor()  # the handle's protected storage interface (base.py)
+        assert tfd is not None  # opened from a file
+        tst = os.fstat(tfd)
         mine = ShardInfo(tpath, f.num_bits, f.num_hashes, f.strategy.name, 0, f.size_bytes,
                          tst.st_dev, tst.st_ino)
         infos = inspect_shards(shards)
         for info in infos:
             if (info.dev, info.ino) == (mine.dev, mine.ino):
                 raise MergeError(f"{info.path}: the target is also named as a shard", path=info.path)
-            _check_compatible(mine, info)
+            info.config.check_compatible(f.config, where=f"{info.path} vs {tpath}")
         body = fmt.body_size(mine.num_bits)
         acc = np.empty(min(chunk, body), dtype=np.uint8)
         scratch = np.empty_like(acc)
-        bits = f._bits()  # writable numpy view of the shared mapping (no copy)
+        bits = f._cells()  # writable numpy view of the shared mapping (no copy)
         bar = _Progress(body * len(infos), progress, "merge")
         try:
             for start, size in _chunks(body, chunk):
                 part = acc[:size]
                 _accumulate(infos, start, part, scratch[:size], False, bar)
                 with f.write_lock():
-                    f._storage.check_size()  # truncated meanwhile: LengthMismatchError, not SIGBUS
+                    f._check_size()  # truncated meanwhile: LengthMismatchError, not SIGBUS
                     _combine(bits[start:start + size], part, intersection=False)
-            with f.write_lock():
-                items = min(f.items_added + sum(s.items_added for s in infos), fmt.MAX_ITEMS)
-                fmt.store_items(f._items, items)
+            # The one writer of the counter: saturating, OverCapacityWarning past the design point.
+            items = f._add_items(sum(s.items_added for s in infos), stacklevel=2)
         finally:
             bar.close()
             del bits

@@ -683,7 +683,7 @@ class ScalableBloomFilter:
         path = self._layer_path(i)
         for field, want, got in (("num_bits", entry["num_bits"], layer.num_bits),
                                  ("num_hashes", entry["num_hashes"], layer.num_hashes),
-                                 ("scheme", self._params.scheme, layer.strategy.name)):
+                                 ("strategy", self._params.scheme, layer.strategy.name)):
             if want != got:
                 raise LayerMismatchError(f"layer {i} has {field} {got!r}, the manifest says {want!r}",
                                          source=path, expected=want, actual=got)

@@ -216,6 +216,41 @@ class BloomConfig:
     def _key(self) -> tuple[int, int, str]:
         return (self.num_bits, self.num_hashes, self.strategy.name)
 
+    # -- compatibility: the one check behind union, intersection, merge and open_or_create --
+    def difference(self, other: "BloomConfig") -> "Optional[tuple[str, object, object]]":
+        """The first of ``num_bits``, ``num_hashes``, ``strategy`` (compared by name) that
+        differs, as ``(field, self's value, other's value)``; ``None`` when the cells of
+        filters of the two configs line up. ``capacity`` and ``fp_rate`` take no part."""
+        for name, mine, theirs in zip(("num_bits", "num_hashes", "strategy"), self._key(), other._key()):
+            if mine != theirs:
+                return name, mine, theirs
+        return None
+
+    def is_compatible(self, other: object) -> bool:
+        """True if ``other`` is a ``BloomConfig`` with the same m, k and strategy name, so
+        that filters of the two configs can be combined (union, intersection, merge), as
+        Guava's ``BloomFilter.isCompatible``. Never raises."""
+        return isinstance(other, BloomConfig) and self.difference(other) is None
+
+    def check_compatible(self, other: "BloomConfig", *, where: str = "") -> None:
+        """Raise unless :meth:`is_compatible`: the one compatibility check of the package
+        (filters' ``union``/``intersection``/``is_compatible``, ``merge_shards``,
+        ``merge_into``, ``mmapbloom.dask.build(into=True)``).
+
+        Args:
+            other: the config to compare with.
+            where: a prefix for the message (e.g. the files concerned).
+
+        Raises:
+            IncompatibleFiltersError (a ``ValueError``): naming the first field that
+                differs, with ``left`` this config's value and ``right`` the other's.
+        """
+        diff = self.difference(other)
+        if diff is not None:
+            from .errors import IncompatibleFiltersError
+
+            raise IncompatibleFiltersError(*diff, where=where)
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, BloomConfig):
             return NotImplemented
