@@ -324,13 +324,32 @@ def test_threads_shared_and_own_handles(tmp_path: Any, thread_trial: int) -> Non
     shared.close()
 
 
-def close_during(f: Any, threads: list[threading.Thread], started: threading.Barrier, delay: float,
+class Calls:
+    """What one thread's loop did around a ``close()``: calls that returned (``ok``), the
+    call that raised FilterClosedError (``refused``, 0 or 1: it ends the loop), and
+    ``first`` set once one call has returned (so the close comes after real work)."""
+
+    def __init__(self) -> None:
+        self.ok = 0
+        self.refused = 0
+        self.first = threading.Event()
+
+    def returned(self) -> None:
+        self.ok += 1
+        self.first.set()
+
+
+def close_during(f: Any, threads: list[threading.Thread], calls: list[Calls], delay: float,
                  problems: list[str]) -> None:
-    """Start ``threads``, meet them at ``started``, close ``f`` after ``delay`` seconds and
-    wait for them all; a close that raises is recorded in ``problems``."""
+    """Start ``threads``, wait until each has completed a call (``calls``), close ``f``
+    after ``delay`` more seconds and wait for them all; a close that raises is recorded in
+    ``problems``. Then prove that the close raced the calls: every thread completed calls
+    before it and was still calling when it came (its loop, long enough to outlast any
+    delay, ended with FilterClosedError, not by running out)."""
     for t in threads:
         t.start()
-    started.wait()
+    for c in calls:
+        assert c.first.wait(60), "a thread never completed a call"
     time.sleep(delay)
     try:
         f.close()
@@ -339,34 +358,38 @@ def close_during(f: Any, threads: list[threading.Thread], started: threading.Bar
     for t in threads:
         t.join(60)
     assert f.closed and not any(t.is_alive() for t in threads)
+    assert [c.ok > 0 for c in calls] == [True] * len(calls)  # work done before the close
+    assert [c.refused for c in calls] == [1] * len(calls)  # and cut off by it: a race
 
 
 # Regression (found by this suite): close() raised BufferError ('cannot close exported
 # pointers exist') while a batch query held a numpy view, and a query could get a plain
 # ValueError instead of FilterClosedError.
 def test_close_while_other_threads_query(tmp_path: Any) -> None:
-    """close() from one thread while others query: close raises nothing, and each query
-    returns a correct answer or raises FilterClosedError."""
+    """close() from one thread while others query: close raises nothing, each query
+    returns a correct answer or raises FilterClosedError, and every querying thread did
+    both (queries answered before the close, one refused after it)."""
     config = BloomConfig.for_items(200_000, 0.01)
     items = [f"q{i}" for i in range(200_000)]
     problems: list[str] = []
     for trial in range(6):
         f = BloomFilter.create(tmp_path / f"c{trial}.blm", config)
         f.update(items[:1000])
-        started = threading.Barrier(3)
+        calls = [Calls(), Calls()]
 
-        def query() -> None:
-            started.wait()
+        def query(c: Calls) -> None:
             try:
-                for _ in range(5):
+                for _ in range(1_000_000):  # far longer than the delay: the close cuts it off
                     assert f.contains_many(items[:1000]).all()
+                    c.returned()
                     f.contains_many(items)
+                    c.returned()
             except FilterClosedError:
-                pass
+                c.refused += 1
             except BaseException as exc:
                 problems.append(f"query: {type(exc).__name__}: {exc}")
 
-        close_during(f, [threading.Thread(target=query) for _ in range(2)], started, 0.002 * trial, problems)
+        close_during(f, [threading.Thread(target=query, args=(c,)) for c in calls], calls, 0.002 * trial, problems)
     assert not problems, problems
 
 
@@ -376,8 +399,9 @@ def test_close_while_other_threads_query(tmp_path: Any) -> None:
 @pytest.mark.parametrize("kind", [BloomFilter, CountingBloomFilter])
 def test_close_while_other_threads_write(tmp_path: Any, kind: Any) -> None:
     """close() from one thread while others add, update, read items_added and query:
-    every call returns or raises FilterClosedError, close raises nothing, and every add
-    that returned is in the file afterwards, which verifies."""
+    every call returns or raises FilterClosedError, close raises nothing, every thread
+    completed calls before the close and was cut off by it, and every add that returned
+    is in the file afterwards, which verifies."""
     config = BloomConfig.for_items(100_000, 0.01)
     problems: list[str] = []
     switch = sys.getswitchinterval()
@@ -387,37 +411,41 @@ def test_close_while_other_threads_write(tmp_path: Any, kind: Any) -> None:
             path = tmp_path / f"w{trial}.blc"
             f = kind.create(path, config)
             done: list[list[str]] = [[], []]
-            started = threading.Barrier(5)
+            calls = [Calls() for _ in range(4)]
 
-            def writer(w: int, batch: bool) -> None:
-                started.wait()
+            def writer(w: int, batch: bool, c: Calls) -> None:
                 try:
                     for i in range(100_000):
                         keys = [f"w{w}-{i}-{j}" for j in range(20)] if batch else [f"w{w}-{i}"]
                         f.update(keys) if batch else f.add(keys[0])
                         done[w].extend(keys)
+                        c.returned()
                 except FilterClosedError:
-                    pass
+                    c.refused += 1
                 except BaseException as exc:
                     problems.append(f"writer: {type(exc).__name__}: {exc}")
 
-            def reader() -> None:
-                started.wait()
+            def reader(c: Calls) -> None:
                 try:
-                    for i in range(1_000_000):  # each call returns or raises FilterClosedError
+                    for i in range(10_000_000):  # each call returns or raises FilterClosedError
                         f.items_added
+                        c.returned()
                         f"w0-{i}" in f
+                        c.returned()
                 except FilterClosedError:
-                    pass
+                    c.refused += 1
                 except BaseException as exc:
                     problems.append(f"reader: {type(exc).__name__}: {exc}")
 
-            threads = [threading.Thread(target=writer, args=(0, False)), threading.Thread(target=writer, args=(1, True)),
-                       threading.Thread(target=reader), threading.Thread(target=reader)]
-            close_during(f, threads, started, 0.003 * trial, problems)
+            threads = [threading.Thread(target=writer, args=(0, False, calls[0])),
+                       threading.Thread(target=writer, args=(1, True, calls[1])),
+                       threading.Thread(target=reader, args=(calls[2],)),
+                       threading.Thread(target=reader, args=(calls[3],))]
+            close_during(f, threads, calls, 0.003 * trial, problems)
+            acknowledged = done[0] + done[1]
+            assert len(acknowledged) >= 21  # both writers completed calls (close_during checked)
             with verify_file(path) as g:
-                acknowledged = done[0] + done[1]
-                assert g.contains_many(acknowledged).all() if acknowledged else True
+                assert g.contains_many(acknowledged).all()
     finally:
         sys.setswitchinterval(switch)
     assert not problems, problems
