@@ -145,3 +145,81 @@ def test_items_field_store_is_little_endian_golden() -> None:
     assert bytes(buf[20:24]) == b"\xff\xff\xff\xff" and fmt.load_items(word) == fmt.MAX_ITEMS
     word.release()
     assert fmt._swap32(0x01020304) == 0x04030201 and fmt._swap32(fmt._swap32(0xA1B2C3D4)) == 0xA1B2C3D4
+
+
+# -- the one image validator (issue 9): format.validate_image -----------------------------
+class RecordingReader:
+    """``read(offset, count)`` over bytes, recording what was asked."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+        self.calls: list[tuple[int, int]] = []
+
+    def __call__(self, offset: int, count: int) -> bytes:
+        self.calls.append((offset, count))
+        return self.data[offset:offset + count]
+
+
+def test_validate_image_reads_only_the_header_and_the_last_byte() -> None:
+    data = bytes(good())
+    read = RecordingReader(data)
+    header = fmt.validate_image(read, len(data), source="x")
+    assert (header.num_bits, header.num_hashes, header.strategy.name, header.items_added) == (20, 3, "M3KM", 2)
+    assert header.total_size == len(data)
+    assert read.calls == [(0, fmt.HEADER_SIZE), (len(data) - 1, 1)]
+
+
+@pytest.mark.parametrize("name, data, error", damaged(), ids=[c[0] for c in damaged()])
+def test_validate_image_refuses_every_damage(name: str, data: bytes, error: type) -> None:
+    read = RecordingReader(data)
+    with pytest.raises(error) as info:
+        fmt.validate_image(read, len(data), source="<here>")
+    assert "<here>" in str(info.value)
+    # Nothing proportional to m is read, and nothing past a wrong length.
+    assert all(count <= fmt.HEADER_SIZE for _, count in read.calls) and len(read.calls) <= 2
+    if error is LengthMismatchError:
+        assert read.calls == [(0, fmt.HEADER_SIZE)]
+
+
+def test_validate_image_a_short_last_read_is_a_truncation() -> None:
+    data = bytes(good())
+    with pytest.raises(LengthMismatchError, match="truncated"):  # shrank after fstat
+        fmt.validate_image(lambda offset, count: data[offset:offset + count] if offset == 0 else b"", len(data))
+
+
+@pytest.mark.parametrize("name, data, error", damaged(), ids=[c[0] for c in damaged()])
+def test_every_reader_reports_damage_alike(tmp_path, name: str, data: bytes, error: type) -> None:  # type: ignore[no-untyped-def]
+    """open, from_bytes and the shard merger validate through the one function: the same
+    error type and the same message (the source aside) for every kind of damage."""
+    from mmapbloom.merge import inspect_shards
+
+    path = tmp_path / "bad.blm"
+    path.write_bytes(data)
+    messages = []
+    for call in (lambda: BloomFilter.open(path), lambda: inspect_shards([path]),
+                 lambda: BloomFilter.from_bytes(data)):
+        with pytest.raises(error) as info:
+            call()
+        messages.append(str(info.value).replace(str(path), "SOURCE").replace("<bytes>", "SOURCE"))
+    assert messages[0] == messages[1] == messages[2]
+
+
+@pytest.mark.parametrize("counting", [False, True])
+def test_open_parses_the_header_once(tmp_path, monkeypatch, counting: bool) -> None:  # type: ignore[no-untyped-def]
+    from mmapbloom import CountingBloomFilter
+
+    kind = CountingBloomFilter if counting else BloomFilter
+    path = tmp_path / "f.blm"
+    kind.create(path, CFG).close()
+    parsed: list[str] = []
+    real = fmt.parse_header
+
+    def counting_parse(data: bytes, **kw):  # type: ignore[no-untyped-def]
+        parsed.append(kw.get("source", ""))
+        return real(data, **kw)
+
+    monkeypatch.setattr(fmt, "parse_header", counting_parse)
+    with kind.open(path) as f:
+        assert parsed == [str(path)]  # validated once, before mapping, and not parsed again
+        f.check()  # an explicit re-validation of the open image
+        assert len(parsed) == 2

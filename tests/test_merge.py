@@ -387,3 +387,132 @@ def test_progress_bar_only_on_a_terminal(tmp_path) -> None:  # type: ignore[no-u
     assert "merge:" in text and "/3.00M" in text and "B/s" in text, text  # tqdm bar over 3 MiB
     assert "merged 3 shards" in text
     assert bits_of(str(tmp_path / "tty.blm")) == bits_of(str(tmp_path / "piped.blm"))
+
+
+# -- one rule for the items counter (issue 12 fault 7) -----------------------------------------
+def full_shards(tmp_path, n_shards: int = 10) -> tuple[BloomConfig, list[str], int]:  # type: ignore[no-untyped-def]
+    """``n_shards`` shards of ``for_items(10_000, 0.01)``, each added 10,000 distinct items,
+    and the sum of their items added (a false positive at add time does not count)."""
+    cfg = BloomConfig.for_items(10_000, 0.01)
+    parts = [[f"s{s}-{i}" for i in range(10_000)] for s in range(n_shards)]
+    paths = write_shards(tmp_path, cfg, parts)
+    total = sum(items_of(p) for p in paths)
+    assert 0.98 * 10_000 * n_shards < total <= 10_000 * n_shards  # each shard is full
+    return cfg, paths, total
+
+
+def test_merge_past_the_design_point_warns(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Ten full shards of for_items(10_000, 0.01) merged into one such filter (real rate
+    about 0.99): merge_shards and merge_into warn as add and union do, and the count is
+    the exact sum."""
+    from mmapbloom import OverCapacityWarning
+
+    cfg, shards, total = full_shards(tmp_path)
+    out = str(tmp_path / "out.blm")
+    with pytest.warns(OverCapacityWarning, match=rf"past its design point: {total} items") as record:
+        result = merge_shards(out, shards, progress=False)
+    assert [w.filename for w in record] == [__file__]  # points at the caller
+    assert out in str(record[0].message)
+    assert result.items_added == items_of(out) == total
+    with BloomFilter.open(out, readonly=True) as f:
+        assert f.is_over_capacity() and f.observed_fp_rate() > 0.9
+    target = str(tmp_path / "t.blm")
+    BloomFilter.create(target, cfg).close()
+    with pytest.warns(OverCapacityWarning, match=rf"past its design point: {total} items") as record:
+        result = merge_into(target, shards, progress=False)
+    assert [w.filename for w in record] == [__file__]
+    assert result.items_added == items_of(target) == total
+    assert bits_of(target) == bits_of(out)
+    # The same rule as union: ten unions of the same shards warn once, with the same count.
+    acc = BloomFilter(cfg)
+    with pytest.warns(OverCapacityWarning, match=r"past its design point"):
+        for path in shards:
+            with BloomFilter.open(path, readonly=True) as shard:
+                acc.union(shard)
+    assert acc.items_added == total and acc.to_bytes()[HS:] == bits_of(out)
+
+
+def test_merge_within_the_design_point_is_silent(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import warnings
+
+    cfg = BloomConfig.for_items(100_000, 0.01)
+    shards = write_shards(tmp_path, cfg, [[f"s{s}-{i}" for i in range(10_000)] for s in range(10)])
+    target = str(tmp_path / "t.blm")
+    BloomFilter.create(target, cfg).close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert merge_shards(tmp_path / "out.blm", shards, progress=False).items_added == 100_000
+        assert merge_shards(tmp_path / "and.blm", shards, intersection=True, progress=False).items_added == 10_000
+        assert merge_into(target, shards, progress=False).items_added == 100_000
+
+
+def test_merge_counter_saturates(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The sum saturates at 2**32 - 1, never wraps (the shared rule, with the warning)."""
+    from mmapbloom import OverCapacityWarning
+
+    cfg = BloomConfig(num_bits=1000, num_hashes=3)
+    shards = write_shards(tmp_path, cfg, [["a"], ["b"]])
+    for path in shards:  # forge a nearly saturated count in each header
+        with open(path, "r+b") as fh:
+            fh.seek(20)
+            fh.write((2**32 - 10).to_bytes(4, "little"))
+    with pytest.warns(OverCapacityWarning):
+        assert merge_shards(tmp_path / "out.blm", shards, progress=False).items_added == 2**32 - 1
+    target = str(tmp_path / "t.blm")
+    BloomFilter.create(target, cfg).close()
+    with pytest.warns(OverCapacityWarning):
+        assert merge_into(target, shards, progress=False).items_added == 2**32 - 1
+    assert items_of(target) == items_of(str(tmp_path / "out.blm")) == 2**32 - 1
+
+
+def test_cli_merge_past_the_design_point_warns(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    cfg, shards, total = full_shards(tmp_path)
+    proc = cli("merge", str(tmp_path / "out.blm"), *shards)
+    assert proc.returncode == 0, proc.stderr
+    assert b"warning" in proc.stderr and f"past its design point: {total} items".encode() in proc.stderr
+    target = str(tmp_path / "t.blm")
+    BloomFilter.create(target, cfg).close()
+    proc = cli("merge", "--into", target, *shards)
+    assert proc.returncode == 0, proc.stderr
+    assert f"past its design point: {total} items".encode() in proc.stderr
+
+
+# -- one compatibility check -------------------------------------------------------------------
+def test_one_compatibility_check_for_configs_filters_and_shards(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    a = BloomConfig(num_bits=1000, num_hashes=3)
+    assert a.is_compatible(BloomConfig(num_bits=1000, num_hashes=3)) and not a.is_compatible("x")
+    assert a.difference(BloomConfig(num_bits=1000, num_hashes=4)) == ("num_hashes", 3, 4)
+    with pytest.raises(IncompatibleFiltersError, match=r"^here: incompatible filters: num_bits differs \(1000 != 999\)$"):
+        a.check_compatible(BloomConfig(num_bits=999, num_hashes=3), where="here")
+    # Filters' union and both merges all go through BloomConfig.check_compatible.
+    calls: list[tuple[int, int]] = []
+    real = BloomConfig.check_compatible
+
+    def spy(self: BloomConfig, other: BloomConfig, *, where: str = "") -> None:
+        calls.append((self.num_bits, other.num_bits))
+        real(self, other, where=where)
+
+    monkeypatch.setattr(BloomConfig, "check_compatible", spy)
+    shards = write_shards(tmp_path, a, [["x"], ["y"]])
+    BloomFilter(a).union(BloomFilter(a))
+    assert BloomFilter(a).is_compatible(BloomFilter(a)) and not BloomFilter(a).is_compatible(BloomFilter(
+        BloomConfig(num_bits=1001, num_hashes=3)))
+    merge_shards(tmp_path / "out.blm", shards, progress=False)
+    target = str(tmp_path / "t.blm")
+    BloomFilter.create(target, a).close()
+    merge_into(target, shards, progress=False)
+    # union 1, is_compatible 2, merge_shards 1 (shard 2 against shard 1), merge_into 1 + 2
+    # (the shards among themselves, then each against the target).
+    assert len(calls) == 1 + 2 + 1 + 3
+
+
+def test_merge_and_extents_use_no_private_fields_of_the_filter() -> None:
+    """merge, extents, dask and scalable use the handle's protected storage interface
+    (``_file_descriptor``, ``_duplicate_descriptor``, ``_check_size``, ``_cell_layout``,
+    ``_cells``, ``_add_items``), never its storage, counter view or bit array directly."""
+    import re
+
+    for name in ("merge", "extents", "dask", "scalable"):
+        with open(os.path.join(ROOT, "mmapbloom", f"{name}.py")) as fh:
+            source = fh.read()
+        assert not re.findall(r"\._storage|\._items\b|\._bits\(\)", source), name
