@@ -289,8 +289,7 @@ class MappedFilter:
                                 mode=mode)
         # Map the descriptor we created, never the path again (someone may have replaced it,
         # and mode may deny the owner write permission).
-        storage = FileStorage.from_fd(fd, apath, readonly=False, header_size=header.header_size,
-                                      validate=cls._validate)
+        storage = FileStorage.from_fd(fd, apath, readonly=False, validate=cls._validate)
         return cls._from_storage(storage, config, header)
 
     @classmethod
@@ -315,8 +314,30 @@ class MappedFilter:
     @classmethod
     def _open_checked(cls: type[F], path: PathLike, *, readonly: bool, config: Optional[BloomConfig],
                       options: Optional[dict[str, Any]]) -> F:
-        storage = FileStorage.open(path, readonly=readonly, header_size=fmt.header_size(cls._magic),
-                                   validate=cls._validate)
+        storage = FileStorage.open(path, readonly=readonly, validate=cls._validate)
+        return cls._adopt(storage, config, options)
+
+    @classmethod
+    def _open_any(cls, path: PathLike, readonly: bool, kinds: "tuple[type[MappedFilter], ...]") -> "MappedFilter":
+        """Open a file of one of ``kinds``, chosen by its magic, with one open, one
+        validation and one parse of the header (``verify.open_any``). An unknown magic is
+        refused by the first kind (its ``BadMagicError``)."""
+        by_magic = {kind._magic: kind for kind in kinds}
+        chosen: list[type[MappedFilter]] = []
+
+        def validate(read: fmt.Reader, size: int, source: str) -> fmt.Header:
+            kind = by_magic.get(read(0, 4), kinds[0])
+            chosen.append(kind)
+            return kind._validate(read, size, source)
+
+        storage = FileStorage.open(path, readonly=readonly, validate=validate)
+        return chosen[0]._adopt(storage, None, None)
+
+    @classmethod
+    def _adopt(cls: type[F], storage: FileStorage, config: Optional[BloomConfig],
+               options: Optional[dict[str, Any]]) -> F:
+        """A handle over a validated file storage (closed on error), after checking it
+        against ``config`` and ``options`` when given (``open_or_create``)."""
         source = storage.path or ""
         try:
             header = storage.header  # validated (header, length, padding) before mapping

@@ -59,6 +59,7 @@ from typing import Any, Callable, Iterable, Optional, Union
 import numpy as np
 import numpy.typing as npt
 
+from . import format as fmt
 from .errors import (
     ConfigError,
     ConfigMismatchError,
@@ -107,7 +108,7 @@ LOCK_SIZE = _LOCK.size  # 16
 _COUNT_OFFSET = 8
 
 #: A layer's items-added field saturates here (BLM1 header, u32).
-_MAX_ITEMS = 2**32 - 1
+_MAX_ITEMS = fmt.MAX_ITEMS
 #: A manifest larger than this is refused before it is read (it lists a few hundred bytes
 #: per layer).
 _MAX_MANIFEST_BYTES = 1 << 24

@@ -146,7 +146,6 @@ class FileStorage(Storage):
         path: Union[str, os.PathLike[str]],
         *,
         readonly: bool,
-        header_size: int,
         validate: "Validator",
     ) -> "FileStorage":
         """Open and map ``path`` after validating its header, length and padding.
@@ -154,13 +153,13 @@ class FileStorage(Storage):
         Args:
             path: the file.
             readonly: map read-only (``PROT_READ``); writes are refused by the filter.
-            header_size: bytes of the header (kept as :attr:`header_size`).
             validate: ``validate(read, file_size, source) -> Header``, normally
                 :func:`mmapbloom.format.validate_image` for the filter's kind; ``read(offset,
                 count)`` is ``os.pread`` on the descriptor. It raises a ``FormatError`` if
                 the image is wrong, and is called before anything is mapped; the header it
-                returns is kept as :attr:`header` (so the caller does not parse it again)
-                and its ``total_size`` bytes are mapped.
+                returns is kept as :attr:`header` (so the caller does not parse it again;
+                its ``header_size`` becomes :attr:`header_size`) and its ``total_size``
+                bytes are mapped.
 
         Raises:
             OSError: the file cannot be opened (FileNotFoundError, PermissionError,
@@ -171,11 +170,10 @@ class FileStorage(Storage):
         flags = (os.O_RDONLY if readonly else os.O_RDWR) | getattr(os, "O_CLOEXEC", 0)
         # O_NONBLOCK: opening a FIFO must not hang; it has no effect on regular files.
         fd = os.open(apath, flags | getattr(os, "O_NONBLOCK", 0))
-        return cls.from_fd(fd, apath, readonly=readonly, header_size=header_size, validate=validate)
+        return cls.from_fd(fd, apath, readonly=readonly, validate=validate)
 
     @classmethod
-    def from_fd(cls, fd: int, path: str, *, readonly: bool, header_size: int,
-                validate: "Validator") -> "FileStorage":
+    def from_fd(cls, fd: int, path: str, *, readonly: bool, validate: "Validator") -> "FileStorage":
         """Map an open descriptor (taking ownership of it: it is closed on error and by
         :meth:`close`) after the checks of :meth:`open`. ``path`` is for messages."""
         try:
@@ -202,7 +200,7 @@ class FileStorage(Storage):
         self.buf = mm
         self.readonly = readonly
         self.path = path
-        self.header_size = header_size
+        self.header_size = header.header_size
         self.header = header
         self.lock = WriteLock(fd, path)
         return self

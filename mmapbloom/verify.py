@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 from typing import Union
 
-from . import format as fmt
-from .errors import BadMagicError
 from .base import MappedFilter
 from .counting import CountingBloomFilter
 from .filter import BloomFilter
@@ -18,15 +16,14 @@ def open_any(path: Union[str, "os.PathLike[str]"], readonly: bool = False) -> Ma
     """Open a filter file of either kind, chosen by its magic: a ``BloomFilter`` for BLM1,
     a ``CountingBloomFilter`` for BLC1.
 
+    The file is opened, validated and its header parsed once (the kind is chosen inside
+    the validation, from the magic).
+
     Raises:
-        As ``BloomFilter.open``; ``BadMagicError`` when the magic is neither kind's.
+        As ``BloomFilter.open``; ``BadMagicError`` (expecting BLM1) when the magic is
+        neither kind's.
     """
-    try:
-        return BloomFilter.open(path, readonly=readonly)
-    except BadMagicError as exc:
-        if exc.actual != fmt.COUNTING_MAGIC:
-            raise
-        return CountingBloomFilter.open(path, readonly=readonly)
+    return MappedFilter._open_any(path, readonly, (BloomFilter, CountingBloomFilter))
 
 
 def verify_file(path: Union[str, "os.PathLike[str]"]) -> MappedFilter:

@@ -20,6 +20,7 @@ from mmapbloom import (
     UnknownSchemeError,
     verify_file,
 )
+from mmapbloom.verify import open_any
 
 # M3KM pinned: the golden bytes below were written by that strategy (still readable forever).
 CFG = BloomConfig(num_bits=20, num_hashes=3, strategy=M3KM())
@@ -223,3 +224,6 @@ def test_open_parses_the_header_once(tmp_path, monkeypatch, counting: bool) -> N
         assert parsed == [str(path)]  # validated once, before mapping, and not parsed again
         f.check()  # an explicit re-validation of the open image
         assert len(parsed) == 2
+    parsed.clear()
+    with open_any(path) as g:  # the kind chosen by magic, still one open and one parse
+        assert type(g) is kind and parsed == [str(path)]
