@@ -169,6 +169,14 @@ class MappedFilter:
     with the formulas of the filter's strategy. Subclasses set ``_magic`` and implement
     ``_new_header(config, **options)`` and the cell operations through the handle's
     :class:`~mmapbloom.kernels.Kernels` (``self._kernels``).
+
+    One home per concern: images are validated by :func:`mmapbloom.format.validate_image`
+    (``_validate``; ``open`` parses the header once, before mapping), shapes compared by
+    :meth:`BloomConfig.check_compatible`, and the items counter written only by
+    ``_set_items`` / ``_bump_items`` under the rule of :func:`items_update` (saturation and
+    the over-capacity warning). The package's other modules (merge, extents) reach the
+    storage through the protected methods ``_file_descriptor``, ``_duplicate_descriptor``,
+    ``_check_size``, ``_cell_layout``, ``_cells`` and ``_add_items``, never its fields.
     """
 
     __slots__ = (

@@ -219,7 +219,8 @@ def _read_shard_header(fd: int, path: str) -> tuple[fmt.Header, os.stat_result]:
         if stat.S_ISDIR(st.st_mode):
             raise IsADirectoryError(errno.EISDIR, "is a directory, not a filter file", path)
         raise OSError(errno.EINVAL, "not a regular file", path)
-    header = BloomFilter._validate(lambda offset, count: os.pread(fd, count, offset), st.st_size, path)
+    # The one image validator of every reader (format.validate_image): two small preads.
+    header = fmt.validate_image(lambda offset, count: os.pread(fd, count, offset), st.st_size, source=path)
     return header, st
 
 
