@@ -498,12 +498,19 @@ class MappedFilter:
         raise NotImplementedError
 
     def might_contain(self, item: Any) -> bool:
-        """False only if ``item`` was certainly never added (no false negatives); takes no
-        lock. Implemented by each kind."""
-        raise NotImplementedError
+        """True if ``item`` (str or bytes-like) may have been added; False only if it
+        certainly was not (no false negatives). Takes no lock; stops at the first zero
+        cell. Cost: one hash and at most k cell reads (fewer for most absent items).
 
-    def __contains__(self, item: Any) -> bool:
-        return self.might_contain(item)
+        Raises TypeError (an item that is not str or bytes-like), FilterClosedError.
+        """
+        try:
+            return self._kernels.contains(item)
+        except ValueError:
+            self._check_open()
+            raise
+
+    __contains__ = might_contain
 
     def add_many(self, items: Iterable[Any]) -> npt.NDArray[np.bool_]:
         """Batch add: a ``bool`` array of shape ``(len(items),)``, True where the item was
@@ -567,9 +574,21 @@ class MappedFilter:
         self._flush_warning(stacklevel=5)
 
     def contains_many(self, items: Iterable[Any]) -> npt.NDArray[np.bool_]:
-        """Batch :meth:`might_contain`: a ``bool`` array of shape ``(len(items),)``; takes no
-        lock. Implemented by each kind."""
-        raise NotImplementedError
+        """Batch :meth:`might_contain`: a ``bool`` array of shape ``(len(items),)`` with
+        exactly the per-item answers. Takes no lock; on the native backend the GIL is
+        released while keys are hashed and probed, so threads query in parallel.
+
+        Raises TypeError (bad item; every item is checked), FilterClosedError,
+        LengthMismatchError (the file was truncated under the handle).
+        """
+        self._check_open()
+        seq = items if isinstance(items, (list, tuple)) else list(items)
+        try:
+            self._storage.check_size()  # a truncated file: LengthMismatchError, not SIGBUS
+            return self._kernels.contains_many(seq)
+        except ValueError:
+            self._check_open()
+            raise
 
     # -- statistics (shared by every kind; the strategy brings its formulas) -------------
     def count_ones(self, progress: Any = False) -> int:

@@ -70,7 +70,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from typing import Any, Iterable, Optional, Sequence, Union
+from typing import Any, Iterable, Optional, Union
 
 from .base import check_compatible
 from .filter import BloomFilter

@@ -63,7 +63,6 @@ from .errors import (
     ConfigError,
     ConfigMismatchError,
     FilterClosedError,
-    FormatError,
     LayerMismatchError,
     ManifestError,
     MissingLayerError,
