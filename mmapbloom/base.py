@@ -13,6 +13,7 @@ import contextlib
 import math
 import os
 import signal
+import sys
 import threading
 import warnings
 from typing import Any, Iterable, Iterator, Optional, TypeVar, Union
@@ -61,6 +62,9 @@ CHUNK_BYTES = 1 << 24
 PathLike = Union[str, "os.PathLike[str]"]
 
 _MAX_ITEMS = fmt.MAX_ITEMS
+#: The items word is a native-endian 4-byte view (``format.items_word``); on a
+#: little-endian host its value is the stored value, so the hot path indexes it directly.
+_NATIVE_LITTLE = sys.byteorder == "little"
 
 F = TypeVar("F", bound="MappedFilter")
 
@@ -444,9 +448,14 @@ class MappedFilter:
         """Add ``new`` (may be negative) to the item count, saturating: a saturated count
         (``2**32 - 1``) never moves again. The caller holds the write lock. This and
         :meth:`_set_items` are the only writers of the items field."""
-        count = fmt.load_items(self._items)
+        word = self._items
+        count = word[0] if _NATIVE_LITTLE else fmt.load_items(word)
         if count < _MAX_ITEMS:
-            self._set_items(count + new)
+            total = count + new
+            if _NATIVE_LITTLE and 0 <= total <= self._warn_at and total < _MAX_ITEMS:  # hot path: one store
+                word[0] = total
+            else:
+                self._set_items(total)
 
     def _cells(self) -> npt.NDArray[np.uint8]:
         """A numpy ``uint8`` view of the cell array (no copy; read-only when the handle is).
