@@ -13,6 +13,7 @@ import contextlib
 import math
 import os
 import signal
+import sys
 import threading
 import warnings
 from typing import Any, Iterable, Iterator, Optional, TypeVar, Union
@@ -64,6 +65,9 @@ CHUNK_BYTES = 1 << 24
 PathLike = Union[str, "os.PathLike[str]"]
 
 _MAX_ITEMS = fmt.MAX_ITEMS
+#: The items word is a native-endian 4-byte view (``format.items_word``); on a
+#: little-endian host its value is the stored value, so the hot path indexes it directly.
+_NATIVE_LITTLE = sys.byteorder == "little"
 
 F = TypeVar("F", bound="MappedFilter")
 
@@ -497,9 +501,14 @@ class MappedFilter:
         """Add ``new`` (may be negative) to the item count, saturating: a saturated count
         (``2**32 - 1``) never moves again. The caller holds the write lock. This and
         :meth:`_set_items` are the only writers of the items field."""
-        count = fmt.load_items(self._items)
+        word = self._items
+        count = word[0] if _NATIVE_LITTLE else fmt.load_items(word)
         if count < _MAX_ITEMS:
-            self._set_items(count + new)
+            total = count + new
+            if _NATIVE_LITTLE and 0 <= total <= self._warn_at and total < _MAX_ITEMS:  # hot path: one store
+                word[0] = total
+            else:
+                self._set_items(total)
 
     def _cells(self) -> npt.NDArray[np.uint8]:
         """A numpy ``uint8`` view of the cell array (no copy; read-only when the handle is).
@@ -617,12 +626,19 @@ class MappedFilter:
         raise NotImplementedError
 
     def might_contain(self, item: Any) -> bool:
-        """False only if ``item`` was certainly never added (no false negatives); takes no
-        lock. Implemented by each kind."""
-        raise NotImplementedError
+        """True if ``item`` (str or bytes-like) may have been added; False only if it
+        certainly was not (no false negatives). Takes no lock; stops at the first zero
+        cell. Cost: one hash and at most k cell reads (fewer for most absent items).
 
-    def __contains__(self, item: Any) -> bool:
-        return self.might_contain(item)
+        Raises TypeError (an item that is not str or bytes-like), FilterClosedError.
+        """
+        try:
+            return self._kernels.contains(item)
+        except ValueError:
+            self._check_open()
+            raise
+
+    __contains__ = might_contain
 
     def add_many(self, items: Iterable[Any]) -> npt.NDArray[np.bool_]:
         """Batch add: a ``bool`` array of shape ``(len(items),)``, True where the item was
@@ -686,9 +702,21 @@ class MappedFilter:
         self._flush_warning(stacklevel=5)
 
     def contains_many(self, items: Iterable[Any]) -> npt.NDArray[np.bool_]:
-        """Batch :meth:`might_contain`: a ``bool`` array of shape ``(len(items),)``; takes no
-        lock. Implemented by each kind."""
-        raise NotImplementedError
+        """Batch :meth:`might_contain`: a ``bool`` array of shape ``(len(items),)`` with
+        exactly the per-item answers. Takes no lock; on the native backend the GIL is
+        released while keys are hashed and probed, so threads query in parallel.
+
+        Raises TypeError (bad item; every item is checked), FilterClosedError,
+        LengthMismatchError (the file was truncated under the handle).
+        """
+        self._check_open()
+        seq = items if isinstance(items, (list, tuple)) else list(items)
+        try:
+            self._storage.check_size()  # a truncated file: LengthMismatchError, not SIGBUS
+            return self._kernels.contains_many(seq)
+        except ValueError:
+            self._check_open()
+            raise
 
     # -- statistics (shared by every kind; the strategy brings its formulas) -------------
     def count_ones(self, progress: Any = False) -> int:

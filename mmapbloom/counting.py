@@ -28,7 +28,7 @@ atomic across threads and processes; readers take no lock.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Iterable, Union
+from typing import Any, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -190,34 +190,11 @@ class CountingBloomFilter(MappedFilter):
             self._check_open()
             raise
 
-    def might_contain(self, item: Item) -> bool:
-        """True if the item may be present (all its counters non-zero); False only if it
-        is certainly absent. Takes no lock; stops at the first zero counter."""
-        try:
-            return self._kernels.contains(item)
-        except ValueError:
-            self._check_open()
-            raise
-
-    __contains__ = might_contain
-
     # -- batch operations -------------------------------------------------------------------
     # add_many and update: MappedFilter's batch writer over the counting kernels (the
     # kernels return (flags, new, saturated); saturation warns once the batch is done).
     def _flush_batch_warnings(self, saturated: bool) -> None:
         self._flush_warnings(saturated, stacklevel=4)
-
-    def contains_many(self, items: Iterable[Item]) -> npt.NDArray[np.bool_]:
-        """Vectorised :meth:`might_contain`: a ``bool`` array of shape ``(len(items),)``.
-        Takes no lock. Raises TypeError (bad item), FilterClosedError."""
-        self._check_open()
-        seq = items if isinstance(items, (list, tuple)) else list(items)
-        try:
-            self._storage.check_size()  # a truncated file: LengthMismatchError, not SIGBUS
-            return self._kernels.contains_many(seq)
-        except ValueError:
-            self._check_open()
-            raise
 
     # -- statistics -----------------------------------------------------------------------
     def _count_where(self, test: Any, progress: extents.Progress = False) -> int:

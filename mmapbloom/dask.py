@@ -71,7 +71,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from typing import Any, Iterable, Optional, Sequence, Union
+from typing import Any, Iterable, Optional, Union
 
 from .filter import BloomFilter
 from .hashing import get_strategy

@@ -15,7 +15,7 @@ Concurrency model (see also the README's guarantees):
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Union
+from typing import Any, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -107,41 +107,10 @@ class BloomFilter(MappedFilter):
             self._flush_warning()
         return new
 
-    def might_contain(self, item: Item) -> bool:
-        """True if ``item`` may have been added; False only if it certainly was not.
-
-        Takes no lock. Cost: one hash and at most k bit reads (fewer for most absent
-        items). Raises TypeError for an item that is not str or bytes-like,
-        FilterClosedError after close.
-        """
-        try:
-            return self._kernels.contains(item)
-        except ValueError:
-            self._check_open()
-            raise
-
-    __contains__ = might_contain
-
     # -- batch operations ----------------------------------------------------------------
     def _bits(self) -> npt.NDArray[np.uint8]:
         """A numpy ``uint8`` view of the bit array (no copy)."""
         return self._cells()
-
-    def contains_many(self, items: Iterable[Item]) -> npt.NDArray[np.bool_]:
-        """Vectorised :meth:`might_contain`: a ``bool`` array of shape ``(len(items),)``
-        with exactly the per-item answers. Takes no lock; on the native backend the GIL is
-        released while keys are hashed and probed, so threads query in parallel.
-
-        Raises TypeError (bad item; checked for every item first), FilterClosedError.
-        """
-        self._check_open()
-        seq = items if isinstance(items, (list, tuple)) else list(items)
-        try:
-            self._storage.check_size()  # a truncated file: LengthMismatchError, not SIGBUS
-            return self._kernels.contains_many(seq)
-        except ValueError:
-            self._check_open()
-            raise
 
     # add_many and update: MappedFilter's batch writer over the bit kernels.
 

@@ -64,7 +64,6 @@ from .errors import (
     ConfigError,
     ConfigMismatchError,
     FilterClosedError,
-    FormatError,
     LayerMismatchError,
     ManifestError,
     MissingLayerError,
