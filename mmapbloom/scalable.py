@@ -680,13 +680,13 @@ class ScalableBloomFilter:
         return layer, (st.st_dev, st.st_ino)
 
     def _check_shape(self, i: int, layer: BloomFilter, entry: dict[str, Any]) -> None:
-        path = self._layer_path(i)
-        for field, want, got in (("num_bits", entry["num_bits"], layer.num_bits),
-                                 ("num_hashes", entry["num_hashes"], layer.num_hashes),
-                                 ("strategy", self._params.scheme, layer.strategy.name)):
-            if want != got:
-                raise LayerMismatchError(f"layer {i} has {field} {got!r}, the manifest says {want!r}",
-                                         source=path, expected=want, actual=got)
+        # The manifest's entries were checked against the growth rule when it was read, so
+        # the rule's config is the manifest's; compared by the one shape comparison.
+        diff = self._params.layer_config(i, self._strategy).difference(layer.config)
+        if diff is not None:
+            field, want, got = diff
+            raise LayerMismatchError(f"layer {i} has {field} {got!r}, the manifest says {want!r}",
+                                     source=self._layer_path(i), expected=want, actual=got)
 
     def _full(self, i: int, layer: BloomFilter) -> bool:
         return layer.items_added >= self._params.layer_limit(i)
