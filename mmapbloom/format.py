@@ -62,6 +62,7 @@ __all__ = [
     "KINDS",
     "MAGIC",
     "MAX_ITEMS",
+    "Reader",
     "Header",
     "body_size",
     "check_length",
