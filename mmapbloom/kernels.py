@@ -186,10 +186,6 @@ def _positions_many(strategy: Any, keys: Sequence[bytes], probes: int, m: int) -
     return pos
 
 
-def _chunks(n: int, probes: int) -> range:
-    return range(0, n, max(1, PURE_CHUNK_PAIRS // probes))
-
-
 def _bind_pure_bits(out: Kernels, body: memoryview, strategy: Any, m: int, probes: int) -> None:
     positions = strategy.positions
     krange = range(probes)
@@ -252,8 +248,9 @@ def _bind_pure_bits(out: Kernels, body: memoryview, strategy: Any, m: int, probe
         keys = encode_keys(items)
         flags = np.zeros(len(keys), dtype=np.bool_)
         bits = np.frombuffer(body, dtype=np.uint8)
-        for start in _chunks(len(keys), probes):
-            chunk = keys[start:start + max(1, PURE_CHUNK_PAIRS // probes)]
+        step = max(1, PURE_CHUNK_PAIRS // probes)
+        for start in range(0, len(keys), step):
+            chunk = keys[start:start + step]
             pos, idx, masks = byte_masks(chunk)
             new = _test_and_set(bits, pos, idx, masks, len(chunk), probes)
             if new is not None:
