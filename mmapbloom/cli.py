@@ -171,7 +171,7 @@ def _progress_bar(names: Sequence[str], desc: str) -> Any:
 def _plan(args: argparse.Namespace) -> int:
     rows = []
     for n, p in itertools.product(args.n, args.p):
-        cfg = BloomConfig.for_items(n, p, strategy=get_strategy(args.strategy))
+        cfg = BloomConfig.for_items(n, p, strategy=_strategy(args.strategy))
         m, k = cfg.num_bits, cfg.num_hashes
         size = fmt.HEADER_SIZE + fmt.body_size(m)
         rows.append({
@@ -198,7 +198,7 @@ def _config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
     explicit = args.bits is not None or args.hashes is not None
     if sized and explicit:
         parser.error("give either -n and -p, or --bits and --hashes, not both")
-    strategy = get_strategy(args.strategy)
+    strategy = _strategy(args.strategy)
     if sized:
         if args.n is None or args.p is None:
             parser.error("-n and -p go together")
@@ -206,6 +206,15 @@ def _config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
     if args.bits is None or args.hashes is None:
         parser.error("give -n N -p P, or --bits M --hashes K")
     return BloomConfig(num_bits=args.bits, num_hashes=args.hashes, strategy=strategy)
+
+
+def _strategy(name: str) -> Any:
+    """The registered strategy named by ``--strategy`` (case-insensitive for the built-in
+    upper-case names); UnknownStrategyError naming the option and the registered names."""
+    registered = registered_strategies()
+    if name not in registered and name.upper() in registered:
+        name = name.upper()
+    return get_strategy(name, source="--strategy")
 
 
 def _open_filter(path: str, readonly: bool) -> Any:
@@ -227,7 +236,7 @@ def _create_scalable(args: argparse.Namespace) -> int:
     if args.tightening is not None:
         options["tightening"] = args.tightening
     try:
-        f = ScalableBloomFilter.create(args.file, args.n, args.p, strategy=get_strategy(args.strategy), **options)
+        f = ScalableBloomFilter.create(args.file, args.n, args.p, strategy=_strategy(args.strategy), **options)
     except FileExistsError as exc:
         raise _use_force(exc, args.file) from None
     with f:
@@ -441,6 +450,10 @@ def _merge(args: argparse.Namespace) -> int:
 
     chunk = args.chunk_mib * 2**20
     progress = args.progress  # None: only when stderr is a terminal
+    for path in [args.into, *args.paths]:
+        if path is not None and is_scalable(path):
+            raise MergeError(f"{path}: a scalable filter (a directory of layers); merging scalable filters is "
+                             "not supported: merge plain BLM1 files, or add the items to one scalable filter")
     if args.into is not None:
         if args.intersection:
             raise MergeError("--intersection cannot be combined with --into: clearing bits in place would "
@@ -578,7 +591,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("add", help="add items (one per line) from files or stdin",
                        description="Add items to an existing filter file. Uses the batch API: items are "
-                                   "added in chunks of 65,536 lines, each under one or a few acquisitions of the file's "
+                                   "added in chunks of 65,536 lines, each under one acquisition of the file's "
                                    "write lock, so other processes may add concurrently. Prints the "
                                    "throughput and the new and already-present counts on stderr.",
                        epilog=FRAMING_HELP)
@@ -609,8 +622,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("verify", help="check files' header, length and padding",
                        description="Check that each file is a sound filter without trusting it (like zip -T): "
-                                   "magic, registered strategy, m >= 1, k >= 1, a length of exactly "
-                                   "24 + ceil(m / 8) bytes and zero padding bits. Exit 0 only if all are sound.")
+                                   "magic, registered strategy, m >= 1, 1 <= k <= 4096, a length of exactly "
+                                   "24 + ceil(m / 8) bytes for a Bloom filter (BLM1) or 32 + ceil(m * width / 8) "
+                                   "for a counting filter (BLC1), and zero padding bits; for a scalable filter's "
+                                   "directory, the manifest and every layer. Exit 0 only if all are sound.")
     p.add_argument("files", nargs="+", metavar="FILE")
     p.set_defaults(func=_verify)
 

@@ -76,6 +76,12 @@ def test_top_commands_are_what_ci_runs() -> None:
     assert "examples/crawl.py" in top
 
 
+def test_no_unfilled_placeholder() -> None:
+    """A line that is only an upper-case token (``PERF_SECTION``) is a template left behind."""
+    left = [line for line in README.read_text().splitlines() if re.fullmatch(r"[A-Z][A-Z0-9]*_[A-Z0-9_]+", line.strip())]
+    assert not left, left
+
+
 def test_console_blocks(run_dir: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "MMAPBLOOM_PURE"))}
     env["PYTHONPATH"] = str(ROOT)
