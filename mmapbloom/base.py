@@ -580,7 +580,7 @@ class MappedFilter:
         Returns the stored count. For writers outside the class (``merge_into``)."""
         if self._no_write:
             self._refuse_write()
-        with deferred_signals(), self._lock:
+        with self._lock, deferred_signals():  # wait interruptibly; hold signals while committing
             self._check_size()
             self._bump_items(delta)
             count = fmt.load_items(self._items)
@@ -679,7 +679,7 @@ class MappedFilter:
             self._storage.check_size()  # a truncated file: LengthMismatchError, not SIGBUS
             for start in range(0, len(keys), CHUNK_KEYS):
                 chunk = keys[start:start + CHUNK_KEYS]
-                with deferred_signals(), self._lock:
+                with self._lock, deferred_signals():  # wait interruptibly; hold signals while committing
                     flags, new, *sat = add_many(chunk)  # counting kernels add "saturated"
                     if new:
                         self._bump_items(new)
@@ -689,7 +689,11 @@ class MappedFilter:
             result = int(np.count_nonzero(out)) if count else out
         except ValueError as exc:
             exc.committed_items = committed  # type: ignore[attr-defined]
-            self._check_open()
+            try:
+                self._check_open()
+            except FilterClosedError as closed:  # closed by another thread meanwhile
+                closed.committed_items = committed  # type: ignore[attr-defined]
+                raise
             raise
         except BaseException as exc:  # KeyboardInterrupt: tell the caller how far it got
             exc.committed_items = committed  # type: ignore[attr-defined]

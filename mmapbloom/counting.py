@@ -126,6 +126,7 @@ class CountingBloomFilter(MappedFilter):
         """
         if self._no_write:
             self._refuse_write()
+        held = self._lock.owned()
         try:
             with self._lock:
                 result: tuple[bool, bool] = self._kernels.add(item)
@@ -134,6 +135,9 @@ class CountingBloomFilter(MappedFilter):
                     self._bump_items(1)
         except ValueError:
             self._check_open()
+            raise
+        except BaseException:  # a KeyboardInterrupt inside the lock code: never leave it held
+            self._lock.recover(held)
             raise
         self._flush_warnings(saturated, stacklevel=3)
         return new
@@ -160,6 +164,7 @@ class CountingBloomFilter(MappedFilter):
         """
         if self._no_write:
             self._refuse_write()
+        held = self._lock.owned()
         try:
             with self._lock:
                 result = self._kernels.remove(item)
@@ -167,6 +172,9 @@ class CountingBloomFilter(MappedFilter):
                     self._bump_items(-1)
         except ValueError:
             self._check_open()
+            raise
+        except BaseException:  # a KeyboardInterrupt inside the lock code: never leave it held
+            self._lock.recover(held)
             raise
         if result < 0:
             raise KeyError(item)
@@ -194,7 +202,7 @@ class CountingBloomFilter(MappedFilter):
     # add_many and update: MappedFilter's batch writer over the counting kernels (the
     # kernels return (flags, new, saturated); saturation warns once the batch is done).
     def _flush_batch_warnings(self, saturated: bool) -> None:
-        self._flush_warnings(saturated, stacklevel=4)
+        self._flush_warnings(saturated, stacklevel=5)
 
     # -- statistics -----------------------------------------------------------------------
     def _count_where(self, test: Any, progress: extents.Progress = False) -> int:
@@ -255,7 +263,7 @@ class CountingBloomFilter(MappedFilter):
         self._check_compatible(other)
         same = self._same_image(other)
         mine = self._cells()
-        with deferred_signals(), self._lock:
+        with self._lock, deferred_signals():  # wait interruptibly; hold signals while committing
             # The snapshot of a second handle of this file is taken under our lock (which
             # excludes every writer, so the snapshot takes no lock of its own, never waiting
             # for ourselves) and the sum is atomic.

@@ -92,6 +92,7 @@ class BloomFilter(MappedFilter):
         if self._no_write:
             self._refuse_write()
         lock = self._lock
+        held = lock.owned()
         try:
             lock.acquire()
             try:
@@ -102,6 +103,9 @@ class BloomFilter(MappedFilter):
                 lock.release()
         except ValueError:  # e.g. closed by another thread meanwhile
             self._check_open()
+            raise
+        except BaseException:  # a KeyboardInterrupt inside the lock code: never leave it held
+            lock.recover(held)
             raise
         if self._warn_msg is not None:
             self._flush_warning()
@@ -123,7 +127,7 @@ class BloomFilter(MappedFilter):
         if self._same_image(other):
             return self  # x | x == x & x == x: nothing changes, and no self-deadlock
         mine, theirs = self._bits(), other._bits()
-        with deferred_signals(), self._lock:
+        with self._lock, deferred_signals():  # wait interruptibly; hold signals while committing
             for start in range(0, mine.shape[0], CHUNK_BYTES):
                 stop = start + CHUNK_BYTES
                 op(mine[start:stop], theirs[start:stop], out=mine[start:stop])

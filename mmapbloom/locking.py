@@ -135,11 +135,12 @@ class WriteLock:
     Fork-safe as described in the module docstring.
     """
 
-    __slots__ = ("_tlock", "_depth", "_fd", "_own_fd", "_stale", "_path", "_ino", "_forker_depth", "_inherited",
+    __slots__ = ("_tlock", "owned", "_depth", "_fd", "_own_fd", "_stale", "_path", "_ino", "_forker_depth", "_inherited",
                  "_closed", "__weakref__")
 
     def __init__(self, fd: Optional[int], path: Optional[str] = None):
         self._tlock = threading.RLock()
+        self.owned = self._tlock._is_owned  # type: ignore[attr-defined]  # "does this thread hold it?"
         self._depth = 0
         self._fd = fd
         self._own_fd: Optional[int] = None
@@ -168,6 +169,7 @@ class WriteLock:
         # them in the child is a no-op (``_inherited``); a write inside them takes the lock
         # for real, waiting for the parent to leave its block.
         self._tlock = threading.RLock()
+        self.owned = self._tlock._is_owned  # type: ignore[attr-defined]  # "does this thread hold it?"
         self._depth = 0
         self._inherited = self._forker_depth
         self._forker_depth = 0
@@ -256,6 +258,7 @@ class WriteLock:
             self._tlock.release()
             raise FilterClosedError(f"{self._path or '<memory>'}: filter is closed")
         if not self._depth and self._fd is not None:
+            fd = None
             try:
                 if self._stale:
                     self._reopen()
@@ -266,9 +269,19 @@ class WriteLock:
                 else:  # pragma: no cover - non-POSIX
                     if not self._try_lock(fd):
                         self._wait_file_lock(fd, deadline, timeout)
+                self._depth = 1  # inside the try: an interrupt after the flock still unlocks
             except BaseException:
+                # Whatever was interrupted (a KeyboardInterrupt can land right after the
+                # flock call returned), this thread holds the thread lock at depth 0, so no
+                # other thread of this process holds this description's flock: unlocking
+                # unconditionally is safe, and never leaves the file locked.
+                self._depth = 0
+                if fd is not None:
+                    with contextlib.suppress(OSError):
+                        _unlock_flock(fd) if _DIRECT_FLOCK else portalocker.unlock(fd)
                 self._tlock.release()
                 raise
+            return
         self._depth += 1
 
     # -- the slow path: the file lock is taken ----------------------------------------
@@ -343,16 +356,41 @@ class WriteLock:
         if not self._depth and self._inherited:
             self._inherited -= 1  # leaving a block entered before fork(), in the child
             return
-        self._depth -= 1
-        if not self._depth and self._fd is not None:
+        if self._depth == 1 and self._fd is not None:
+            fd = self._own_fd if self._own_fd is not None else self._fd
             try:
                 if _DIRECT_FLOCK:
-                    _unlock_flock(self._own_fd if self._own_fd is not None else self._fd)
+                    _unlock_flock(fd)
                 else:  # pragma: no cover - non-POSIX
-                    portalocker.unlock(self._own_fd if self._own_fd is not None else self._fd)
+                    portalocker.unlock(fd)
             finally:
+                self._depth = 0  # only once the flock is gone (or its unlock failed)
                 self._tlock.release()
         else:
+            self._depth -= 1
+            self._tlock.release()
+
+    def recover(self, held_before: bool) -> None:
+        """Leave nothing held after an exception escaped a locked section that this thread
+        entered without holding the lock (``held_before`` False).
+
+        A KeyboardInterrupt can land between any two bytecodes of :meth:`acquire` or
+        :meth:`release`, for example right after the flock call returned; without this, the
+        file could stay locked for every other process as long as this one lives. Since this
+        thread did not hold the lock before, whatever it holds now is this section's: the
+        flock is unlocked (unconditionally: unlocking a description we do not hold is a
+        no-op) and the thread lock fully released. Cheap when nothing is held."""
+        if held_before or not self.owned():
+            return
+        fd = self._own_fd if self._own_fd is not None else self._fd
+        if fd is not None:
+            with contextlib.suppress(OSError, ValueError):
+                if _DIRECT_FLOCK:
+                    _unlock_flock(fd)
+                else:  # pragma: no cover - non-POSIX
+                    portalocker.unlock(fd)
+        self._depth = 0
+        while self.owned():
             self._tlock.release()
 
     @property

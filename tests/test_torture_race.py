@@ -115,11 +115,12 @@ def test_eight_processes_open_or_create(tmp_path: Any, create_trial: int) -> Non
 # -- a reader while the path is replaced ------------------------------------------------------------
 
 
-def _reader(path: str, readonly: bool, mine: list[str], replaced_fd: int, rounds: int) -> int:
+def _reader(path: str, readonly: bool, mine: list[str], replaced_fd: int, rounds: int, opened_fd: int) -> int:
     """Keep one handle on the original file while the path is being replaced; check the
     original's items all along; add our own items (read-write); afterwards fork a child
     that adds through the inherited handle. Returns the number of checks made."""
     f = BloomFilter.open(path, readonly=readonly)
+    os.write(opened_fd, b"o")  # the replacer starts only now: we hold the original file
     checks = 0
     original = [f"orig-{i}" for i in range(1000)]
     deadline = time.monotonic() + 30
@@ -148,9 +149,11 @@ def _reader(path: str, readonly: bool, mine: list[str], replaced_fd: int, rounds
     return checks
 
 
-def _replacer(path: str, times: int, started_fd: int) -> list[str]:
-    """Replace ``path`` atomically ``times`` times with new filters; returns the items of
-    the last one."""
+def _replacer(path: str, times: int, started_fd: int, opened_fd: int) -> list[str]:
+    """Replace ``path`` atomically ``times`` times with new filters, once the reader has
+    opened the original (on a loaded machine it could otherwise open a replacement);
+    returns the items of the last one."""
+    assert os.read(opened_fd, 1) == b"o"
     last: list[str] = []
     for t in range(times):
         tmp = f"{path}.new-{t}"
@@ -170,11 +173,12 @@ def test_reader_survives_atomic_replace(tmp_path: Any, replace_trial: int, reado
         f.update([f"orig-{i}" for i in range(1000)])
     mine = [f"reader-{replace_trial}-{i}" for i in range(50)]
     r, w = os.pipe()
-    reader = Forked(_reader, path, readonly, mine, r, 200)
-    replacer = Forked(_replacer, path, 20 + replace_trial, w)
+    opened_r, opened_w = os.pipe()
+    reader = Forked(_reader, path, readonly, mine, r, 200, opened_w)
+    replacer = Forked(_replacer, path, 20 + replace_trial, w, opened_r)
     join_all([reader, replacer], timeout=120)
-    os.close(r)
-    os.close(w)
+    for fd in (r, w, opened_r, opened_w):
+        os.close(fd)
     assert reader.result() == 200  # no SIGBUS, no exception
     last = replacer.result()
     with verify_file(path) as f:  # the path holds the replacer's last file, complete
