@@ -151,8 +151,10 @@ def measure_threads(run: Run, keys: list[str], workdir: str) -> None:
             for c in everything:
                 a.bulk_query(f, c)
 
-        def two() -> None:
+        def two() -> float:
+            """Two threads, a half each; returns the process CPU seconds they took."""
             errors: list[BaseException] = []
+            cpu0 = time.process_time()
 
             def work(mine: list[list[str]]) -> None:
                 try:
@@ -166,17 +168,23 @@ def measure_threads(run: Run, keys: list[str], workdir: str) -> None:
                 t.start()
             for t in threads:
                 t.join()
+            cpu = time.process_time() - cpu0
             if errors:
                 raise errors[0]
+            return cpu
 
         walls: dict[str, list[float]] = {"one": [], "two": []}
+        busy: list[float] = []  # process CPU seconds / wall seconds of the two-thread rounds
         try:
             for _ in range(run.args.rounds):
                 walls["one"].append(timed(one)[0])
-                walls["two"].append(timed(two)[0])
+                seconds, cpu = timed(two)
+                walls["two"].append(seconds)
+                busy.append(cpu / seconds if seconds else float("nan"))
             t1, t2 = statistics.median(walls["one"]), statistics.median(walls["two"])
             run.threads.append({"lib": a.name, "keys": len(keys), "chunk": chunk, "one": t1, "two": t2,
-                                "speedup": t1 / t2 if t2 else float("nan")})
+                                "speedup": t1 / t2 if t2 else float("nan"), "cpu_per_wall": statistics.median(busy),
+                                "load": os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")})
         except Exception as exc:  # noqa: BLE001
             record_error(run, None, a, "threads", exc)
         finally:

@@ -297,9 +297,10 @@ def threads_table(run: Run) -> str:
     if not run.threads:
         return ""
     rows = [[r["lib"], f"{r['keys']:,}", f"{r['chunk']:,}", fmt_seconds(r["one"]), fmt_seconds(r["two"]),
-             fmt_ratio(r["speedup"])] for r in run.threads]
+             fmt_ratio(r["speedup"]), f"{r['cpu_per_wall']:.2f}", f"{r['load']:.2f}"] for r in run.threads]
     return md_table(["library", "keys", "keys per call", "1 thread, all keys", "2 threads, a half each",
-                     "throughput 2 threads / 1"], rows, ["l", "r", "r", "r", "r", "r"])
+                     "throughput 2 threads / 1", "CPU s / wall s, 2 threads", "load average after"], rows,
+                    ["l", "r", "r", "r", "r", "r", "r", "r"])
 
 
 def pure_table(run: Run) -> str:
@@ -376,7 +377,10 @@ def render(run: Run, command: str, elapsed: float) -> str:
         parts.append("## Two threads querying one handle\n\nOne filter built with the main run's keys; one "
                      "thread queries all of them with the batch query, in calls of the given size, against two "
                      "threads started together, each querying its own half in the same calls (median of "
-                     f"{a.rounds} round(s)). Throughput ratio = one thread's time / two threads' time.\n\n"
+                     f"{a.rounds} round(s)). Throughput ratio = one thread's time / two threads' time. CPU s / wall s: "
+                     "the process's CPU time over the wall time of the two-thread rounds (near 2 when both threads "
+                     "run at once; near 1 when they take turns, for the GIL or because other work holds the second "
+                     "core: compare the load average).\n\n"
                      + threads_table(run) + "\n")
     if run.counting and not a.counting:
         n = min(a.counting_keys, a.keys)
