@@ -43,7 +43,7 @@ def test_benchmark_runs_tiny(tmp_path: pathlib.Path) -> None:
     assert "| `f.add(key)`, lock taken per call, next to a busy thread |" in table
     assert "per-call lock costs" in table and "next to a busy thread / alone" in table
     assert "## Two threads querying one handle" in table
-    assert "| mmapbloom | 2,000 | 1,000 |" in table
+    assert "| mmapbloom | 2,000 | 1,000 |" in table and "CPU s / wall s, 2 threads" in table
     assert "## Counting filters: 2,000 keys" in table and f"| Counting 4-bit {default} |" in table
     assert "## mmapbloom native vs pure Python" in table
     assert "(backend there: python)" in table
