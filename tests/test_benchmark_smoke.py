@@ -36,6 +36,18 @@ def test_benchmark_runs_tiny(tmp_path: pathlib.Path) -> None:
     assert "## Processes writing one file at once" in table
     assert "| mmapbloom | batch API | 2,000 | 4 |" in table
     assert "## Union" in table and "### mmapbloom, update(keys)" in table
+    # The extra parts, tiny: lock cost vs a bare flock pair (alone and next to a busy thread),
+    # two threads on one handle, counting vs plain, native vs pure (a MMAPBLOOM_PURE=1 child).
+    assert "## The write lock per item" in table
+    assert "| bare `fcntl.flock(fd, LOCK_EX)` + `LOCK_UN` pair |" in table
+    assert "| `f.add(key)`, lock taken per call, next to a busy thread |" in table
+    assert "per-call lock costs" in table and "next to a busy thread / alone" in table
+    assert "## Two threads querying one handle" in table
+    assert "| mmapbloom | 2,000 | 1,000 |" in table and "CPU s / wall s, 2 threads" in table
+    assert "## Counting filters: 2,000 keys" in table and f"| Counting 4-bit {default} |" in table
+    assert "## mmapbloom native vs pure Python" in table
+    assert "(backend there: python)" in table
+    assert "| mmapbloom | `key in f` |" in table
     # No acceptance targets of past issues: ratios only.
     assert "Targets" not in table and "PASS" not in table and "MISS" not in table
     report = out.read_text()

@@ -21,7 +21,8 @@ runs it::
 
 This tool installs nothing. A peer that cannot be imported is reported as *missing*
 (never as slow) and the run goes on; without matplotlib the chart is skipped with a
-message. ``--skip`` leaves out parts (``items,open,processes,union,big,profile,chart``),
+message. ``--skip`` leaves out parts
+(``items,open,processes,union,locks,threads,counting,pure,big,profile,chart``),
 ``--libs`` picks libraries, ``--strategies M3KM,M3MX`` measures mmapbloom once per hash
 strategy (names resolved by ``mmapbloom.get_strategy`` at run time; default: the library
 default only), ``--backend-label`` names the build in the environment line,
@@ -45,6 +46,18 @@ library by library so that a burst of load on the machine hits every library ali
   batch API and with per-item adds: wall time, lost bits (bits of the sequentially built
   file that are missing; for mmapbloom through ``count_ones`` of the files and of their
   intersection) and false negatives;
+* the write lock per item (``--lock-keys`` adds): ``f.add(key)`` on a file-backed filter
+  (lock per call), the same inside ``with f.write_lock():``, and a bare
+  ``fcntl.flock(fd, LOCK_EX)``/``LOCK_UN`` pair on a file, each alone and next to a Python
+  thread spinning ``while not stop: x += 1`` in the same process; ns per op and ratios,
+  with pybloomfiltermmap3's per-item add of the main table;
+* two threads calling the batch query on one handle, each on its own half of the keys
+  in calls of 100,000 keys, against one thread querying all (throughput ratio); for
+  mmapbloom and the peers pybloomfiltermmap3 and abloom;
+* ``CountingBloomFilter`` (4- and 8-bit counters) against ``BloomFilter``: per-item add,
+  ``in`` and remove, batch ``update`` and ``contains_many`` on ``--counting-keys`` keys;
+* mmapbloom's rows of the main run again in a child process with ``MMAPBLOOM_PURE=1``
+  (same keys and rounds): native against pure Python, path by path;
 * union (bitwise OR) of two ``--union-mb`` mmapbloom files, in GB/s of one filter's bits;
 * ``--big-keys`` keys (50 million: the 57 MB blocklist of the design) with the bulk
   operations of the fastest libraries, when the memory allows.
@@ -61,6 +74,7 @@ The working tree's ``mmapbloom`` is benchmarked (the repository root is put firs
 being changed even if the venv holds another install.
 
 Modules: :mod:`.adapters` (one adapter per library), :mod:`.measure` (timing),
+:mod:`.extras` (locks, threads, the pure-path child),
 :mod:`.report` (tables and BENCHMARKS.md), :mod:`.chart` (the PNG), ``__main__`` (the
 command line).
 

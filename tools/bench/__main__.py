@@ -20,6 +20,7 @@ if __package__ in (None, ""):  # run as a file path: make ``tools.bench`` import
 from tools.bench import __doc__ as PACKAGE_DOC  # noqa: E402
 from tools.bench.adapters import LIB_NAMES, load_adapters  # noqa: E402
 from tools.bench.chart import write_chart  # noqa: E402
+from tools.bench.extras import emit_json, measure_locks, measure_pure, measure_threads  # noqa: E402
 from tools.bench.measure import (  # noqa: E402
     ROOT,
     Run,
@@ -42,7 +43,8 @@ if ROOT not in sys.path:  # the working tree's mmapbloom, not another install
 __all__ = ["main", "parse_args"]
 
 #: Parts that ``--skip`` accepts.
-SKIPPABLE = ("items", "open", "processes", "union", "big", "profile", "chart")
+SKIPPABLE = ("items", "open", "processes", "union", "locks", "threads", "counting", "pure", "big", "profile",
+             "chart")
 #: --keys when not given: the main run, and the --counting run (5 per-item loops per kind).
 DEFAULT_KEYS = 1_000_000
 DEFAULT_COUNTING_KEYS = 200_000
@@ -76,6 +78,10 @@ def parse_args(argv: Optional[Sequence[str]], prog: Optional[str] = None) -> arg
                    help="keys added by the writer processes with the batch API (default --keys)")
     p.add_argument("--proc-item-keys", type=int, default=250_000,
                    help="keys added by the writer processes with per-item adds (default 250,000)")
+    p.add_argument("--lock-keys", type=int, default=50_000,
+                   help="per-item adds and flock pairs of the lock part (default 50,000)")
+    p.add_argument("--counting-keys", type=int, default=DEFAULT_COUNTING_KEYS,
+                   help=f"keys of the counting-filter part of a full run (default {DEFAULT_COUNTING_KEYS:,})")
     p.add_argument("--libs", default=",".join(LIB_NAMES), help=f"libraries (default all: {','.join(LIB_NAMES)})")
     p.add_argument("--strategies", default="",
                    help="mmapbloom hash strategies to measure, each as its own row, e.g. M3KM,M3MX,M3BL "
@@ -89,6 +95,7 @@ def parse_args(argv: Optional[Sequence[str]], prog: Optional[str] = None) -> arg
     p.add_argument("--profile", action="store_true", help="add a cProfile of each mmapbloom path")
     p.add_argument("--seed", type=int, default=5, help="key seed (default 5)")
     p.add_argument("--workdir", default=None, help="directory for filter files (default: a new temporary one)")
+    p.add_argument("--emit-json", default=None, help=argparse.SUPPRESS)  # the pure-path child's results
     p.add_argument("--out", default=None, help="write the markdown report here (e.g. BENCHMARKS.md)")
     p.add_argument("--chart", default=None, help="write the PNG bar chart here (e.g. docs/benchmark.png)")
     args = p.parse_args(argv)
@@ -157,6 +164,14 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
                 measure_processes(run, run.adapters, keys, workdir)
             if "union" not in args.skip and args.union_mb > 0:
                 measure_union(run, run.own[0], workdir)
+            if "locks" not in args.skip and args.lock_keys > 0:
+                measure_locks(run, keys, workdir)
+            if "threads" not in args.skip:
+                measure_threads(run, keys, workdir)
+            if "counting" not in args.skip and args.counting_keys > 0:
+                measure_counting(run, keys[:args.counting_keys], workdir)
+            if "pure" not in args.skip:
+                measure_pure(run, workdir)
             if "profile" not in args.skip and args.profile:
                 for mm in run.own:
                     profile_mmapbloom(run, mm, keys, absent, workdir)
@@ -169,6 +184,8 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
         if own_workdir:
             shutil.rmtree(workdir, ignore_errors=True)
     elapsed = time.perf_counter() - started
+    if args.emit_json:
+        emit_json(run, args.emit_json)
     command = "python -m tools.bench " + shlex.join(sys.argv[1:] if argv is None else list(argv))
     report = render(run, command.strip(), elapsed)
     print(report)

@@ -195,6 +195,11 @@ class Run:
     started: float = field(default_factory=time.time)
     load_at_start: float = float("nan")
     big_absent: int = 0
+    locks: dict[tuple[str, str], float] = field(default_factory=dict)  # (row, lock op) -> ns per op
+    lock_ops: int = 0
+    threads: list[dict[str, Any]] = field(default_factory=list)
+    pure: dict[str, dict[str, Optional[float]]] = field(default_factory=dict)  # row -> op -> ns (pure child)
+    pure_backend: str = ""
 
     @property
     def own(self) -> list[MmapBloomAdapter]:

@@ -19,6 +19,7 @@ from typing import Optional, Sequence
 import numpy as np
 from tqdm import tqdm
 
+from .extras import BUSY_ROWS, LOCK_ROWS
 from .measure import COUNTING_OPS, ROOT, LibResult, Run
 
 __all__ = ["OPS", "environment_line", "fmt_bytes", "fmt_ns", "fmt_ratio", "fmt_seconds", "md_table", "render"]
@@ -235,7 +236,8 @@ def proc_table(run: Run) -> str:
 
 def counting_table(run: Run) -> str:
     """ns per item of each filter kind and operation, with the ratio to ``BloomFilter``
-    of the same strategy for the same operation."""
+    of the same strategy for the same operation (``remove``, which ``BloomFilter`` lacks:
+    to its ``add``)."""
     if not run.counting:
         return ""
     names = list(dict.fromkeys(name for name, _ in run.counting))
@@ -248,10 +250,75 @@ def counting_table(run: Run) -> str:
             if ns is None:
                 cells.append("-")
                 continue
-            base = run.counting.get((base_name, op))
+            base = run.counting.get((base_name, "add" if op == "remove" else op))
             cells.append(f"{ns:,.0f}" + (f" ({ns / base:.2f}x)" if base and name != base_name else ""))
         rows.append([name] + cells)
-    return md_table(["filter"] + list(COUNTING_OPS), rows, ["l"] + ["r"] * len(COUNTING_OPS))
+    heads = [f"{op} (ratio to plain add)" if op == "remove" else op for op in COUNTING_OPS]
+    return md_table(["filter"] + heads, rows, ["l"] + ["r"] * len(COUNTING_OPS))
+
+
+def locks_table(run: Run) -> str:
+    """ns per op of the per-item add (lock per call, lock held) and of a bare ``flock`` pair,
+    alone and next to a busy thread, one column per strategy; then the ratios."""
+    if not run.locks:
+        return ""
+    own = [a.name for a in run.own if (a.name, "locked") in run.locks]
+    bare, bare_busy = run.locks.get(("flock", "bare")), run.locks.get(("flock", "bare+busy"))
+    rows = []
+    for key, label in LOCK_ROWS + BUSY_ROWS:
+        if key.startswith("bare"):
+            value = fmt_ns(bare if key == "bare" else bare_busy)
+            rows.append([label] + [value] * len(own))
+        else:
+            rows.append([label] + [fmt_ns(run.locks.get((n, key))) for n in own])
+    header = ["ns per op"] + own
+    out = [md_table(header, rows, ["l"] + ["r"] * len(own)), ""]
+    ref = run.main.get(REFERENCE_PEER)
+    ref_add = ref.ns("item_add") if ref else None
+    for n in own:
+        locked, held = run.locks.get((n, "locked")), run.locks.get((n, "held"))
+        lb, hb = run.locks.get((n, "locked+busy")), run.locks.get((n, "held+busy"))
+        if not (locked and held):
+            continue
+        parts = [f"per-call lock costs {locked - held:,.0f} ns = {fmt_ratio(ratio(locked - held, bare))} a bare "
+                 f"flock pair ({fmt_ns(bare)} ns)",
+                 f"locked add / held add {fmt_ratio(ratio(locked, held))}",
+                 f"locked add next to a busy thread / alone {fmt_ratio(ratio(lb, locked))} "
+                 f"(held add: {fmt_ratio(ratio(hb, held))}; bare flock pair: {fmt_ratio(ratio(bare_busy, bare))})"]
+        if ref_add:
+            parts.append(f"held add / {REFERENCE_PEER} per-item add of the main table "
+                         f"({fmt_ns(ref_add)} ns) {fmt_ratio(ratio(held, ref_add))}")
+        out.append(f"* {n}: " + "; ".join(parts) + ".")
+    return "\n".join(out) + "\n"
+
+
+def threads_table(run: Run) -> str:
+    """One thread querying all keys vs two threads each querying its half, one handle."""
+    if not run.threads:
+        return ""
+    rows = [[r["lib"], f"{r['keys']:,}", f"{r['chunk']:,}", fmt_seconds(r["one"]), fmt_seconds(r["two"]),
+             fmt_ratio(r["speedup"]), f"{r['cpu_per_wall']:.2f}", f"{r['load']:.2f}"] for r in run.threads]
+    return md_table(["library", "keys", "keys per call", "1 thread, all keys", "2 threads, a half each",
+                     "throughput 2 threads / 1", "CPU s / wall s, 2 threads", "load average after"], rows,
+                    ["l", "r", "r", "r", "r", "r", "r", "r"])
+
+
+def pure_table(run: Run) -> str:
+    """mmapbloom's paths on the native backend (this process) and on the pure path (child)."""
+    if not run.pure:
+        return ""
+    rows = []
+    for name, res in run.main.items():
+        pure = run.pure.get(name)
+        if not res.adapter.is_own or not pure:
+            continue
+        for op, label in MMAPBLOOM_PATHS:
+            native, slow = res.ns(op), pure.get(op)
+            if native is None and slow is None:
+                continue
+            rows.append([name, label, fmt_ns(native), fmt_ns(slow), fmt_ratio(ratio(slow, native))])
+    return md_table(["row", "path", f"{run.args.backend_label} ns per item", "pure ns per item",
+                     "pure / native"], rows, ["l", "l", "r", "r", "r"])
 
 
 # -- the whole report ------------------------------------------------------------------------
@@ -300,6 +367,32 @@ def render(run: Run, command: str, elapsed: float) -> str:
                      "time from the first start to the last end (median of rounds). Lost bits: bits set in the file "
                      "that one process built which are missing from the file the concurrent processes built (same "
                      "template file, so the same hash seeds).\n\n" + proc_table(run) + "\n")
+    if run.locks:
+        parts.append(f"## The write lock per item\n\nns per op, median of {a.rounds} round(s) of {run.lock_ops:,} "
+                     "per-item adds to a fresh file-backed filter (sized for them), or of as many bare `flock` "
+                     "pairs on a file; then the same next to a Python thread spinning `while not stop: x += 1` in "
+                     "the same process (wall time of the loop: the busy thread takes its share of the GIL, so "
+                     "even a lock-free loop slows down; the held-lock row shows that floor).\n\n" + locks_table(run))
+    if run.threads:
+        parts.append("## Two threads querying one handle\n\nOne filter built with the main run's keys; one "
+                     "thread queries all of them with the batch query, in calls of the given size, against two "
+                     "threads started together, each querying its own half in the same calls (median of "
+                     f"{a.rounds} round(s)). Throughput ratio = one thread's time / two threads' time. CPU s / wall s: "
+                     "the process's CPU time over the wall time of the two-thread rounds (near 2 when both threads "
+                     "run at once; near 1 when they take turns, for the GIL or because other work holds the second "
+                     "core: compare the load average).\n\n"
+                     + threads_table(run) + "\n")
+    if run.counting and not a.counting:
+        n = min(a.counting_keys, a.keys)
+        parts.append(f"## Counting filters: {n:,} keys, p = {a.fp_rate:g}\n\n"
+                     f"ns per item, median of {a.rounds} round(s) (ratio to BloomFilter's time for the same "
+                     "operation and strategy; `remove` to BloomFilter's `add`, as BloomFilter has no remove and "
+                     "the counting filter has no batch remove). Per-item `add`, `in`, `remove` loops; batch "
+                     "`update` and `contains_many`.\n\n" + counting_table(run) + "\n")
+    if run.pure:
+        parts.append(f"## mmapbloom native vs pure Python\n\nThe mmapbloom rows of the main run measured again "
+                     f"in a child process with `MMAPBLOOM_PURE=1` (backend there: {run.pure_backend}), same keys "
+                     f"and rounds, right after the other parts.\n\n" + pure_table(run) + "\n")
     if run.union:
         u = run.union
         parts.append(f"## Union\n\n`a.union(b)` of two {fmt_bytes(u['bytes'])} mmapbloom files (fresh handles, page "
