@@ -42,8 +42,9 @@ depends on all 128 hash bits, there is no division, and a power-of-two m is as g
         y = (y * 0x9E3779B97F4A7C15) mod 2^64
         pos_i = block * 512 + (y >> 55)            (the top 9 bits pick the bit)
 
-All k bits of a key lie in one 512-bit block (one 64-byte cache line), so a query costs one
-cache miss; the price is a higher false-positive rate for the same m (blocks receive a
+All k bits of a key lie in one 512-bit block (64 bytes; in a BLM1 file the body starts at
+offset 24, so a block spans two adjacent cache lines, fetched together), so a query costs
+one memory access; the price is a higher false-positive rate for the same m (blocks receive a
 Poisson-distributed share of the items), which :meth:`M3BL.expected_fp_rate` and
 :meth:`M3BL.size_for` account for.
 """

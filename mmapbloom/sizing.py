@@ -121,8 +121,8 @@ class BloomConfig:
         num_bits: m, the number of bits, ``1 <= m < 2**64``.
         num_hashes: k, the number of bit positions per item, ``1 <= k <= MAX_NUM_HASHES``
             (4096).
-        strategy: a :class:`~mmapbloom.hashing.HashStrategy` registered with
-            :func:`~mmapbloom.hashing.register_strategy`; ``None`` means the default
+        strategy: a strategy registered with :func:`~mmapbloom.hashing.register_strategy`,
+            or its registered name (``"M3KM"``); ``None`` means the default
             ``M3MX`` (see :mod:`mmapbloom.hashing`).
         capacity: the expected number of items n the filter was sized for, or ``None``.
         fp_rate: the target false-positive rate at ``capacity``, or ``None``.
@@ -153,6 +153,10 @@ class BloomConfig:
         if self.strategy is None:
             object.__setattr__(self, "strategy", DEFAULT_STRATEGY)
         else:
+            if isinstance(self.strategy, str):  # a registered name: strategy="M3KM"
+                from .hashing import get_strategy
+
+                object.__setattr__(self, "strategy", get_strategy(self.strategy, source="strategy="))
             # Files name their strategy; a config must use the class registered under that
             # name, or readers (other processes) would hash differently: false negatives.
             registered = registered_strategies().get(getattr(self.strategy, "name", None))  # type: ignore[arg-type]
@@ -200,6 +204,10 @@ class BloomConfig:
         n = _check_capacity(capacity)
         p = _check_fp_rate(fp_rate)
         chosen = DEFAULT_STRATEGY if strategy is None else strategy
+        if isinstance(chosen, str):  # a registered name: strategy="M3BL"
+            from .hashing import get_strategy
+
+            chosen = get_strategy(chosen, source="strategy=")
         size_for = getattr(chosen, "size_for", None)
         m, k = size_for(n, p) if size_for is not None else classic_size(n, p)
         if k > MAX_NUM_HASHES:

@@ -274,3 +274,11 @@ def test_merge_and_cli_set_the_same_bits(tmp_path: Path) -> None:
         subprocess.run([sys.executable, "-m", "mmapbloom", "add", "-q", str(cli_file)], check=True, env=env,
                        input="\n".join(items).encode() + b"\n", capture_output=True)
         assert cli_file.read_bytes() == ref.to_bytes()
+
+
+def test_strategy_by_registered_name() -> None:
+    """Issue 10: strategy="M3KM" still creates M3KM filters (a registered name is accepted)."""
+    assert BloomConfig(num_bits=100, num_hashes=3, strategy="M3KM").strategy == M3KM()
+    blocked = BloomConfig.for_items(1000, 0.01, strategy="M3BL")
+    assert blocked.strategy == M3BL() and blocked.num_bits % 512 == 0
+    assert BloomFilter(BloomConfig(num_bits=64, num_hashes=2, strategy="M3KM")).to_bytes()[4:8] == b"M3KM"
