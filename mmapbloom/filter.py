@@ -93,10 +93,21 @@ class BloomFilter(MappedFilter):
             self._refuse_write()
         lock = self._lock
         held = lock.owned()
+        if held and lock._depth:  # inside this thread's write_lock(): the file lock is held
+            try:
+                new: bool = self._kernels.add(item)
+                if new:
+                    self._bump_items(1)
+            except ValueError:  # closed by this thread inside its own block
+                self._check_open()
+                raise
+            if self._warn_msg is not None:
+                self._flush_warning()
+            return new
         try:
             lock.acquire()
             try:
-                new: bool = self._kernels.add(item)
+                new = self._kernels.add(item)
                 if new:
                     self._bump_items(1)
             finally:
