@@ -156,7 +156,7 @@ class _Params:
     fp_rate: float
     growth: Union[int, float]
     tightening: float
-    scheme: str
+    strategy: str
 
     def layer_capacity(self, i: int) -> int:
         """``n0 * s**i``, exact for an integer s, else rounded up."""
@@ -261,7 +261,7 @@ def _manifest_bytes(params: _Params, count: int, strategy: HashStrategy) -> byte
     doc = {
         "format": MANIFEST_FORMAT,
         "version": MANIFEST_VERSION,
-        "scheme": params.scheme,
+        "strategy": params.strategy,
         "capacity": params.capacity,
         "fp_rate": params.fp_rate,
         "growth": params.growth,
@@ -294,7 +294,7 @@ def _read_manifest(directory: str) -> tuple[_Params, HashStrategy, list[dict[str
     """Read and validate ``manifest.json``: every field present and typed, the parameters
     valid, and every listed layer entry equal to the shape the growth rule gives.
 
-    Raises ManifestError (also for a missing manifest), UnknownSchemeError."""
+    Raises ManifestError (also for a missing manifest), UnknownStrategyError."""
     source = os.path.join(directory, MANIFEST_NAME)
     try:
         fd = os.open(source, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
@@ -334,8 +334,8 @@ def _read_manifest(directory: str) -> tuple[_Params, HashStrategy, list[dict[str
     if version != MANIFEST_VERSION:
         raise ManifestError(f"manifest version is {version}, expected {MANIFEST_VERSION}", source=source,
                             expected=MANIFEST_VERSION, actual=version)
-    scheme = _manifest_field(doc, "scheme", str, source)
-    strategy = get_strategy(scheme, source=source)
+    strategy_name = _manifest_field(doc, "strategy", str, source)
+    strategy = get_strategy(strategy_name, source=source)
     try:
         capacity, fp_rate, growth, tightening = _check_params(
             _manifest_field(doc, "capacity", int, source), _manifest_field(doc, "fp_rate", (int, float), source),
@@ -344,7 +344,7 @@ def _read_manifest(directory: str) -> tuple[_Params, HashStrategy, list[dict[str
     except ConfigError as exc:
         raise ManifestError(f"invalid parameters: {exc}", source=source, expected="valid parameters",
                             actual=str(exc)) from None
-    params = _Params(capacity, fp_rate, growth, tightening, scheme)
+    params = _Params(capacity, fp_rate, growth, tightening, strategy_name)
     layers = _manifest_field(doc, "layers", list, source)
     for i, entry in enumerate(layers):
         if not isinstance(entry, dict):
@@ -521,9 +521,9 @@ class ScalableBloomFilter:
             FileNotFoundError, NotADirectoryError, PermissionError: from the OS.
             ManifestError: damaged or missing manifest or lock file.
             MissingLayerError: a committed layer file is missing.
-            LayerMismatchError: a layer's m, k or scheme differ from the manifest.
+            LayerMismatchError: a layer's m, k or strategy differ from the manifest.
             BadMagicError, BadHeaderError, LengthMismatchError, PaddingError,
-            UnknownSchemeError: a layer file is damaged (as :meth:`BloomFilter.open`).
+            UnknownStrategyError: a layer file is damaged (as :meth:`BloomFilter.open`).
         """
         dest = _strip(path)
         st = os.stat(dest)
@@ -578,11 +578,11 @@ class ScalableBloomFilter:
 
         Raises:
             ConfigMismatchError: the existing filter's capacity, fp_rate, growth,
-                tightening or scheme differ (the message names the field and both values).
+                tightening or strategy differ (the message names the field and both values).
             And whatever :meth:`open` and :meth:`create` raise.
         """
         n0, p, s, r = _check_params(capacity, fp_rate, growth, tightening)
-        scheme = (DEFAULT_STRATEGY if strategy is None else strategy).name
+        strategy_name = (DEFAULT_STRATEGY if strategy is None else strategy).name
         for _ in range(100):
             try:
                 f = cls.open(path)
@@ -595,7 +595,7 @@ class ScalableBloomFilter:
                 have = f._params
                 for field, want, got in (("capacity", n0, have.capacity), ("fp_rate", p, have.fp_rate),
                                          ("growth", s, have.growth), ("tightening", r, have.tightening),
-                                         ("scheme", scheme, have.scheme)):
+                                         ("strategy", strategy_name, have.strategy)):
                     if want != got:
                         raise ConfigMismatchError(f._path, field, want, got)
             except BaseException:
@@ -939,7 +939,7 @@ class ScalableBloomFilter:
         out: dict[str, Any] = {
             "kind": "scalable",
             "path": self._path,
-            "strategy": self._params.scheme,
+            "strategy": self._params.strategy,
             "capacity": self._params.capacity,
             "fp_rate": self._params.fp_rate,
             "growth": self._params.growth,

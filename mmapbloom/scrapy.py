@@ -161,11 +161,11 @@ class BloomDupeFilter(BaseDupeFilter):
 
     Raises:
         ConfigMismatchError (a ``ValueError``): ``reuse`` is True and the existing file has
-            another num_bits, num_hashes or hash scheme than ``capacity``, ``fp_rate`` and
+            another num_bits, num_hashes or hash strategy than ``capacity``, ``fp_rate`` and
             ``strategy`` give. The error is also logged with the settings to change.
         ConfigError (a ``ValueError``): bad ``capacity`` or ``fp_rate``.
         FormatError (a ``ValueError``): the existing file is not a sound Bloom filter file.
-        UnknownSchemeError (a ``FormatError``): unknown ``strategy`` name.
+        UnknownStrategyError (a ``FormatError``): unknown ``strategy`` name.
         OSError: the file cannot be created or opened (missing directory, permissions,
             full disk).
     """
@@ -218,10 +218,10 @@ class BloomDupeFilter(BaseDupeFilter):
             raise
         self.path = path
         self.logger.info(
-            "Duplicate filter: %(path)s (%(mib).1f MiB, %(m)d bits, %(k)d hashes, %(scheme)s,"
+            "Duplicate filter: %(path)s (%(mib).1f MiB, %(m)d bits, %(k)d hashes, %(strategy)s,"
             " %(items)d requests already seen)",
             {"path": path, "mib": self.filter.size_bytes / 2**20, "m": self.filter.num_bits,
-             "k": self.filter.num_hashes, "scheme": self.filter.strategy.name, "items": self.filter.items_added},
+             "k": self.filter.num_hashes, "strategy": self.filter.strategy.name, "items": self.filter.items_added},
         )
 
     @classmethod

@@ -277,10 +277,10 @@ class BloomConfig:
         return (_config_from_state, (self.num_bits, self.num_hashes, self.strategy.name, self.capacity, self.fp_rate))
 
 
-def _config_from_state(m: int, k: int, scheme: str, capacity: Optional[int], fp_rate: Optional[float]) -> BloomConfig:
+def _config_from_state(m: int, k: int, strategy: str, capacity: Optional[int], fp_rate: Optional[float]) -> BloomConfig:
     from .hashing import get_strategy
 
-    return BloomConfig(num_bits=m, num_hashes=k, strategy=get_strategy(scheme), capacity=capacity, fp_rate=fp_rate)
+    return BloomConfig(num_bits=m, num_hashes=k, strategy=get_strategy(strategy), capacity=capacity, fp_rate=fp_rate)
 
 
 def expected_fill_ratio(num_items: float, num_bits: int, num_hashes: int) -> float:

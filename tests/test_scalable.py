@@ -97,7 +97,7 @@ def test_growth_rule_and_manifest(tmp_path) -> None:  # type: ignore[no-untyped-
         assert [x.items_added for x in shapes[:2]] == [100, 300]  # older layers exactly full
         assert f.items_added == sum(x.items_added for x in shapes)
     doc = json.load(open(os.path.join(path, "manifest.json")))
-    assert (doc["capacity"], doc["fp_rate"], doc["growth"], doc["tightening"], doc["scheme"]) == (100, 0.01, 3, 0.8, "M3KM")
+    assert (doc["capacity"], doc["fp_rate"], doc["growth"], doc["tightening"], doc["strategy"]) == (100, 0.01, 3, 0.8, "M3KM")
     assert [e["file"] for e in doc["layers"]] == ["layer-0000.blm", "layer-0001.blm", "layer-0002.blm"]
     lock = open(os.path.join(path, "lock"), "rb").read()
     assert lock == struct.pack("<4sIII", b"BLSL", 1, 3, 0)
@@ -267,7 +267,7 @@ def measure_growth(tmp_path, n0: int, p: float, probes: int, strategy=None) -> l
     return rows
 
 
-def check_rows(rows: list[tuple[int, int, float, float, float]], p: float, probes: int, scheme: str) -> None:
+def check_rows(rows: list[tuple[int, int, float, float, float]], p: float, probes: int, strategy: str) -> None:
     """The compound expected rate stays below p at every size (Almeida et al. 2007, with
     each layer sized so that its expected rate at capacity is <= p_i). The measured rate
     follows the rate the bits actually set imply (each query asks every layer), and stays
@@ -275,7 +275,7 @@ def check_rows(rows: list[tuple[int, int, float, float, float]], p: float, probe
     ``probes`` keys). It approaches p as layers add up (sum p_i = p (1 - r^L)), and the
     small first layers' realised fill differs from the expected one by a few percent, so
     at 64x the margin is of the order of the noise itself."""
-    print(f"\np = {p}, scheme {scheme}, {probes} absent keys")
+    print(f"\np = {p}, strategy {strategy}, {probes} absent keys")
     print("growth layers measured   expected   observed   bound")
     for g, layers, rate, expected, observed in rows:
         print(f"{g:5d}x {layers:6d} {rate:.6f}   {expected:.6f}   {observed:.6f}   {p}")
