@@ -82,7 +82,7 @@ def design_limit(num_bits: int, num_hashes: int) -> float:
 
 
 def items_update(count: int, num_bits: int, num_hashes: int, *, source: str, limit: Optional[float] = None,
-                 warn: bool = True) -> tuple[int, Optional[str]]:
+                 warn: bool = True, strategy: Any = None) -> tuple[int, Optional[str]]:
     """The one rule for a new value of an items counter (every writer goes through it:
     ``MappedFilter._set_items`` for adds, removes, unions and ``merge_into``, and
     ``merge_shards`` for the header of a new output).
@@ -93,6 +93,8 @@ def items_update(count: int, num_bits: int, num_hashes: int, *, source: str, lim
         source: the file (or ``"<memory>"``) named in the warning.
         limit: :func:`design_limit` of m and k, if the caller cached it.
         warn: False to skip building the message (a handle that warned already).
+        strategy: the filter's strategy, whose formula gives the rate in the message
+            (the blocked one for M3BL); None: the classic formula (Bloom 1970).
 
     Returns:
         ``(stored, message)``: the count clamped to ``[0, 2**32 - 1]`` (it saturates and
@@ -104,11 +106,12 @@ def items_update(count: int, num_bits: int, num_hashes: int, *, source: str, lim
     count = 0 if count < 0 else _MAX_ITEMS if count > _MAX_ITEMS else count
     if not warn or count <= (design_limit(num_bits, num_hashes) if limit is None else limit):
         return count, None
+    rate = getattr(strategy, "expected_fp_rate", None) or expected_fp_rate
     return count, (
         f"{source}: filter is past its design point: {count} items in {num_bits} cells "
         f"with k={num_hashes} gives an expected fill ratio of "
         f"{expected_fill_ratio(count, num_bits, num_hashes):.3f} > {OVERFILL_RATIO}; "
-        f"false-positive rate about {expected_fp_rate(count, num_bits, num_hashes):.3g}"
+        f"false-positive rate about {rate(count, num_bits, num_hashes):.3g}"
     )
 
 
@@ -484,7 +487,7 @@ class MappedFilter:
         [0, 2**32 - 1]), and record an OverCapacityWarning past the design point, once per
         handle; the caller holds the write lock."""
         count, msg = items_update(count, self._m, self._k, source=self._describe(), limit=self._warn_at,
-                                  warn=not self._warned)
+                                  warn=not self._warned, strategy=self._strategy)
         fmt.store_items(self._items, count)
         if msg is not None:
             # Recorded here, under the lock; emitted by _flush_warning once the write is

@@ -425,7 +425,7 @@ def merge_shards(output: PathLike, shards: Sequence[PathLike], *, intersection: 
     # The one rule for the counter (saturating; the OverCapacityWarning, emitted once the
     # output is published): base.items_update, as every filter handle's writes.
     items, over = items_update(_sum_items((s.items_added for s in infos), intersection), first.num_bits,
-                               first.num_hashes, source=dest)
+                               first.num_hashes, source=dest, strategy=first.config.strategy)
     acc = np.empty(min(chunk, body), dtype=np.uint8)
     scratch = np.empty_like(acc)
     bar = _Progress(body * len(infos), progress, "merge")
