@@ -227,7 +227,9 @@ def test_two_processes_share_one_file(site: tuple[Any, set[str]], baseline: Craw
     go.touch()  # both filters are open and both spiders wait: start them together
     a, b = (Crawl(p, tmp_path / f"{i}.jsonl") for i, p in enumerate(procs))
     assert a.returncode == b.returncode == 0, a.log + b.log
-    assert len(a.pages) > 10 and len(b.pages) > 10, (len(a.pages), len(b.pages))  # both really crawled
+    # Both really crawled (each at least its own start page); how the rest splits between
+    # them depends on scheduling (seen: 8 and 194 on a loaded machine), so no more is asked.
+    assert a.pages and b.pages, (len(a.pages), len(b.pages))
     assert not set(a.pages) & set(b.pages), "a page fetched by both processes"
     assert len(set(a.pages)) == len(a.pages) and len(set(b.pages)) == len(b.pages)
     assert set(a.pages) | set(b.pages) == set(baseline.pages)
