@@ -90,17 +90,6 @@ static inline uint64_t mulhi64(uint64_t a, uint64_t b)
 #endif
 }
 
-/* MurmurHash3's 64-bit finaliser (same constants as in _murmur3.c). */
-static inline uint64_t fmix64(uint64_t z)
-{
-    z ^= z >> 33;
-    z *= 0xff51afd7ed558ccdULL;
-    z ^= z >> 33;
-    z *= 0xc4ceb9fe1a85ec53ULL;
-    z ^= z >> 33;
-    return z;
-}
-
 /* What a kernel needs to know about the filter. */
 typedef struct {
     int strategy;   /* S_M3KM, S_M3MX or S_M3BL */
@@ -144,7 +133,7 @@ static void positions_of(const geom *g, const uint64_t h[2], uint64_t *pos)
     }
     case S_M3MX:
         for (i = 0; i < k; i++)
-            pos[i] = mulhi64(fmix64(h[0] + (uint64_t)i * h[1]), m);
+            pos[i] = mulhi64(mmb_fmix64(h[0] + (uint64_t)i * h[1]), m);
         return;
     default: { /* S_M3BL */
         const uint64_t base = mulhi64(h[0], m / BLOCK_BITS) * BLOCK_BITS;

@@ -30,17 +30,6 @@ static inline uint64_t load_le64(const uint8_t *p)
     return v;
 }
 
-/* The finalisation mix: forces all bits of a hash block to avalanche. */
-static inline uint64_t fmix64(uint64_t k)
-{
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdULL;
-    k ^= k >> 33;
-    k *= 0xc4ceb9fe1a85ec53ULL;
-    k ^= k >> 33;
-    return k;
-}
-
 void mmb_murmur3_x64_128(const void *key, size_t len, uint32_t seed, uint64_t out[2])
 {
     const uint8_t *data = (const uint8_t *)key;
@@ -87,8 +76,8 @@ void mmb_murmur3_x64_128(const void *key, size_t len, uint32_t seed, uint64_t ou
     h2 ^= (uint64_t)len;
     h1 += h2;
     h2 += h1;
-    h1 = fmix64(h1);
-    h2 = fmix64(h2);
+    h1 = mmb_fmix64(h1);
+    h2 = mmb_fmix64(h2);
     h1 += h2;
     h2 += h1;
 

@@ -243,7 +243,10 @@ def _pread_into(fd: int, view: memoryview, offset: int) -> int:
     return done
 
 
-def _popcount(chunk: npt.NDArray[np.uint8]) -> int:
+def popcount_chunk(chunk: npt.NDArray[np.uint8]) -> int:
+    """Number of set bits in a ``uint8`` array (``numpy.bitwise_count`` over 64-bit words
+    where the length allows, then the tail bytes). Cost: O(len) at memory bandwidth; the
+    caller bounds the chunk."""
     whole = chunk.shape[0] & ~7
     total = 0
     if whole:
@@ -273,7 +276,7 @@ def count_set_bits(fd: int, start: int, stop: int, progress: Progress = None, *,
         ValueError: a bad range or buffer size.
         OSError: a read error (EIO ...) or a bad descriptor.
     """
-    return _scan(fd, start, stop, _popcount, progress, "count bits", buffer_bytes)
+    return _scan(fd, start, stop, popcount_chunk, progress, "count bits", buffer_bytes)
 
 
 def count_cells(fd: int, start: int, stop: int, cell_bits: int, test: Callable[[Any], Any],

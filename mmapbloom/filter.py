@@ -32,16 +32,7 @@ Item = Union[str, bytes, bytearray, memoryview]
 def popcount(view: npt.NDArray[np.uint8]) -> int:
     """Number of set bits in a ``uint8`` array, counted in chunks with ``numpy.bitwise_count``
     on 64-bit words where the length allows. Cost: O(len) at memory bandwidth."""
-    total = 0
-    n = view.shape[0]
-    for start in range(0, n, CHUNK_BYTES):
-        chunk = view[start:start + CHUNK_BYTES]
-        whole = chunk.shape[0] & ~7
-        if whole:
-            total += int(np.bitwise_count(chunk[:whole].view(np.uint64)).sum(dtype=np.uint64))
-        if whole != chunk.shape[0]:
-            total += int(np.bitwise_count(chunk[whole:]).sum(dtype=np.uint64))
-    return total
+    return sum(extents.popcount_chunk(view[start:start + CHUNK_BYTES]) for start in range(0, view.shape[0], CHUNK_BYTES))
 
 
 class BloomFilter(MappedFilter):
