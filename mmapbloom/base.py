@@ -477,6 +477,10 @@ class MappedFilter:
 
     def _refuse_write(self) -> None:
         self._check_open()
+        if not self._storage.readonly:
+            # A writable handle refuses writes only while close() runs in another thread
+            # (it sets _no_write before it marks the storage closed): that is a close.
+            raise FilterClosedError(f"{self._describe()}: filter is closed")
         raise ReadOnlyFilterError(f"{self._describe()}: filter was opened read-only; writes are refused")
 
     def _describe(self) -> str:
