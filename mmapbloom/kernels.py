@@ -35,7 +35,7 @@ import numpy.typing as npt
 
 from .hashing import M3KM, encode_key, encode_keys, strategy_info
 
-__all__ = ["BACKEND", "Kernels", "bind", "closed", "native_module"]
+__all__ = ["BACKEND", "Kernels", "bind_pure", "native_module"]
 
 _native: Optional[ModuleType]
 try:  # the compiled twin; optional (a machine without a compiler installs without it)
@@ -82,87 +82,12 @@ class Kernels:
     count: Callable[[Any], int]
 
 
-def bind(body: memoryview, strategy: Any, num_bits: int, num_hashes: int, cell_bits: int = 1) -> Kernels:
-    """Bind the kernels to a cell array.
-
-    Args:
-        body: the cells (a memoryview of the mapped body; writable unless the handle is
-            read-only). Released by the caller at close; later calls raise ValueError.
-        strategy: a registered strategy; built-in ones run natively when available.
-        num_bits: m >= 1 (validated by the caller). num_hashes: 1 <= k <= MAX_NUM_HASHES.
-        cell_bits: 1 (Bloom filter), 4 or 8 (counting filter).
-    """
-    kernel_id, _ = strategy_info(strategy)
-    if _native is not None and kernel_id is not None:
-        return _bind_native(body, kernel_id, num_bits, num_hashes, cell_bits)
-    return _bind_pure(body, strategy, num_bits, num_hashes, cell_bits)
-
-
-def closed() -> Kernels:
-    """Kernels of a closed handle: every function raises ``ValueError`` (the filter turns
-    it into FilterClosedError)."""
-
-    def refuse(*args: Any) -> Any:
-        raise ValueError("operation on a closed filter")
-
-    out = Kernels()
-    out.backend = "closed"
-    out.add = out.contains = out.add_many = out.contains_many = out.remove = out.count = refuse
-    return out
-
-
-# -- native -------------------------------------------------------------------------------
-def _bind_native(body: memoryview, sid: int, m: int, k: int, width: int) -> Kernels:
-    from functools import partial
-
-    assert _native is not None
-    out = Kernels()
-    out.backend = "native"
-    if width == 1:
-        add_many = partial(_native.add_many, body, sid, m, k)
-        contains_many = partial(_native.contains_many, body, sid, m, k)
-        out.add = partial(_native.add, body, sid, m, k)
-        out.contains = partial(_native.contains, body, sid, m, k)
-
-        def add_many_flags(keys: Sequence[Any]) -> tuple[npt.NDArray[np.bool_], int]:
-            flags = np.zeros(len(keys), dtype=np.bool_)
-            new = add_many(keys, flags)
-            return flags, new
-
-        out.add_many = add_many_flags
-    else:
-        count_add_many = partial(_native.count_add_many, body, width, sid, m, k)
-        contains_many = partial(_native.count_contains_many, body, width, sid, m, k)
-        out.add = partial(_native.count_add, body, width, sid, m, k)
-        out.remove = partial(_native.count_remove, body, width, sid, m, k)
-        out.count = partial(_native.count_min, body, width, sid, m, k)
-
-        def contains_one(key: Any) -> bool:
-            return out.count(key) != 0
-
-        def count_add_flags(keys: Sequence[Any]) -> tuple[npt.NDArray[np.bool_], int, bool]:
-            flags = np.zeros(len(keys), dtype=np.bool_)
-            new, saturated = count_add_many(keys, flags)
-            return flags, new, saturated
-
-        out.contains = contains_one
-        out.add_many = count_add_flags
-
-    def contains_flags(keys: Sequence[Any]) -> npt.NDArray[np.bool_]:
-        flags = np.zeros(len(keys), dtype=np.bool_)
-        contains_many(keys, flags)
-        return flags
-
-    out.contains_many = contains_flags
-    return out
-
-
 # -- pure Python reference --------------------------------------------------------------------
 def _encode(item: Any) -> bytes:
     return item.encode() if type(item) is str else encode_key(item)
 
 
-def _bind_pure(body: memoryview, strategy: Any, m: int, k: int, width: int) -> Kernels:
+def bind_pure(body: memoryview, strategy: Any, m: int, k: int, width: int) -> Kernels:
     # With M3KM double hashing the positions repeat with a period dividing m, so the first
     # min(k, m) positions are all the distinct ones: probing only those gives identical
     # answers and bounds the cost when m is tiny. Other strategies are probed k times.
