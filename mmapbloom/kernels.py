@@ -1,27 +1,30 @@
-"""Kernels: the one seam for the hot loops (hash, probe, test-and-set, counters).
+"""Kernels: the choice of backend, and the pure-Python reference of the hot loops (hash,
+probe, test-and-set, counters).
 
-The filters never compute positions or touch cells themselves: they call the functions of
-a :class:`Kernels` bound once per handle by :func:`bind` to the cell array (the mapped
-body, a writable buffer), m, k, the strategy and the cell width. Two backends implement
-the same functions, answer for answer and byte for byte:
+The filters never compute positions or touch cells themselves: each open filter has one
+handle (:mod:`mmapbloom.handle`) that does, bound once. Two backends implement it, answer
+for answer and byte for byte:
 
-* ``"native"``: the compiled extension ``mmapbloom._kernels`` (MurmurHash3 and the
-  built-in strategies M3KM, M3MX and M3BL in C; batch queries release the GIL). Used for
-  strategies that carry a ``kernel_id`` when the extension imported and the environment
-  variable ``MMAPBLOOM_PURE`` is not set to a non-empty value other than ``0``.
-* ``"python"``: the reference below, in plain Python and numpy over the strategy's own
-  ``positions`` / ``positions_many`` (:mod:`mmapbloom.hashing` holds the definitions).
-  Custom strategies always run here.
+* ``"native"``: the compiled extension ``mmapbloom._kernels`` (MurmurHash3, the built-in
+  strategies, and ``Handle``: the per-filter C object with the lock and the items counter
+  included; batch queries and batch hashing release the GIL). Used for strategies that
+  carry a ``kernel_id`` when the extension imported and the environment variable
+  ``MMAPBLOOM_PURE`` is not set to a non-empty value other than ``0``.
+* ``"python"``: the reference below (:func:`bind_pure`), in plain Python and numpy over
+  the strategy's own ``positions`` / ``positions_many`` (:mod:`mmapbloom.hashing` holds
+  the definitions), wrapped by :class:`mmapbloom.handle.PyHandle`. Custom strategies
+  always run here.
 
 :data:`BACKEND` says which backend the built-in strategies use in this process.
 
-The caller (the filter) holds the write lock around every write kernel, keeps the items
-counter, and validates every item of a batch before calling a batch write kernel, so a
-bad item leaves the filter unchanged. Kernels raise ``TypeError`` for an item that is not
-``str`` or bytes-like and ``ValueError`` (``UnicodeEncodeError``) for a ``str`` with lone
-surrogates. Batch semantics: ``add_many`` answers exactly as sequential ``add`` calls in
-order (a duplicate inside the batch is new once); counting kernels act on the *distinct*
-cells of an item (a position repeated by the strategy counts once).
+The pure functions take no lock and keep no counter: the caller (``PyHandle``) holds the
+write lock around every write kernel, keeps the items counter, and validates every item
+of a batch before calling a batch write kernel, so a bad item leaves the filter
+unchanged. Kernels raise ``TypeError`` for an item that is not ``str`` or bytes-like and
+``ValueError`` (``UnicodeEncodeError``) for a ``str`` with lone surrogates. Batch
+semantics: ``add_many`` answers exactly as sequential ``add`` calls in order (a duplicate
+inside the batch is new once); counting kernels act on the *distinct* cells of an item (a
+position repeated by the strategy counts once).
 """
 
 from __future__ import annotations
@@ -67,8 +70,8 @@ class Kernels:
     ``(new, saturated)``), ``remove`` (-1: certainly absent, nothing changed; 1: some
     counter returned to 0; 0 otherwise), ``count`` (minimum counter), ``add_many``
     (returns ``(flags, new, saturated)``) and ``contains_many``. Every function is a plain
-    attribute (a C function bound with ``functools.partial`` or a Python closure), so a
-    call costs one call. Not thread-safe for writes: the caller holds the write lock.
+    attribute (a Python closure over the cells), so a call costs one call. Not
+    thread-safe for writes: the caller holds the write lock.
     """
 
     __slots__ = ("backend", "add", "contains", "add_many", "contains_many", "remove", "count")
@@ -88,6 +91,15 @@ def _encode(item: Any) -> bytes:
 
 
 def bind_pure(body: memoryview, strategy: Any, m: int, k: int, width: int) -> Kernels:
+    """The pure-Python kernels bound to a cell array.
+
+    Args:
+        body: the cells (a memoryview of the mapped body; writable unless the handle is
+            read-only). Released by the caller at close; later calls raise ValueError.
+        strategy: a registered strategy (built-in or custom).
+        m: number of cells >= 1 (validated by the caller). k: 1 <= k <= MAX_NUM_HASHES.
+        width: 1 (Bloom filter), 4 or 8 (counting filter).
+    """
     # With M3KM double hashing the positions repeat with a period dividing m, so the first
     # min(k, m) positions are all the distinct ones: probing only those gives identical
     # answers and bounds the cost when m is tiny. Other strategies are probed k times.
