@@ -389,7 +389,7 @@ def test_progress_bar_only_on_a_terminal(tmp_path) -> None:  # type: ignore[no-u
     assert bits_of(str(tmp_path / "tty.blm")) == bits_of(str(tmp_path / "piped.blm"))
 
 
-# -- one rule for the items counter (issue 12 fault 7) -----------------------------------------
+# -- one rule for the items counter -------------------------------------------------------
 def full_shards(tmp_path, n_shards: int = 10) -> tuple[BloomConfig, list[str], int]:  # type: ignore[no-untyped-def]
     """``n_shards`` shards of ``for_items(10_000, 0.01)``, each added 10,000 distinct items,
     and the sum of their items added (a false positive at add time does not count)."""

@@ -9,6 +9,8 @@ import pytest
 
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.slow
+
 
 def test_mypy_strict() -> None:
     pytest.importorskip("mypy", reason="mypy is in the test extra; install it to run this check")

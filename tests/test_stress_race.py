@@ -1,4 +1,4 @@
-"""Torture (issue 6): racing processes and threads.
+"""Stress: racing processes and threads.
 
 Extends tests/test_processes.py and tests/test_properties.py (which run each scenario once,
 with spawned workers) with repeated, randomised, forked trials:
@@ -56,6 +56,7 @@ from mmapbloom.merge import merge_into, merge_shards
 from tests.torture_support import Forked, Gate, join_all, trials
 
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()"),
     pytest.mark.filterwarnings("ignore::mmapbloom.OverCapacityWarning"),
 ]
