@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import errno
 import fractions
-import io
 import mmap
 import os
 import pty

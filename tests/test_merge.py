@@ -512,7 +512,9 @@ def test_merge_and_extents_use_no_private_fields_of_the_filter() -> None:
     ``_cells``, ``_add_items``), never its storage, counter view or bit array directly."""
     import re
 
+    import mmapbloom
+
     for name in ("merge", "extents", "dask", "scalable"):
-        with open(os.path.join(ROOT, "mmapbloom", f"{name}.py")) as fh:
+        with open(os.path.join(os.path.dirname(mmapbloom.__file__), f"{name}.py")) as fh:  # the installed package
             source = fh.read()
         assert not re.findall(r"\._storage|\._items\b|\._bits\(\)", source), name

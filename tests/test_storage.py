@@ -17,7 +17,6 @@ import errno
 import os
 import subprocess
 import sys
-import textwrap
 import warnings
 from typing import Any, Iterator
 

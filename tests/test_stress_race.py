@@ -433,9 +433,9 @@ def test_close_while_other_threads_write(tmp_path: Any, kind: Any) -> None:
             def reader(c: Calls) -> None:
                 try:
                     for i in range(10_000_000):  # each call returns or raises FilterClosedError
-                        f.items_added
+                        _ = f.items_added
                         c.returned()
-                        f"w0-{i}" in f
+                        _ = f"w0-{i}" in f
                         c.returned()
                 except FilterClosedError:
                     c.refused += 1
@@ -531,9 +531,9 @@ def test_counting_processes_add_and_remove(tmp_path: Any, counting_trial: int, b
     # which is checked, so counter updates commute).
     expected = CountingBloomFilter(cfg, counter_bits=width)
     expected.update(pinned)
-    for plan, removed in plans:
+    for plan, _removed in plans:
         expected.update([x for op, items in plan if op == "add" for x in items])
-    for plan, removed in plans:
+    for _plan, removed in plans:
         for x in removed:
             expected.remove(x)
     assert expected.saturated_counters() == 0, "the trial would depend on the order"

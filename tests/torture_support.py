@@ -587,7 +587,7 @@ def damage_worker_main(argv: list[str]) -> int:
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
         slowest = sorted(slowest + [(time.perf_counter() - started, case["name"])], reverse=True)[:5]
-        for entry, outcome in outcomes.items():
+        for outcome in outcomes.values():
             bucket = outcome if not outcome.startswith("FAIL") else "FAIL"
             counts[bucket] = counts.get(bucket, 0) + 1
         if any(o.startswith("FAIL") for o in outcomes.values()):
