@@ -36,7 +36,7 @@ from typing import Any, Callable, Optional, Sequence, Tuple
 import numpy as np
 import numpy.typing as npt
 
-from .hashing import M3KM, encode_key, encode_keys, strategy_info
+from .hashing import M3KM, encode_key, encode_keys
 
 __all__ = ["BACKEND", "Kernels", "bind_pure", "native_module"]
 

@@ -64,7 +64,7 @@ import threading
 import time
 import weakref
 from types import TracebackType
-from typing import Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 import portalocker
 
@@ -139,7 +139,10 @@ class _PyLockState:
         self._rlock = threading.RLock()
 
 
-_LockState: type = _native_kernels.LockState if _native_kernels is not None else _PyLockState
+if TYPE_CHECKING:  # the compiled LockState has the same fields and methods (_kernels.pyi)
+    _LockState = _PyLockState
+else:
+    _LockState = _native_kernels.LockState if _native_kernels is not None else _PyLockState
 
 
 class _ThreadLockView:
@@ -182,7 +185,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
-class WriteLock(_LockState):  # type: ignore[misc,valid-type]
+class WriteLock(_LockState):
     """Re-entrant exclusive write lock for one filter handle.
 
     Args:
@@ -200,13 +203,9 @@ class WriteLock(_LockState):  # type: ignore[misc,valid-type]
 
     # Fields of the base (LockState): _depth (nesting of the held lock), _flock_fd (the
     # descriptor flocked: _own_fd, else _fd; -1 in memory), _stale, _closed.
-    _depth: int
-    _flock_fd: int
-    _stale: bool
-    _closed: bool
 
     def __init__(self, fd: Optional[int], path: Optional[str] = None):
-        _LockState.__init__(self)
+        super().__init__()
         self._depth = 0
         self._fd = fd
         self._own_fd: Optional[int] = None
