@@ -109,12 +109,13 @@ static inline void hash_key(const keyref *key, uint64_t h[2])
     mmb_murmur3_x64_128((const uint8_t *)key->ptr, (size_t)key->len, 0, h);
 }
 
-/* The k positions of a key whose MurmurHash3 halves are h[0], h[1] (definitions at the
- * top of the file).  pos has room for g->k values. */
-static void positions_of(const geom *g, const uint64_t h[2], uint64_t *pos)
+/* The first `count` (<= g->k) positions of a key whose MurmurHash3 halves are h[0], h[1]
+ * (definitions at the top of the file): queries compute the head first and the rest only
+ * when the head's bits are set.  pos has room for count values. */
+static void positions_n(const geom *g, const uint64_t h[2], uint64_t *pos, unsigned count)
 {
     const uint64_t m = g->m;
-    const unsigned k = g->k;
+    const unsigned k = count;
     unsigned i;
 
     switch (g->strategy) {
@@ -146,6 +147,12 @@ static void positions_of(const geom *g, const uint64_t h[2], uint64_t *pos)
         return;
     }
     }
+}
+
+/* All k positions. */
+static inline void positions_of(const geom *g, const uint64_t h[2], uint64_t *pos)
+{
+    positions_n(g, h, pos, g->k);
 }
 
 /* ---- Bloom bodies: bit i is bit (i & 7) of byte i >> 3 ------------------------------ */
@@ -378,15 +385,32 @@ static inline int probe_range(const uint8_t *body, int width, const uint64_t *ro
     return 1;
 }
 
-/* Middle query stage: test the head of the row; if it passes, prefetch the rest. */
-static int query_head(const uint8_t *body, int width, const uint64_t *row, unsigned k)
+/* First query stage: hash the key (halves into h), compute only the head of its
+ * positions (the first QUERY_PREFETCH) and prefetch their bytes. */
+static void stage_query(const uint8_t *body, int width, const geom *g, const keyref *key, uint64_t *row,
+                        uint64_t h[2])
 {
-    const unsigned head = k < QUERY_PREFETCH ? k : QUERY_PREFETCH;
+    const unsigned head = g->k < QUERY_PREFETCH ? g->k : QUERY_PREFETCH;
+    unsigned i;
+    hash_key(key, h);
+    positions_n(g, h, row, head);
+    for (i = 0; i < head; i++)
+        PREFETCH_R(body + byte_of(width, row[i]));
+}
+
+/* Middle query stage: test the head of the row; if it passes, compute the remaining
+ * positions (lazily: an absent key usually stops at the head) and prefetch them. */
+static int query_head(const uint8_t *body, int width, const geom *g, uint64_t *row, const uint64_t h[2])
+{
+    const unsigned k = g->k, head = k < QUERY_PREFETCH ? k : QUERY_PREFETCH;
     unsigned i;
     if (!probe_range(body, width, row, 0, head))
         return 0;
-    for (i = head; i < k; i++)
-        PREFETCH_R(body + byte_of(width, row[i]));
+    if (head < k) {
+        positions_n(g, h, row, k);
+        for (i = head; i < k; i++)
+            PREFETCH_R(body + byte_of(width, row[i]));
+    }
     return 1;
 }
 
@@ -399,21 +423,22 @@ static void query_run(const uint8_t *body, int width, const geom *g, const keyre
     const unsigned k = g->k, head = k < QUERY_PREFETCH ? k : QUERY_PREFETCH;
     const size_t half = AHEAD / 2;
     uint8_t maybe[AHEAD];   /* head test passed, by ring row */
+    uint64_t hs[AHEAD][2];  /* hash halves, by ring row */
     size_t i;
     for (i = 0; i < n && i < AHEAD; i++)
-        stage_key(body, width, g, &keys[i], ring + i * k, QUERY_PREFETCH, 0);
+        stage_query(body, width, g, &keys[i], ring + i * k, hs[i]);
     for (i = 0; i < n && i < half; i++)
-        maybe[i] = (uint8_t)query_head(body, width, ring + i * k, k);
+        maybe[i] = (uint8_t)query_head(body, width, g, ring + i * k, hs[i]);
     for (i = 0; i < n; i++) {
         const size_t slot = i % AHEAD;
         uint64_t *row = ring + slot * k;
         out[i] = (uint8_t)(keys[i].ptr != NULL && maybe[slot] && probe_range(body, width, row, head, k));
         if (i + half < n) {
             const size_t s2 = (i + half) % AHEAD;
-            maybe[s2] = (uint8_t)query_head(body, width, ring + s2 * k, k);
+            maybe[s2] = (uint8_t)query_head(body, width, g, ring + s2 * k, hs[s2]);
         }
         if (i + AHEAD < n)
-            stage_key(body, width, g, &keys[i + AHEAD], row, QUERY_PREFETCH, 0);
+            stage_query(body, width, g, &keys[i + AHEAD], row, hs[slot]);
     }
 }
 
@@ -1705,16 +1730,28 @@ PyDoc_STRVAR(h_contains_doc,
 
 static PyObject *h_contains(Handle *h, PyObject *key)
 {
-    uint64_t small[SMALL_K], *pos;
-    int present;
+    const unsigned k = h->g.k, head = k < QUERY_PREFETCH ? k : QUERY_PREFETCH;
+    uint64_t hv[2], small[SMALL_K], *pos = small;
+    keyref r;
+    Py_buffer view;
+    int got, present;
     if (h->closed)
         return h_refuse(h, 0);
-    if ((pos = h_positions(h, key, small)) == NULL)
+    if ((got = resolve_key(key, &r, &view)) < 0)
         return NULL;
-    if (h->width == 1)
-        present = bloom_test(h->body, pos, h->g.k);
-    else
-        present = count_min_of(h->body, h->width, pos, h->g.k) != 0;
+    hash_key(&r, hv);
+    if (got)
+        PyBuffer_Release(&view);
+    /* Lazily: the head positions first; an absent key usually stops there. */
+    positions_n(&h->g, hv, pos, head);
+    if (!probe_range(h->body, h->width, pos, 0, head))
+        Py_RETURN_FALSE;
+    if (head == k)
+        Py_RETURN_TRUE;
+    if (k > SMALL_K && (pos = PyMem_Malloc(k * sizeof *pos)) == NULL)
+        return PyErr_NoMemory();
+    positions_n(&h->g, hv, pos, k);
+    present = probe_range(h->body, h->width, pos, head, k);
     if (pos != small)
         PyMem_Free(pos);
     return PyBool_FromLong(present);

@@ -51,7 +51,7 @@ from tools.bench.measure import ROOT, make_keys  # noqa: E402
 if ROOT not in sys.path:  # the working tree's mmapbloom, not another install
     sys.path.insert(0, ROOT)
 
-__all__ = ["main", "measure_instructions", "measure_times", "measure_writers"]
+__all__ = ["main", "measure_instructions", "measure_times", "measure_writers", "section"]
 
 ROWS = ("update", "contains_many present", "contains_many absent", "add, lock per call", "add inside write_lock()",
         "x in f present", "x in f absent")
@@ -294,6 +294,24 @@ def render(instr: dict[str, dict[str, float]], ns: dict[str, dict[str, float]], 
         ratio = (f"{d_i / a_i:.2f}x, {d_t / a_t:.2f}x" if d_i and a_i and d_t and a_t else "-")
         lines.append(f"| {row} | " + " | ".join(cells) + f" | {ratio} |")
     return "\n".join(lines)
+
+
+def section(keys: int, capacity: int, fp_rate: float, seed: int, rounds: int, writers_keys: int) -> tuple[str, int]:
+    """The markdown section of ``python -m tools.bench --instructions``: the table and the
+    4-writer line; with the number of lost bits (0 unless mmapbloom lost a write)."""
+    a = argparse.Namespace(keys=keys, capacity=capacity, fp_rate=fp_rate, seed=seed, rounds=rounds)
+    instr = measure_instructions(a) if shutil.which("valgrind") else {}
+    text = render(instr, measure_times(a), a)
+    if not instr:
+        text += "\n\n(valgrind is not on PATH: no instruction counts)"
+    lost = 0
+    if writers_keys:
+        w = measure_writers(writers_keys, writers_keys, fp_rate, seed, rounds)
+        lost = int(w["lost_bits"])
+        text += (f"\n\n{w['writers']} writer processes, update() of disjoint slices of {w['keys']:,} keys: "
+                 f"{w['many_s']:.3f} s against {w['one_s']:.3f} s for one process ({w['ratio']:.2f}x), "
+                 f"lost bits {w['lost_bits']}")
+    return text, lost
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
