@@ -35,8 +35,10 @@ from .counting import CountingBloomFilter
 from .filter import BloomFilter
 from .hashing import (
     DEFAULT_STRATEGY,
+    M3B2,
     M3BL,
     M3KM,
+    M3M2,
     M3MX,
     HashStrategy,
     Strategy,
@@ -69,8 +71,10 @@ __all__ = [
     "LayerMismatchError",
     "LengthMismatchError",
     "LockTimeout",
+    "M3B2",
     "M3BL",
     "M3KM",
+    "M3M2",
     "M3MX",
     "ManifestError",
     "MergeError",

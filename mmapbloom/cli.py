@@ -530,7 +530,7 @@ def _item_input_arguments(p: argparse.ArgumentParser) -> None:
 def _strategy_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strategy", default=DEFAULT_STRATEGY.name, metavar="NAME",
                    help=f"hash strategy: one of {', '.join(sorted(registered_strategies()))} "
-                        f"(default {DEFAULT_STRATEGY.name}; M3BL is cache-line blocked, for big filters)")
+                        f"(default {DEFAULT_STRATEGY.name}; M3B2 is cache-line blocked, for big filters)")
 
 
 def build_parser() -> argparse.ArgumentParser:

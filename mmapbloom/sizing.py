@@ -12,7 +12,7 @@ Broder and Mitzenmacher 2004, "Network applications of Bloom filters: a survey")
 * ``n* = -(m / k) ln(1 - X / m)``: estimated distinct items from X set bits
   (Swamidass and Baldi 2007).
 
-Blocked layouts (strategy M3BL: all k bits of a key in one block of s = 512 bits; Putze,
+Blocked layouts (strategies M3B2 and M3BL: all k bits of a key in one block of s = 512 bits; Putze,
 Sanders and Singler 2007, section 3): a key's block holds a Poisson(n / B) number of items
 (B = m / s blocks), so ``p(n) = sum_i Pois(i; n / B) (1 - (1 - 1/s)^(i k))^k``; the
 observed rate and the item estimate are taken per block from the set bits of each block.
@@ -123,18 +123,18 @@ class BloomConfig:
             (4096).
         strategy: a strategy registered with :func:`~mmapbloom.hashing.register_strategy`,
             or its registered name (``"M3KM"``); ``None`` means the default
-            ``M3MX`` (see :mod:`mmapbloom.hashing`).
+            ``M3M2`` (see :mod:`mmapbloom.hashing`).
         capacity: the expected number of items n the filter was sized for, or ``None``.
         fp_rate: the target false-positive rate at ``capacity``, or ``None``.
 
     Raises:
         ConfigError (a ``ValueError``): m or k out of range or not an integer, a
             strategy that is not the one registered under its name, or an m the strategy
-            cannot address (M3BL: not a multiple of 512).
+            cannot address (M3B2, M3BL: not a multiple of 512).
 
     >>> c = BloomConfig.for_items(1000, 0.01)
     >>> (c.num_bits, c.num_hashes, c.strategy.name)
-    (9586, 7, 'M3MX')
+    (9586, 7, 'M3M2')
     >>> c == BloomConfig(num_bits=9586, num_hashes=7)
     True
     """
@@ -175,9 +175,9 @@ class BloomConfig:
     def for_items(cls, capacity: float, fp_rate: float, strategy: "Optional[HashStrategy]" = None) -> "BloomConfig":
         """Size a filter for ``capacity`` distinct items at false-positive rate ``fp_rate``.
 
-        The strategy brings its formula: classic strategies (M3MX, M3KM, custom ones)
+        The strategy brings its formula: classic strategies (M3M2, M3MX, M3KM, custom ones)
         use ``m = ceil(-n ln p / (ln 2)^2)``, ``k = max(1, round((m / n) ln 2))`` (Bloom
-        1970; optimum k per Broder and Mitzenmacher 2004); M3BL takes the smallest whole
+        1970; optimum k per Broder and Mitzenmacher 2004); M3B2 and M3BL take the smallest whole
         number of 512-bit blocks that meets p under the blocked formula (Putze et al. 2007).
         M3KM warns (``UserWarning``) when p is below the floor its arithmetic allows.
 
@@ -185,7 +185,7 @@ class BloomConfig:
             capacity: n, a positive integer (an integral float such as ``1e6`` is accepted,
                 a bool is not).
             fp_rate: p, strictly between 0 and 1, finite.
-            strategy: hash strategy, default ``M3MX``.
+            strategy: hash strategy, default ``M3M2``.
 
         Returns:
             The config, with ``capacity`` and ``fp_rate`` remembered.
@@ -204,7 +204,7 @@ class BloomConfig:
         n = _check_capacity(capacity)
         p = _check_fp_rate(fp_rate)
         chosen = DEFAULT_STRATEGY if strategy is None else strategy
-        if isinstance(chosen, str):  # a registered name: strategy="M3BL"
+        if isinstance(chosen, str):  # a registered name: strategy="M3B2"
             from .hashing import get_strategy
 
             chosen = get_strategy(chosen, source="strategy=")
