@@ -47,7 +47,7 @@ from .hashing import (
     register_strategy,
 )
 from .kernels import BACKEND
-from .sizing import BloomConfig
+from .config import BloomConfig
 from .merge import merge_into, merge_shards
 from .scalable import ScalableBloomFilter
 from .verify import open_any, verify_file

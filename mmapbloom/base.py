@@ -33,8 +33,8 @@ from .errors import (
 )
 from .hashing import HashStrategy, encode_keys, strategy_info
 from .locking import TimedWriteLock, WriteLock
+from .config import BloomConfig
 from .sizing import (
-    BloomConfig,
     approx_items,
     approx_items_blocks,
     expected_fill_ratio,

@@ -47,7 +47,8 @@ from .scalable import ScalableBloomFilter, is_scalable, scalable_info, verify_sc
 from .verify import open_any
 from .kernels import BACKEND
 from .hashing import DEFAULT_STRATEGY, get_strategy, registered_strategies, strategy_info
-from .sizing import BloomConfig, approx_items, expected_fill_ratio, observed_fp_rate
+from .config import BloomConfig
+from .sizing import approx_items, expected_fill_ratio, observed_fp_rate
 
 __all__ = ["build_parser", "main", "merge_main"]
 

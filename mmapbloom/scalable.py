@@ -72,7 +72,8 @@ from .errors import (
 from .filter import BloomFilter
 from .hashing import DEFAULT_STRATEGY, HashStrategy, encode_key, encode_keys, get_strategy
 from .locking import WriteLock
-from .sizing import BloomConfig, expected_fp_rate
+from .config import BloomConfig
+from .sizing import expected_fp_rate
 from .storage import absolute_path, atomic_file, fsync_directory
 
 __all__ = [

@@ -119,3 +119,12 @@ def test_strategy_must_be_the_registered_one() -> None:
     for bad in (Unregistered(), FakeM3KM()):
         with pytest.raises(ConfigError, match="register"):
             BloomConfig(num_bits=100, num_hashes=3, strategy=bad)
+
+
+def test_bloomconfig_is_still_importable_from_sizing() -> None:
+    import mmapbloom.config
+    import mmapbloom.sizing
+
+    assert mmapbloom.sizing.BloomConfig is mmapbloom.config.BloomConfig is BloomConfig
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        mmapbloom.sizing.Nope  # noqa: B018
