@@ -23,12 +23,12 @@ from .errors import (
     IncompatibleFiltersError,
     ReadOnlyFilterError,
 )
+from .config import BloomConfig
 from .handle import CHUNK_KEYS, attach, validated_keys
 from .hashing import HashStrategy, strategy_info
 from .items import OVERFILL_RATIO, ItemsCounter, design_limit, items_update
 from .locking import TimedWriteLock, WriteLock, deferred_signals
 from .sizing import (
-    BloomConfig,
     approx_items,
     approx_items_blocks,
     expected_fp_rate,
@@ -541,8 +541,8 @@ class MappedFilter:
 
     def expected_fp_rate(self) -> float:
         """Expected false-positive rate from :attr:`items_added`, in [0, 1), by the
-        strategy's formula: ``(1 - e^(-k n / m))^k`` (Bloom 1970) for M3MX, M3KM and
-        custom strategies; the blocked formula of Putze, Sanders and Singler 2007 for M3BL.
+        strategy's formula: ``(1 - e^(-k n / m))^k`` (Bloom 1970) for M3M2, M3MX, M3KM and
+        custom strategies; the blocked formula of Putze, Sanders and Singler 2007 for M3B2 and M3BL.
         O(1): no cell is read.
 
         Understates the rate of an overfilled filter or one built with unions of

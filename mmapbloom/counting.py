@@ -39,7 +39,7 @@ from .base import CHUNK_BYTES, MappedFilter
 from .locking import deferred_signals
 from .errors import ConfigError, ConfigMismatchError, SaturationWarning
 from .filter import BloomFilter
-from .sizing import BloomConfig
+from .config import BloomConfig
 
 __all__ = ["CountingBloomFilter"]
 

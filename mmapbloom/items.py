@@ -51,7 +51,7 @@ def items_update(count: int, num_bits: int, num_hashes: int, *, source: str, lim
         limit: :func:`design_limit` of m and k, if the caller cached it.
         warn: False to skip building the message (a handle that warned already).
         strategy: the filter's strategy, whose formula gives the rate in the message
-            (the blocked one for M3BL); None: the classic formula (Bloom 1970).
+            (the blocked one for M3B2 and M3BL); None: the classic formula (Bloom 1970).
 
     Returns:
         ``(stored, message)``: the count clamped to ``[0, 2**32 - 1]`` (it saturates and

@@ -6,7 +6,7 @@ handle (:mod:`mmapbloom.handle`) that does, bound once. Two backends implement i
 for answer and byte for byte:
 
 * ``"native"``: the compiled extension ``mmapbloom._kernels`` (MurmurHash3, the built-in
-  strategies, and ``Handle``: the per-filter C object with the lock and the items counter
+  strategies M3KM, M3MX, M3BL, M3M2 and M3B2, and ``Handle``: the per-filter C object with the lock and the items counter
   included; batch queries and batch hashing release the GIL). Used for strategies that
   carry a ``kernel_id`` when the extension imported and the environment variable
   ``MMAPBLOOM_PURE`` is not set to a non-empty value other than ``0``.
