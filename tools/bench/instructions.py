@@ -55,9 +55,17 @@ __all__ = ["main", "measure_instructions", "measure_times", "measure_writers", "
 
 ROWS = ("update", "contains_many present", "contains_many absent", "add, lock per call", "add inside write_lock()",
         "x in f present", "x in f absent")
-#: (label, library, strategy name or None)
-CONFIGS = (("mmapbloom default", "mmapbloom", None), ("mmapbloom M3BL", "mmapbloom", "M3BL"),
-           ("abloom", "abloom", None))
+#: --strategies when not given: the default and a blocked one
+DEFAULT_STRATEGIES = "default,M3BL"
+
+
+def configs(strategies: str) -> list[tuple[str, str, Optional[str]]]:
+    """(label, library, strategy name or None) of each measured configuration: mmapbloom
+    once per strategy (``default``: the library default), then abloom."""
+    out: list[tuple[str, str, Optional[str]]] = []
+    for name in (x.strip() for x in strategies.split(",") if x.strip()):
+        out.append((f"mmapbloom {name}", "mmapbloom", None if name == "default" else name))
+    return out + [("abloom", "abloom", None)]
 
 
 # -- the child: runs the operations, marking each one --------------------------------------
@@ -179,7 +187,7 @@ def _env() -> dict[str, str]:
 def measure_instructions(a: argparse.Namespace) -> dict[str, dict[str, float]]:
     """{config label: {row: instructions per key}} (valgrind callgrind, one child each)."""
     result: dict[str, dict[str, float]] = {}
-    for label, lib, strategy in CONFIGS:
+    for label, lib, strategy in configs(a.strategies):
         work = tempfile.mkdtemp(prefix="mmapbloom-cg.")
         try:
             out = os.path.join(work, "cg.out")
@@ -212,7 +220,7 @@ def measure_instructions(a: argparse.Namespace) -> dict[str, dict[str, float]]:
 def measure_times(a: argparse.Namespace) -> dict[str, dict[str, float]]:
     """{config label: {row: ns per key}} (median of rounds, one child each)."""
     result: dict[str, dict[str, float]] = {}
-    for label, lib, strategy in CONFIGS:
+    for label, lib, strategy in configs(a.strategies):
         work = tempfile.mkdtemp(prefix="mmapbloom-ns.")
         try:
             proc = subprocess.run(_child_cmd("time", lib, strategy, a, work), capture_output=True, text=True,
@@ -280,7 +288,7 @@ def render(instr: dict[str, dict[str, float]], ns: dict[str, dict[str, float]], 
     lines = [f"{a.keys:,} of {a.capacity:,} URL-like str keys (46-90 bytes), p = {a.fp_rate}; "
              f"Python {sys.version.split()[0]}; instructions: valgrind callgrind (user space); ns: median of "
              f"{a.rounds} rounds", ""]
-    labels = [label for label, _, _ in CONFIGS]
+    labels = [label for label, _, _ in configs(a.strategies)]
     head = "| op | " + " | ".join(f"{lab} instr | {lab} ns" for lab in labels) + " | default / abloom (instr, ns) |"
     lines += [head, "|---|" + "---:|" * (2 * len(labels) + 1)]
     for row in ROWS:
@@ -299,7 +307,8 @@ def render(instr: dict[str, dict[str, float]], ns: dict[str, dict[str, float]], 
 def section(keys: int, capacity: int, fp_rate: float, seed: int, rounds: int, writers_keys: int) -> tuple[str, int]:
     """The markdown section of ``python -m tools.bench --instructions``: the table and the
     4-writer line; with the number of lost bits (0 unless mmapbloom lost a write)."""
-    a = argparse.Namespace(keys=keys, capacity=capacity, fp_rate=fp_rate, seed=seed, rounds=rounds)
+    a = argparse.Namespace(keys=keys, capacity=capacity, fp_rate=fp_rate, seed=seed, rounds=rounds,
+                           strategies=DEFAULT_STRATEGIES)
     instr = measure_instructions(a) if shutil.which("valgrind") else {}
     text = render(instr, measure_times(a), a)
     if not instr:
@@ -326,6 +335,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--writers-keys", type=int, default=1_000_000, help="0 skips the 4-writer figure")
+    ap.add_argument("--strategies", default=DEFAULT_STRATEGIES,
+                    help=f"mmapbloom strategies, each its own configuration (default {DEFAULT_STRATEGIES})")
     ap.add_argument("--skip-instructions", action="store_true")
     ap.add_argument("--json", help="also write the results here")
     a = ap.parse_args(argv)
