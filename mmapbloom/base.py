@@ -68,9 +68,9 @@ class MappedFilter:
     :meth:`BloomConfig.check_compatible`, the items counter and its over-capacity warning
     are one :class:`~mmapbloom.items.ItemsCounter` (``self._counter``), the bytes and the
     lock belong to the :class:`~mmapbloom.storage.Storage` (``self._storage``). The
-    package's other modules (merge, extents) reach the storage through the protected
-    methods ``_file_descriptor``, ``_duplicate_descriptor``, ``_check_size``,
-    ``_cell_layout``, ``_cells`` and ``_add_items``, never its fields.
+    package's other modules (merge, extents) talk to that storage object (its ``fd``,
+    ``duplicate_fd``, ``check_size``, ``body_range``, ``body``) and, for the items
+    counter, to ``_add_items``.
     """
 
     __slots__ = ("_storage", "_config", "_hs", "_cell_bits", "_counter", "_h", "__weakref__")
@@ -360,64 +360,9 @@ class MappedFilter:
         """A numpy ``uint8`` view of the cell array (no copy; read-only when the handle is).
         Every scan of the mapping starts here, so the file's size is checked here first
         (``LengthMismatchError`` for a file truncated under the handle, not SIGBUS)."""
-        try:
-            self._storage.check_size()
-            return self._storage.view(self._hs, fmt.body_size(self.num_bits, self._cell_bits))
-        except ValueError:  # closed by another thread since the caller's check
-            self._check_open()
-            raise
+        return self._storage.body()
 
-    # -- the protected interface for the package's own modules ---------------------------
-    # merge, extents (and through them dask) use these instead of the handle's private
-    # fields, so the storage and the items counter keep one owner.
-    def _file_descriptor(self) -> Optional[int]:
-        """The descriptor of the mapped file, or ``None`` in memory. Valid only while the
-        handle is open: a caller that reads through it while another thread may close the
-        handle uses :meth:`_duplicate_descriptor` instead.
-
-        Raises:
-            FilterClosedError: the handle is closed.
-        """
-        self._check_open()
-        return self._storage.fd if isinstance(self._storage, FileStorage) else None
-
-    def _duplicate_descriptor(self) -> Optional[int]:
-        """A duplicate (``os.dup``) of the file's descriptor, which the caller closes, or
-        ``None`` in memory. A ``close()`` of the handle by another thread cannot make reads
-        through it reach another file: the handle is found open after the duplicate was
-        taken (``close`` marks the storage closed before closing its descriptor).
-
-        Raises:
-            FilterClosedError: the handle is closed. LengthMismatchError: the file was
-            truncated under the handle. OSError: ``dup`` failed.
-        """
-        fd = self._file_descriptor()
-        if fd is None:
-            return None
-        self._check_size()
-        try:
-            mine = os.dup(fd)
-        except OSError:
-            self._check_open()  # closed meanwhile: FilterClosedError
-            raise
-        try:
-            self._check_open()
-        except BaseException:
-            os.close(mine)
-            raise
-        return mine
-
-    def _check_size(self) -> None:
-        """Refuse a file truncated under the handle before the mapping is scanned
-        (``LengthMismatchError``, not SIGBUS); FilterClosedError when closed."""
-        self._check_open()
-        self._storage.check_size()
-
-    def _cell_layout(self) -> tuple[int, int, int]:
-        """``(start, stop, cell_bits)``: the cell array is bytes ``[start, stop)`` of the
-        image (and of the file), ``cell_bits`` bits per cell (1, 4 or 8)."""
-        return self._hs, self._hs + fmt.body_size(self.num_bits, self._cell_bits), self._cell_bits
-
+    # -- for the package's own modules (merge): the items counter under the lock ---------
     def _add_items(self, delta: int, stacklevel: int = 2) -> int:
         """Add ``delta`` to the items counter under the write lock, by the one rule
         (:meth:`ItemsCounter.bump`: saturating, the over-capacity check), then emit the
@@ -426,7 +371,7 @@ class MappedFilter:
         Returns the stored count. For writers outside the class (``merge_into``)."""
         self._check_writable()
         with self._storage.lock, deferred_signals():  # wait interruptibly; hold signals while committing
-            self._check_size()
+            self._storage.check_size()
             self._counter.bump(delta)
             count = self._counter.load()
         self._counter.flush(stacklevel=stacklevel + 1)
@@ -625,7 +570,9 @@ class MappedFilter:
     def _same_image(self, other: "MappedFilter") -> bool:
         if other is self:
             return True
-        fa, fb = self._file_descriptor(), other._file_descriptor()
+        self._check_open()
+        other._check_open()
+        fa, fb = self._storage.fd, other._storage.fd
         if fa is not None and fb is not None:
             sa, sb = os.fstat(fa), os.fstat(fb)
             return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
