@@ -1609,19 +1609,21 @@ static int items_bump(Handle *h, long long delta, uint32_t *stored)
     return !h->warned && (double)total > h->warn_at;
 }
 
-/* The warnings of a write, after the lock is released. */
-static int h_warn(Handle *h, int over, uint32_t stored, int sat)
+/* The warnings of a write, after the lock is released.  depth: Python frames between
+ * the callback and the user's call, beyond one (0: called from a filter method written in
+ * Python; -1: from FilterBase, straight from the user's code). */
+static int h_warn(Handle *h, int over, uint32_t stored, int sat, int depth)
 {
     PyObject *r;
     if (over && !h->warned && h->over != NULL) {
         h->warned = 1;
-        r = PyObject_CallFunction(h->over, "k", (unsigned long)stored);
+        r = PyObject_CallFunction(h->over, "ki", (unsigned long)stored, depth);
         if (r == NULL)
             return -1;
         Py_DECREF(r);
     }
     if (sat && h->saturated != NULL && h->saturated != Py_None) {
-        r = PyObject_CallNoArgs(h->saturated);
+        r = PyObject_CallFunction(h->saturated, "i", depth);
         if (r == NULL)
             return -1;
         Py_DECREF(r);
@@ -1680,7 +1682,7 @@ PyDoc_STRVAR(h_add_doc,
 "Atomic across threads and processes; the items word is bumped under the same lock.");
 
 /* op: 0 add, 1 remove (counting) */
-static PyObject *h_write_one(Handle *h, PyObject *key, int op)
+static PyObject *h_write_one(Handle *h, PyObject *key, int op, int depth)
 {
     uint64_t small[SMALL_K], *pos;
     int state, fresh = 0, sat = 0, over = 0, removed = 0;
@@ -1708,7 +1710,7 @@ static PyObject *h_write_one(Handle *h, PyObject *key, int op)
         goto fail;
     if (pos != small)
         PyMem_Free(pos);
-    if ((over || sat) && h_warn(h, over, stored, sat) < 0)
+    if ((over || sat) && h_warn(h, over, stored, sat, depth) < 0)
         return NULL;
     if (op == 0)
         return PyBool_FromLong(fresh);
@@ -1721,7 +1723,7 @@ fail:
 
 static PyObject *h_add(Handle *h, PyObject *key)
 {
-    return h_write_one(h, key, 0);
+    return h_write_one(h, key, 0, 0);
 }
 
 PyDoc_STRVAR(h_remove_doc,
@@ -1734,40 +1736,51 @@ static PyObject *h_remove(Handle *h, PyObject *key)
 {
     if (h->width == 1)
         return PyErr_Format(PyExc_TypeError, "remove needs a counting handle");
-    return h_write_one(h, key, 1);
+    return h_write_one(h, key, 1, 0);
 }
 
 PyDoc_STRVAR(h_contains_doc,
 "contains(key, /)\n--\n\n"
 "True if every bit (counter) of the key is set (non-zero); stops at the first 0.  No lock.");
 
-static PyObject *h_contains(Handle *h, PyObject *key)
+/* 1: the key may be present, 0: certainly absent, -1: error. */
+static int h_contains_int(Handle *h, PyObject *key)
 {
     const unsigned k = h->g.k, head = k < QUERY_PREFETCH ? k : QUERY_PREFETCH;
     uint64_t hv[2], small[SMALL_K], *pos = small;
     keyref r;
     Py_buffer view;
     int got, present;
-    if (h->closed)
-        return h_refuse(h, 0);
+    if (h->closed) {
+        h_refuse(h, 0);
+        return -1;
+    }
     if ((got = resolve_key(key, &r, &view)) < 0)
-        return NULL;
+        return -1;
     hash_key(&r, hv);
     if (got)
         PyBuffer_Release(&view);
     /* Lazily: the head positions first; an absent key usually stops there. */
     positions_n(&h->g, hv, pos, head);
     if (!probe_range(h->body, h->width, pos, 0, head))
-        Py_RETURN_FALSE;
+        return 0;
     if (head == k)
-        Py_RETURN_TRUE;
-    if (k > SMALL_K && (pos = PyMem_Malloc(k * sizeof *pos)) == NULL)
-        return PyErr_NoMemory();
+        return 1;
+    if (k > SMALL_K && (pos = PyMem_Malloc(k * sizeof *pos)) == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
     positions_n(&h->g, hv, pos, k);
     present = probe_range(h->body, h->width, pos, head, k);
     if (pos != small)
         PyMem_Free(pos);
-    return PyBool_FromLong(present);
+    return present;
+}
+
+static PyObject *h_contains(Handle *h, PyObject *key)
+{
+    const int present = h_contains_int(h, key);
+    return present < 0 ? NULL : PyBool_FromLong(present);
 }
 
 PyDoc_STRVAR(h_count_doc,
@@ -1977,7 +1990,7 @@ static Py_ssize_t h_add_keys(Handle *h, const mb_key *refs, Py_ssize_t n, uint8_
     }
     h_leave(h);
     PyMem_Free(rows);
-    if ((over || sat) && h_warn(h, over, stored, sat) < 0)
+    if ((over || sat) && h_warn(h, over, stored, sat, 0) < 0)
         return -1;
     return total;
 fail:
@@ -2159,6 +2172,130 @@ static PyTypeObject Handle_Type = {
     .tp_new = h_new,
 };
 
+
+/* ---- FilterBase: the hot API of the filter classes, without a Python frame ----------- */
+
+/* The base class of mmapbloom.base.MappedFilter on the native backend: it holds the
+ * filter's handle (_h) and implements add, might_contain and `in` by calling it directly,
+ * so `x in f` and `f.add(x)` cost one C call and no Python frame.  A handle that is not
+ * a native Handle (the pure one, for a custom strategy) is called through its methods. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *h;
+} FilterBase;
+
+static int fb_traverse(FilterBase *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->h);
+    return 0;
+}
+
+static int fb_clear(FilterBase *self)
+{
+    Py_CLEAR(self->h);
+    return 0;
+}
+
+static void fb_dealloc(FilterBase *self)
+{
+    PyObject_GC_UnTrack(self);
+    fb_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *fb_handle(FilterBase *self)
+{
+    if (self->h == NULL)
+        PyErr_SetString(PyExc_ValueError, "operation on a closed filter (no handle attached)");
+    return self->h;
+}
+
+PyDoc_STRVAR(fb_add_doc,
+"add(item, /)\n--\n\n"
+"Add one item (str, hashed as UTF-8, or bytes-like); return True if it was new (some bit\n"
+"was 0; for a counting filter, some counter was 0).\n\n"
+"An atomic test-and-set across threads and processes: when several add the same new item\n"
+"at once, exactly one gets True.  Cost: one hash and k cell operations under the write\n"
+"lock, taken and released in C when it is free (one flock pair unless the caller holds\n"
+"write_lock()); the items counter is bumped under the same lock.  Counting filters:\n"
+"saturated counters stay at their maximum (SaturationWarning once per handle).\n"
+"OverCapacityWarning once per handle past the design point.\n\n"
+"Raises TypeError (another item type), UnicodeEncodeError (a str with lone surrogates),\n"
+"ReadOnlyFilterError, FilterClosedError, SelfDeadlockError (this thread holds the\n"
+"file's lock through another handle).");
+
+static PyObject *fb_add(FilterBase *self, PyObject *key)
+{
+    PyObject *h = fb_handle(self);
+    if (h == NULL)
+        return NULL;
+    if (Py_IS_TYPE(h, &Handle_Type))
+        return h_write_one((Handle *)h, key, 0, -1);
+    return PyObject_CallMethod(h, "add", "Oi", key, 0);
+}
+
+static int fb_contains_int(FilterBase *self, PyObject *key)
+{
+    PyObject *h = fb_handle(self), *r;
+    int t;
+    if (h == NULL)
+        return -1;
+    if (Py_IS_TYPE(h, &Handle_Type))
+        return h_contains_int((Handle *)h, key);
+    r = PyObject_CallMethod(h, "contains", "O", key);
+    if (r == NULL)
+        return -1;
+    t = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return t;
+}
+
+PyDoc_STRVAR(fb_might_contain_doc,
+"might_contain(item, /)\n--\n\n"
+"True if item (str or bytes-like) may have been added; False only if it certainly was not\n"
+"(no false negatives).  Same as `item in f`.  Takes no lock; computes positions lazily and\n"
+"stops at the first zero cell: one hash and at most k cell reads (fewer for most absent\n"
+"items).\n\n"
+"Raises TypeError (an item that is not str or bytes-like), FilterClosedError.");
+
+static PyObject *fb_might_contain(FilterBase *self, PyObject *key)
+{
+    const int present = fb_contains_int(self, key);
+    return present < 0 ? NULL : PyBool_FromLong(present);
+}
+
+static PyMethodDef fb_methods[] = {
+    {"add", (PyCFunction)fb_add, METH_O, fb_add_doc},
+    {"might_contain", (PyCFunction)fb_might_contain, METH_O, fb_might_contain_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef fb_members[] = {
+    {"_h", T_OBJECT, offsetof(FilterBase, h), 0, "the filter's handle (mmapbloom.handle.attach)"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PySequenceMethods fb_as_sequence = {
+    .sq_contains = (objobjproc)fb_contains_int,
+};
+
+static PyTypeObject FilterBase_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "mmapbloom._kernels.FilterBase",
+    .tp_basicsize = sizeof(FilterBase),
+    .tp_dealloc = (destructor)fb_dealloc,
+    .tp_as_sequence = &fb_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "FilterBase()\n--\n\n"
+              "Base class of mmapbloom's filters on the native backend: add, might_contain and `in` go\n"
+              "straight to the filter's handle (_h), with no Python frame.",
+    .tp_traverse = (traverseproc)fb_traverse,
+    .tp_clear = (inquiry)fb_clear,
+    .tp_methods = fb_methods,
+    .tp_members = fb_members,
+    .tp_new = PyType_GenericNew,
+};
+
 /* ---- module --------------------------------------------------------------------------- */
 
 #define FAST(name) {#name, (PyCFunction)(void (*)(void))k_##name, METH_FASTCALL, name##_doc}
@@ -2186,8 +2323,13 @@ static PyMethodDef kernel_methods[] = {
 
 static int kernel_exec(PyObject *module)
 {
-    if (PyType_Ready(&LockState_Type) < 0 || PyType_Ready(&Handle_Type) < 0)
+    if (PyType_Ready(&LockState_Type) < 0 || PyType_Ready(&Handle_Type) < 0 || PyType_Ready(&FilterBase_Type) < 0)
         return -1;
+    Py_INCREF(&FilterBase_Type);
+    if (PyModule_AddObject(module, "FilterBase", (PyObject *)&FilterBase_Type) < 0) {
+        Py_DECREF(&FilterBase_Type);
+        return -1;
+    }
     Py_INCREF(&LockState_Type);
     if (PyModule_AddObject(module, "LockState", (PyObject *)&LockState_Type) < 0) {
         Py_DECREF(&LockState_Type);

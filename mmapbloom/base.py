@@ -24,7 +24,7 @@ from .errors import (
     ReadOnlyFilterError,
 )
 from .config import BloomConfig
-from .handle import CHUNK_KEYS, attach, validated_keys
+from .handle import CHUNK_KEYS, FilterBase, attach, validated_keys
 from .hashing import HashStrategy, strategy_info
 from .items import OVERFILL_RATIO, ItemsCounter, design_limit, items_update
 from .locking import TimedWriteLock, WriteLock, deferred_signals
@@ -50,7 +50,7 @@ PathLike = Union[str, "os.PathLike[str]"]
 F = TypeVar("F", bound="MappedFilter")
 
 
-class MappedFilter:
+class MappedFilter(FilterBase):
     """Base of the filter kinds: an image (header + cells) in memory or in a shared file,
     and the interface both kinds share.
 
@@ -73,10 +73,11 @@ class MappedFilter:
     counter, to ``_add_items``.
     """
 
-    __slots__ = ("_storage", "_config", "_hs", "_cell_bits", "_counter", "_h", "__weakref__")
+    # _h (the handle) is a slot of the base, FilterBase, whose add, might_contain and
+    # ``in`` call it directly.
+    __slots__ = ("_storage", "_config", "_hs", "_cell_bits", "_counter", "__weakref__")
 
     _magic: bytes = fmt.MAGIC
-    _h: Any
     _counter: ItemsCounter
 
     # -- subclass hooks ---------------------------------------------------------------
@@ -408,23 +409,7 @@ class MappedFilter:
             return self._storage.lock
         return self._storage.lock.with_timeout(timeout)
 
-    # -- the query and write interface both kinds implement ------------------------------
-    def add(self, item: Any) -> bool:
-        """Add one item (str or bytes-like); True if it was new. Atomic across threads and
-        processes. Implemented by each kind."""
-        raise NotImplementedError
-
-    def might_contain(self, item: Any) -> bool:
-        """True if ``item`` (str or bytes-like) may have been added; False only if it
-        certainly was not (no false negatives). Takes no lock; stops at the first zero
-        cell. Cost: one hash and at most k cell reads (fewer for most absent items).
-
-        Raises TypeError (an item that is not str or bytes-like), FilterClosedError.
-        """
-        return self._h.contains(item)  # type: ignore[no-any-return]
-
-    __contains__ = might_contain
-
+    # -- the interface both kinds share (add, might_contain and ``in``: FilterBase) -------
     def add_many(self, items: Iterable[Any]) -> npt.NDArray[np.bool_]:
         """Batch add: a ``bool`` array of shape ``(len(items),)``, True where the item was
         new, exactly as sequential :meth:`add` calls (a duplicate within the batch is new

@@ -128,16 +128,9 @@ class CountingBloomFilter(MappedFilter):
         return super().items_added
 
     # -- per-item operations --------------------------------------------------------------
-    def add(self, item: Item) -> bool:
-        """Increment the item's counters; return True if it was new (some counter was 0).
-
-        Atomic across threads and processes. Saturated counters stay at their maximum.
-
-        Raises:
-            TypeError: an item that is not str or bytes-like.
-            ReadOnlyFilterError, FilterClosedError.
-        """
-        return self._h.add(item)  # type: ignore[no-any-return]
+    # add, might_contain and ``in``: FilterBase (mmapbloom.handle), straight to the handle
+    # (for a counting filter: increment the item's distinct counters; saturated counters
+    # stay at their maximum).
 
     def remove(self, item: Item) -> None:
         """Decrement the item's counters (saturated counters are left at their maximum).

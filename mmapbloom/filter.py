@@ -67,22 +67,7 @@ class BloomFilter(MappedFilter):
 
     _magic = fmt.MAGIC
 
-    # -- per-item operations ----------------------------------------------------------
-    def add(self, item: Item) -> bool:
-        """Add one item; return True if it was new (at least one of its bits was 0).
-
-        An atomic test-and-set across threads and processes: when several add the same new
-        item at once, exactly one gets True. Cost: one hash and k bit operations under
-        the write lock (one ``flock`` pair unless the caller holds :meth:`write_lock`).
-
-        Args:
-            item: ``str`` (hashed as UTF-8) or bytes-like.
-
-        Raises:
-            TypeError: another item type. UnicodeEncodeError (a ``ValueError``): a str with
-                lone surrogates. ReadOnlyFilterError, FilterClosedError.
-        """
-        return self._h.add(item)  # type: ignore[no-any-return]
+    # add, might_contain and ``in``: FilterBase (mmapbloom.handle), straight to the handle.
 
     # -- batch operations ----------------------------------------------------------------
     def _bits(self) -> npt.NDArray[np.uint8]:

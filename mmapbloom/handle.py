@@ -22,7 +22,7 @@ handle) and warns through :class:`~mmapbloom.items.ItemsCounter` and the filter'
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -33,7 +33,7 @@ from .hashing import encode_keys, strategy_info
 from .items import ItemsCounter
 from .locking import WriteLock, deferred_signals
 
-__all__ = ["CHUNK_KEYS", "PyHandle", "attach", "validated_keys"]
+__all__ = ["CHUNK_KEYS", "FilterBase", "PyFilterBase", "PyHandle", "attach", "validated_keys"]
 
 #: Keys per write-lock acquisition in the batch writers (``add_many``, ``update``): other
 #: writers interleave between chunks, never inside one (the native handle uses the same
@@ -41,6 +41,53 @@ __all__ = ["CHUNK_KEYS", "PyHandle", "attach", "validated_keys"]
 CHUNK_KEYS = 1 << 16
 
 Fail = Callable[[int], Any]
+
+
+class PyFilterBase:
+    """The filters' base class on the pure path: the hot API straight to the handle.
+
+    On the native backend the base is ``mmapbloom._kernels.FilterBase``, the same three
+    entries in C, so ``x in f`` and ``f.add(x)`` cost no Python frame at all."""
+
+    __slots__ = ("_h",)
+
+    _h: Any
+
+    def add(self, item: Any) -> bool:
+        """Add one item (str, hashed as UTF-8, or bytes-like); return True if it was new
+        (some bit was 0; for a counting filter, some counter was 0).
+
+        An atomic test-and-set across threads and processes: when several add the same
+        new item at once, exactly one gets True. Cost: one hash and k cell operations under
+        the write lock (one ``flock`` pair unless the caller holds ``write_lock()``); the
+        items counter is bumped under the same lock. Counting filters: saturated counters
+        stay at their maximum (SaturationWarning once per handle). OverCapacityWarning
+        once per handle past the design point.
+
+        Raises:
+            TypeError (another item type), UnicodeEncodeError (a str with lone
+            surrogates), ReadOnlyFilterError, FilterClosedError, SelfDeadlockError (this
+            thread holds the file's lock through another handle).
+        """
+        return bool(self._h.add(item))
+
+    def might_contain(self, item: Any) -> bool:
+        """True if ``item`` (str or bytes-like) may have been added; False only if it
+        certainly was not (no false negatives). Same as ``item in f``. Takes no lock;
+        stops at the first zero cell: one hash and at most k cell reads (fewer for most
+        absent items).
+
+        Raises TypeError (an item that is not str or bytes-like), FilterClosedError.
+        """
+        return bool(self._h.contains(item))
+
+    __contains__ = might_contain
+
+
+if TYPE_CHECKING:  # the compiled FilterBase has the same interface (_kernels.pyi)
+    FilterBase = PyFilterBase
+else:
+    FilterBase = kernels.native_module().FilterBase if kernels.native_module() is not None else PyFilterBase
 
 
 def attach(image: Any, header_size: int, config: Any, cell_bits: int, lock: WriteLock, counter: ItemsCounter,
@@ -142,10 +189,12 @@ class PyHandle:
             self._counter.bump(1)
         return new, sat
 
-    def add(self, key: Any) -> bool:
-        """Add one key; True if it was new (the lock taken around cells and counter)."""
+    def add(self, key: Any, depth: int = 1) -> bool:
+        """Add one key; True if it was new (the lock taken around cells and counter).
+        ``depth``: Python frames between this call and the user's, for the warnings (1:
+        a filter method; 0: called from the compiled FilterBase)."""
         new, sat = self._write(self._add_locked, key)
-        self._warn(sat, depth=1)
+        self._warn(sat, depth=depth)
         return bool(new)
 
     def _remove_locked(self, key: Any) -> int:
