@@ -565,7 +565,13 @@ static int resolve_key(PyObject *o, keyref *r, Py_buffer *view)
 {
     if (PyUnicode_Check(o)) {
         Py_ssize_t n;
-        const char *s = PyUnicode_AsUTF8AndSize(o, &n);
+        const char *s;
+        if (PyUnicode_IS_COMPACT_ASCII(o)) {   /* the common case: its bytes are its UTF-8 */
+            r->ptr = (const char *)PyUnicode_DATA(o);
+            r->len = PyUnicode_GET_LENGTH(o);
+            return 0;
+        }
+        s = PyUnicode_AsUTF8AndSize(o, &n);
         if (s == NULL)
             return -1;
         r->ptr = s;
@@ -1831,7 +1837,7 @@ static void keys_end(keyset *ks)
  * under a GIL-released stage. */
 static int keys_from_python(keyset *ks, PyObject *keys)
 {
-    Py_ssize_t i, nbuf = 0;
+    Py_ssize_t i, cap = 4;
     ks->refs = NULL;
     ks->views = NULL;
     ks->nviews = 0;
@@ -1846,24 +1852,28 @@ static int keys_from_python(keyset *ks, PyObject *keys)
     if (ks->tuple == NULL)
         return -1;
     ks->n = PyTuple_GET_SIZE(ks->tuple);
-    for (i = 0; i < ks->n; i++) {
-        PyObject *o = PyTuple_GET_ITEM(ks->tuple, i);
-        nbuf += !PyUnicode_Check(o) && !PyBytes_Check(o) && (PyByteArray_Check(o) || PyMemoryView_Check(o));
-    }
     ks->refs = PyMem_Malloc((size_t)(ks->n ? ks->n : 1) * sizeof *ks->refs);
-    ks->views = PyMem_Malloc((size_t)(nbuf + 1) * sizeof *ks->views);
+    ks->views = PyMem_Malloc((size_t)cap * sizeof *ks->views);
     if (ks->refs == NULL || ks->views == NULL) {
         PyErr_NoMemory();
         goto fail;
     }
     for (i = 0; i < ks->n; i++) {
-        const int got = resolve_key(PyTuple_GET_ITEM(ks->tuple, i), &ks->refs[i], &ks->views[ks->nviews]);
+        PyObject *o = PyTuple_GET_ITEM(ks->tuple, i);
+        int got;
+        if (ks->nviews == cap && !PyUnicode_Check(o) && !PyBytes_Check(o)) {   /* room for a buffer export */
+            Py_buffer *more = PyMem_Realloc(ks->views, (size_t)cap * 2 * sizeof *ks->views);
+            if (more == NULL) {
+                PyErr_NoMemory();
+                goto fail;
+            }
+            ks->views = more;   /* Py_buffer structs may move: they hold no pointer to themselves */
+            cap *= 2;
+        }
+        got = resolve_key(o, &ks->refs[i], &ks->views[ks->nviews]);
         if (got < 0)
             goto fail;
-        if (got && ++ks->nviews > nbuf) {   /* cannot happen (counted above); views[nbuf] is spare */
-            PyErr_SetString(PyExc_RuntimeError, "key buffers changed during the call");
-            goto fail;
-        }
+        ks->nviews += got;
     }
     return 0;
 fail:
