@@ -39,6 +39,7 @@ from .sizing import (
     approx_items_blocks,
     expected_fill_ratio,
     expected_fp_rate,
+    expected_new_items,
     observed_fp_rate,
     observed_fp_rate_blocks,
 )
@@ -75,10 +76,25 @@ _CLOSED_VIEW = memoryview(b"")
 _CLOSED_VIEW.release()  # any use raises ValueError
 
 
-def design_limit(num_bits: int, num_hashes: int) -> float:
-    """The item count n past which the expected fill ratio ``1 - e^(-kn/m)`` (Bloom 1970)
-    exceeds ``OVERFILL_RATIO``: ``n > -(m / k) ln(1 - OVERFILL_RATIO)``."""
-    return -(num_bits / num_hashes) * math.log1p(-OVERFILL_RATIO)
+def design_limit(num_bits: int, num_hashes: int, capacity: Optional[int] = None) -> float:
+    """The ``items_added`` count past which a filter is over its design point.
+
+    Without a capacity: where the expected fill ratio ``1 - e^(-kn/m)`` (Bloom 1970)
+    exceeds ``OVERFILL_RATIO``, ``n > -(m / k) ln(1 - OVERFILL_RATIO)``. With the capacity
+    the config was sized for (``BloomConfig.for_items``), never below that design point:
+    when the fill at capacity passes ``OVERFILL_RATIO``, the larger of the above and the
+    expected ``items_added`` after ``capacity`` distinct
+    adds (:func:`~mmapbloom.sizing.expected_new_items`; adds that were false positives
+    set no bit and are not counted) plus 3 standard deviations of the set-bit count,
+    ``3 sqrt(m f (1 - f))`` at the fill f of that point. This matters where the design fill
+    passes ``OVERFILL_RATIO``: k = 1 at a large p, where ``p = 1 - e^(-n/m)`` by design.
+    A file opened without its config knows only m and k (first rule)."""
+    limit = -(num_bits / num_hashes) * math.log1p(-OVERFILL_RATIO)
+    fill = 0.0 if capacity is None else expected_fill_ratio(capacity, num_bits, num_hashes)
+    if capacity is not None and fill > OVERFILL_RATIO:  # designed past the usual fill
+        spread = 3 * math.sqrt(num_bits * fill * (1 - fill))
+        limit = max(limit, expected_new_items(capacity, num_bits, num_hashes) + spread)
+    return limit
 
 
 def items_update(count: int, num_bits: int, num_hashes: int, *, source: str, limit: Optional[float] = None,
@@ -235,7 +251,7 @@ class MappedFilter:
         self._kernels = kernels.bind(self._body, config.strategy, self._m, self._k, self._cell_bits)
         self._lock: WriteLock = storage.lock
         self._no_write = storage.readonly
-        self._warn_at = design_limit(self._m, self._k)
+        self._warn_at = design_limit(self._m, self._k, config.capacity)
         self._warned = False
         self._warn_msg: Optional[str] = None
         self._after_attach()
