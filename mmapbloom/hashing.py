@@ -24,7 +24,29 @@ and an absent key with a stored key's step shares most of its bits. That puts a 
 roughly 0.1/m to 2/m under the false-positive rate, whatever k is (:data:`M3KM_FP_FLOOR`);
 ``BloomConfig.for_items(..., strategy=M3KM())`` warns when asked for less.
 
-``M3MX`` (kernel id 2, the default): each probe mixed to 64 bits before reduction::
+``M3M2`` (kernel id 4, the default): M3MX (below) with an odd step::
+
+    a = h mod 2^64 ;  b = (h >> 64) | 1
+    z_i   = fmix64((a + i * b) mod 2^64)           for i = 0 .. k-1
+    pos_i = (z_i * m) >> 64
+
+``M3B2`` (kernel id 5): M3BL (below) with an odd multiplier seed::
+
+    x = h mod 2^64 ;  y = (h >> 64) | 1 ;  B = m / 512   (m a positive multiple of 512)
+    block = (x * B) >> 64
+    repeat k times:  y = (y * 0x9E3779B97F4A7C15) mod 2^64 ;  pos = block * 512 + (y >> 55)
+
+Why they exist: under M3MX and M3BL a key whose upper hash half ``h >> 64`` is 0 puts all
+k probes on one bit (M3MX: every ``a + i * b`` equals a; M3BL: y stays 0, bit 0 of the
+block), and MurmurHash3 of the empty key with seed 0 is exactly 0, so ``""`` was reported
+present in about half of all filters at capacity. An odd step is invertible modulo 2^64,
+so ``a + i * b`` takes k distinct values and fmix64 (a bijection) keeps them distinct; an
+odd y never reaches 0 and ``y * G^i`` runs through 2^62 distinct values. No key's probes
+collapse under M3M2 or M3B2; docs/FORMAT.md lists when they collapse under each released
+strategy and how likely that is.
+
+``M3MX`` (kernel id 2, the default before M3M2; readable and writable forever): each probe
+mixed to 64 bits before reduction::
 
     a = h mod 2^64 ;  b = h >> 64
     z_i   = fmix64((a + i * b) mod 2^64)           for i = 0 .. k-1
@@ -33,8 +55,10 @@ roughly 0.1/m to 2/m under the false-positive rate, whatever k is (:data:`M3KM_F
 fmix64 is MurmurHash3's 64-bit finalizer (z ^= z >> 33; z *= 0xff51afd7ed558ccd;
 z ^= z >> 33; z *= 0xc4ceb9fe1a85ec53; z ^= z >> 33, all mod 2^64), a bijection. Each probe
 depends on all 128 hash bits, there is no division, and a power-of-two m is as good as any.
+Its fault (fixed by M3M2): ``b = 0`` makes every probe ``fmix64(a)``.
 
-``M3BL`` (kernel id 3): cache-line-blocked (Putze, Sanders and Singler 2007)::
+``M3BL`` (kernel id 3; readable and writable forever, M3B2 for new filters):
+cache-line-blocked (Putze, Sanders and Singler 2007)::
 
     x = h mod 2^64 ;  y = h >> 64 ;  B = m / 512   (m must be a multiple of 512)
     block = (x * B) >> 64
