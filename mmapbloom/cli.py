@@ -16,7 +16,10 @@ whitespace is stripped, an empty line is the empty item, a last line without a n
 an item, a line that is not valid UTF-8 is kept as its bytes). With ``-0``/``--null`` items
 are separated by NUL bytes instead and nothing at all is removed, for binary-safe input
 (``find -print0``). ``check`` prints items back as the same bytes, each followed by ``\\n``
-(or NUL with ``-0``).
+(or NUL with ``-0``). ``--key KEY`` (repeatable) gives one item on the command line, as
+its bytes (``os.fsencode``), before the inputs; with ``--key`` and no INPUT, stdin is not
+read. Every input is checked (exists, not a directory, readable) before the first item is
+added; an ``add`` that fails or is interrupted part-way says how many items it committed.
 
 Output conventions: query results (``plan``, ``check``, ``info``, ``verify``) go to stdout;
 reports of the write commands (``create``, ``add``, ``merge``), progress bars (only when
@@ -26,6 +29,7 @@ stderr is a terminal), warnings and errors go to stderr.
 from __future__ import annotations
 
 import argparse
+import errno
 import itertools
 import json
 import math
@@ -68,7 +72,9 @@ FRAMING_HELP = (
     "key framing: one item per line; the terminating \\n or \\r\\n is removed and nothing "
     "else (no other whitespace is stripped; an empty line is the empty item; bytes that are "
     "not valid UTF-8 are kept). With -0/--null, items are separated by NUL bytes and nothing "
-    "is removed. Inputs are files, or - for stdin (the default)."
+    "is removed. Inputs are files, or - for stdin (the default unless --key is given). Every "
+    "input is checked to exist and be readable before anything is read. A --key KEY is one "
+    "item, KEY's bytes exactly (no framing; an empty KEY is the empty item)."
 )
 
 
@@ -125,15 +131,42 @@ def _split_items(stream: BinaryIO, null: bool) -> Iterator[tuple[list[bytes], in
         yield [b"".join(pending)], 0  # a last item without a terminator: nothing is removed
 
 
-def _open_inputs(names: Sequence[str]) -> Iterator[BinaryIO]:
-    """Open the inputs one at a time ('-' is stdin)."""
-    for name in names or ["-"]:
+def _input_names(args: argparse.Namespace) -> list[str]:
+    """The INPUT arguments; none means stdin ('-'), unless keys were given with --key."""
+    if args.inputs:
+        return list(args.inputs)
+    return [] if args.keys else ["-"]
+
+
+def _check_inputs(names: Sequence[str]) -> None:
+    """Check, before anything is added, that every named input can be read: it exists, is
+    not a directory, and is readable (so ``add f a.txt dir`` or ``add f - /missing`` fails
+    before a single item is committed). Descriptors are not held (a shell glob may name
+    thousands of files); an input that fails later anyway (removed meanwhile, an I/O error)
+    is reported with the number of items committed (``_add``).
+
+    Raises:
+        FileNotFoundError, IsADirectoryError, PermissionError naming the input.
+    """
+    for name in names:
+        if name == "-":
+            continue
+        st = os.stat(name)  # FileNotFoundError / PermissionError, naming it
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "is a directory, not an input file", name)
+        if not os.access(name, os.R_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), name)
+
+
+def _open_inputs(names: Sequence[str]) -> Iterator[tuple[str, BinaryIO]]:
+    """Open the inputs one at a time ('-' is stdin); yield each with its name."""
+    for name in names:
         if name == "-":
             _prompt_if_terminal()
-            yield sys.stdin.buffer
+            yield "<stdin>", sys.stdin.buffer
         else:
             with open(name, "rb") as f:
-                yield f
+                yield name, f
 
 
 def _prompt_if_terminal() -> None:
@@ -151,7 +184,7 @@ def _prompt_if_terminal() -> None:
 def _input_size(names: Sequence[str]) -> Optional[int]:
     """Total bytes of the inputs if all are regular files, else None (for the progress bar)."""
     total = 0
-    for name in names or ["-"]:
+    for name in names:
         try:
             st = os.stat(name) if name != "-" else os.fstat(sys.stdin.fileno())
         except (OSError, ValueError):
@@ -162,11 +195,24 @@ def _input_size(names: Sequence[str]) -> Optional[int]:
     return total
 
 
-def _item_chunks(names: Sequence[str], null: bool, progress: Any) -> Iterator[list[bytes]]:
-    """Items of all inputs, in chunks of exactly ``CHUNK_ITEMS`` (the last may be shorter)."""
-    pending: list[bytes] = []
-    for stream in _open_inputs(names):
-        for items, nbytes in _split_items(stream, null):
+def _item_chunks(args: argparse.Namespace, progress: Any) -> Iterator[list[bytes]]:
+    """The ``--key`` keys, then the items of every input, in chunks of exactly
+    ``CHUNK_ITEMS`` (the last may be shorter). A key is its argument's bytes
+    (``os.fsencode``: undecodable bytes of the command line come back as they were), with
+    no framing and nothing removed."""
+    pending: list[bytes] = [os.fsencode(key) for key in args.keys]
+    null = args.null
+    for name, stream in _open_inputs(_input_names(args)):
+        blocks = _split_items(stream, null)
+        while True:
+            try:
+                items, nbytes = next(blocks, (None, 0))
+            except OSError as exc:  # a read error names the input, not the filter
+                if exc.filename is None:
+                    exc.filename = name
+                raise
+            if items is None:
+                break
             if progress is not None:
                 progress.update(nbytes)
             pending.extend(items)
@@ -177,8 +223,9 @@ def _item_chunks(names: Sequence[str], null: bool, progress: Any) -> Iterator[li
         yield pending
 
 
-def _progress_bar(names: Sequence[str], desc: str) -> Any:
-    return progress_bar(_input_size(names), desc)
+def _progress_bar(args: argparse.Namespace, desc: str) -> Any:
+    names = _input_names(args)
+    return progress_bar(_input_size(names), desc) if names else None
 
 
 # -- subcommands -----------------------------------------------------------------------------
@@ -297,28 +344,42 @@ def _use_force(exc: FileExistsError, path: str) -> FileExistsError:
     return FileExistsError(exc.errno, FORCE_HINT, path)
 
 
+def _committed(total: int, path: str) -> str:
+    """What an ``add`` that stopped early committed (chunks commit whole, so it is exact)."""
+    if not total:
+        return f"nothing was added to {path}"
+    return f"the first {format_count(total, 'item')} were committed to {path}; the rest were not added"
+
+
 def _add(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
+    names = _input_names(args)
+    _check_inputs(names)  # a missing or unreadable input: refused before anything is added
     total = new = 0
     with _open_filter(args.file, readonly=False) as f:
-        bar = _progress_bar(args.inputs, "add")
+        bar = _progress_bar(args, "add")
         try:
-            for chunk in _item_chunks(args.inputs, args.null, bar):
+            for chunk in _item_chunks(args, bar):
                 new += int(f.update(chunk))  # one lock acquisition per chunk; signals wait for its end
                 total += len(chunk)
-        except KeyboardInterrupt as exc:
-            # Chunks commit whole (cells and items counter together), so this is exact.
+        except BaseException as exc:
+            # Chunks commit whole (cells and items counter together), so this is exact; an
+            # error while reading an input leaves committed_items unset (0 of that chunk).
             total += getattr(exc, "committed_items", 0)
-            print(f"mmapbloom add: interrupted: the first {format_count(total, 'item')} were committed to "
-                  f"{args.file}; the rest were not added", file=sys.stderr)
+            if isinstance(exc, KeyboardInterrupt):
+                print(f"mmapbloom add: interrupted: {_committed(total, args.file)}", file=sys.stderr)
+            else:
+                args.committed = _committed(total, args.file)  # appended to the error line by _call
             raise
         finally:
             if bar is not None:
                 bar.close()
     seconds = time.perf_counter() - t0
     if not args.quiet:
-        n_inputs = len(args.inputs) or 1
-        print(f"added {format_count(total, 'item')} from {format_count(n_inputs, 'input')} to {args.file} "
+        sources = [format_count(len(args.keys), "key")] if args.keys else []
+        if names:
+            sources.append(format_count(len(names), "input"))
+        print(f"added {format_count(total, 'item')} from {' and '.join(sources)} to {args.file} "
               f"in {seconds:.2f} s ({format_rate(total, seconds)}items/s): {new:,} new, "
               f"{total - new:,} already present (duplicates or false positives)", file=sys.stderr)
     return 0
@@ -329,10 +390,11 @@ def _check(args: argparse.Namespace) -> int:
     sep = b"\0" if args.null else b"\n"
     out = sys.stdout.buffer
     show = not (args.count or args.quiet)
+    _check_inputs(_input_names(args))  # a missing input: refused before any answer is printed
     with _open_filter(args.file, readonly=True) as f:
-        bar = _progress_bar(args.inputs, "check")
+        bar = _progress_bar(args, "check")
         try:
-            for chunk in _item_chunks(args.inputs, args.null, bar):
+            for chunk in _item_chunks(args, bar):
                 hits = f.contains_many(chunk)
                 n_hits = int(hits.sum())
                 present += n_hits
@@ -537,8 +599,11 @@ def _item_input_arguments(p: argparse.ArgumentParser) -> None:
     (so both frame items identically, FRAMING_HELP)."""
     p.add_argument("file")
     p.add_argument("inputs", nargs="*", default=[], metavar="INPUT",  # default: not "required" for argparse
-                   help="input files; - or none for stdin")
+                   help="input files; - for stdin (the default when no --key is given)")
     p.add_argument("-0", "--null", action="store_true", help="items are NUL-separated; nothing is removed")
+    p.add_argument("--key", dest="keys", action="append", default=[], metavar="KEY",
+                   help="an item given on the command line, as its bytes (no framing; repeatable); "
+                        "taken before the inputs, and stdin is not read unless - is given")
 
 
 def _strategy_argument(p: argparse.ArgumentParser) -> None:
@@ -667,7 +732,15 @@ def _show_warning(message: Warning | str, category: type[Warning], filename: str
 
 
 def _run(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]], prog: str) -> int:
-    return _call(parser.parse_args(argv), prog)
+    args, extra = parser.parse_known_args(argv)
+    if extra and isinstance(getattr(args, "inputs", None), list) and not any(
+            x.startswith("-") and x != "-" for x in extra):
+        # argparse matches FILE and INPUT... in one go, so INPUTs after an option
+        # (``check f.blm --key x -``) come back unmatched: they are inputs, in order.
+        args.inputs = [*args.inputs, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return _call(args, prog)
 
 
 def _call(args: argparse.Namespace, prog: str) -> int:
@@ -680,7 +753,9 @@ def _call(args: argparse.Namespace, prog: str) -> int:
     except (MmapBloomError, OSError) as exc:
         if isinstance(exc, BrokenPipeError):
             return _broken_pipe()
-        print(f"{prog}: error: {_describe_error(exc, getattr(args, 'file', None))}", file=sys.stderr)
+        committed = getattr(args, "committed", None)  # an add that stopped part-way says how far it got
+        print(f"{prog}: error: {_describe_error(exc, getattr(args, 'file', None))}"
+              + (f"; {committed}" if committed else ""), file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP (mmapbloom.termination)
         by = f" by {exc}" if isinstance(exc, TerminationSignal) else ""

@@ -21,7 +21,7 @@ ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPAT
        "OPENBLAS_NUM_THREADS": "1"}
 
 
-def run(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+def run(*args: str | bytes, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
     """``python -m mmapbloom ARGS`` in a real subprocess."""
     return subprocess.run([sys.executable, "-m", "mmapbloom", *args], input=stdin, capture_output=True,
                           timeout=120, env=ENV)
@@ -100,3 +100,99 @@ def test_a_line_of_many_megabytes_is_one_item(tmp_path) -> None:  # type: ignore
     assert "added 2 items" in proc.stderr.decode()
     with BloomFilter.open(filt, readonly=True) as f:
         assert big in f and b"short" in f and big + b"\r" not in f
+
+
+# -- several inputs ----------------------------------------------------------------------------
+def make_filter(tmp_path) -> str:  # type: ignore[no-untyped-def]
+    path = str(tmp_path / "f.blm")
+    assert run("create", "-q", path, "-n", "200k", "-p", "1e-6").returncode == 0
+    return path
+
+
+def items_added(path: str) -> int:
+    with BloomFilter.open(path, readonly=True) as f:
+        return f.items_added
+
+
+def one_line_error(proc: subprocess.CompletedProcess[bytes], *needles: str) -> str:
+    err = proc.stderr.decode()
+    assert proc.returncode == 2, proc
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    for needle in needles:
+        assert needle in err, (needle, err)
+    return err
+
+
+def test_add_with_a_directory_among_the_inputs_adds_nothing(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    filt = make_filter(tmp_path)
+    a = tmp_path / "a.txt"
+    a.write_bytes(b"".join(b"%d\n" % i for i in range(100_000)))  # more than one 65,536-item chunk
+    (tmp_path / "dir").mkdir()
+    one_line_error(run("add", filt, str(a), str(tmp_path / "dir")), "dir: is a directory")
+    assert items_added(filt) == 0
+    with BloomFilter.open(filt, readonly=True) as f:
+        assert f.count_ones() == 0
+
+
+def test_add_with_a_missing_input_after_stdin_reads_nothing(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    filt = make_filter(tmp_path)
+    stdin = b"".join(b"%d\n" % i for i in range(1, 1001))
+    one_line_error(run("add", filt, "-", str(tmp_path / "nonexistent"), stdin=stdin),
+                   "nonexistent: No such file or directory")
+    assert items_added(filt) == 0
+    # check refuses the same way, before printing any answer
+    proc = run("check", filt, "-", str(tmp_path / "nonexistent"), stdin=stdin)
+    one_line_error(proc, "nonexistent")
+    assert proc.stdout == b""
+
+
+def test_add_unreadable_input_is_refused_before_adding(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    if os.geteuid() == 0:
+        import pytest
+
+        pytest.skip("root reads any file")
+    filt = make_filter(tmp_path)
+    a, locked = tmp_path / "a.txt", tmp_path / "locked.txt"
+    a.write_bytes(b"x\n")
+    locked.write_bytes(b"y\n")
+    locked.chmod(0)
+    one_line_error(run("add", filt, str(a), str(locked)), "locked.txt: Permission denied")
+    assert items_added(filt) == 0
+
+
+def test_add_failing_while_reading_reports_what_it_committed(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # /proc/self/mem passes every check (a readable regular file) and then fails at its
+    # first read with EIO: a real read error after the first chunk of a.txt was committed.
+    filt = make_filter(tmp_path)
+    a = tmp_path / "a.txt"
+    a.write_bytes(b"".join(b"%d\n" % i for i in range(100_000)))
+    err = one_line_error(run("add", filt, str(a), "/proc/self/mem"),
+                         "Input/output error", f"the first 65,536 items were committed to {filt}",
+                         "the rest were not added")
+    assert err.startswith("mmapbloom: error: /proc/self/mem")
+    assert items_added(filt) == 65_536
+    with BloomFilter.open(filt, readonly=True) as f:
+        assert all(b"%d" % i in f for i in range(65_536))
+
+
+# -- keys on the command line ------------------------------------------------------------------
+def test_keys_on_the_command_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    filt = make_filter(tmp_path)
+    proc = run("add", filt, "--key", "https://example.org/a", "--key", "", "--key", b"\xff not utf-8",
+               "--key", " spaced\r")
+    assert proc.returncode == 0, proc.stderr
+    assert "added 4 items from 4 keys" in proc.stderr.decode()
+    with BloomFilter.open(filt, readonly=True) as f:
+        assert all(k in f for k in (b"https://example.org/a", b"", b"\xff not utf-8", b" spaced\r"))
+        assert b"spaced" not in f and b" spaced" not in f
+    # stdin is not read when only keys are given: this would hang on a terminal otherwise
+    proc = run("check", filt, "--key", "https://example.org/a", "--key", "nope", stdin=b"https://example.org/a\n")
+    assert (proc.returncode, proc.stdout) == (1, b"https://example.org/a\n")
+    proc = run("check", filt, "--key", "nope", "--absent")
+    assert (proc.returncode, proc.stdout) == (0, b"nope\n")
+    # keys first, then the inputs, in order, also with an INPUT after the option
+    proc = run("check", filt, "--key", b"\xff not utf-8", "-", stdin=b"x\n\n")
+    assert (proc.returncode, proc.stdout) == (1, b"\xff not utf-8\n\n")
+    proc = run("add", filt, "--key", "k1", "-", stdin=b"s1\n")
+    assert "added 2 items from 1 key and 1 input" in proc.stderr.decode()
+    assert items_added(filt) == 6
