@@ -507,6 +507,13 @@ class MappedFilter:
         if msg is not None:
             warnings.warn(msg, OverCapacityWarning, stacklevel=stacklevel)
 
+    def _flush_warning_on_error(self) -> None:
+        """Emit, now, the warning recorded by a batch's committed chunks before an exception
+        ended it, so that it is not left pending for the handle's next (unrelated) add; a
+        warning turned into an error (``-W error``) never replaces the exception in flight."""
+        with contextlib.suppress(Warning):
+            self._flush_warning(stacklevel=5)
+
     def _bump_items(self, new: int) -> None:
         """Add ``new`` (may be negative) to the item count, saturating: a saturated count
         (``2**32 - 1``) never moves again. The caller holds the write lock. This and
@@ -699,6 +706,7 @@ class MappedFilter:
             result = int(np.count_nonzero(out)) if count else out
         except ValueError as exc:
             exc.committed_items = committed  # type: ignore[attr-defined]
+            self._flush_warning_on_error()
             try:
                 self._check_open()
             except FilterClosedError as closed:  # closed by another thread meanwhile
@@ -707,6 +715,7 @@ class MappedFilter:
             raise
         except BaseException as exc:  # KeyboardInterrupt: tell the caller how far it got
             exc.committed_items = committed  # type: ignore[attr-defined]
+            self._flush_warning_on_error()
             raise
         self._flush_batch_warnings(saturated)
         return result
