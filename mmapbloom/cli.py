@@ -32,7 +32,6 @@ import argparse
 import errno
 import itertools
 import json
-import math
 import os
 import stat
 import sys
@@ -47,11 +46,11 @@ from .errors import MmapBloomError
 from .filter import BloomFilter
 from .units import format_bytes, format_count, format_rate, parse_count, parse_fp_rate, progress_bar
 from .termination import TerminationSignal, exit_status, run_main
-from .scalable import ScalableBloomFilter, is_scalable, scalable_info, verify_scalable
-from .verify import open_any
+from .scalable import ScalableBloomFilter
+from .verify import open_filter
 from .kernels import BACKEND
-from .hashing import DEFAULT_STRATEGY, get_strategy, registered_strategies, strategy_info
-from .sizing import BloomConfig, approx_items, expected_fill_ratio, observed_fp_rate
+from .hashing import DEFAULT_STRATEGY, get_strategy, registered_strategies
+from .sizing import BloomConfig
 
 __all__ = ["build_parser", "main", "merge_main"]
 
@@ -67,6 +66,9 @@ LARGE_FILE_BYTES = 10**9
 
 #: The one wording of the refusal to replace an existing file (create, merge).
 FORCE_HINT = "file exists (use --force to replace it)"
+
+#: ``create --scalable`` on an existing path: a directory is never replaced, so no --force.
+SCALABLE_EXISTS = "exists (a scalable filter's directory is never replaced: remove it first, or add to it)"
 
 FRAMING_HELP = (
     "key framing: one item per line; the terminating \\n or \\r\\n is removed and nothing "
@@ -278,19 +280,18 @@ def _strategy(name: str) -> Any:
     return get_strategy(name, source="--strategy")
 
 
-def _open_filter(path: str, readonly: bool) -> Any:
-    """A scalable filter (a directory with a manifest) or a file of either kind."""
-    if is_scalable(path):
-        return ScalableBloomFilter.open(path, readonly=readonly)
-    return open_any(path, readonly=readonly)
-
-
 def _create_scalable(args: argparse.Namespace) -> int:
     if args.n is None or args.p is None or args.bits is not None or args.hashes is not None:
         args.parser.error("--scalable needs -n (capacity of the first layer) and -p (compound rate), "
                           "not --bits/--hashes")
-    if args.counting:
-        args.parser.error("--scalable and --counting cannot be combined")
+    for given, option in ((args.counting, "--counting"), (args.counter_bits is not None, "--counter-bits"),
+                          (args.sparse, "--sparse")):
+        if given:  # each would otherwise be silently ignored
+            args.parser.error(f"--scalable and {option} cannot be combined (a scalable filter's layers are "
+                              "plain Bloom filters, allocated in full as they are added)")
+    if args.force:
+        args.parser.error("--scalable and --force cannot be combined: a scalable filter's directory is never "
+                          "replaced (remove it first, or add to it)")
     options: dict[str, Any] = {}
     if args.growth is not None:
         options["growth"] = args.growth
@@ -299,7 +300,7 @@ def _create_scalable(args: argparse.Namespace) -> int:
     try:
         f = ScalableBloomFilter.create(args.file, args.n, args.p, strategy=_strategy(args.strategy), **options)
     except FileExistsError as exc:
-        raise _use_force(exc, args.file) from None
+        raise FileExistsError(exc.errno, SCALABLE_EXISTS, args.file) from None
     with f:
         layer = f.layers[0]
         if not args.quiet:
@@ -356,7 +357,7 @@ def _add(args: argparse.Namespace) -> int:
     names = _input_names(args)
     _check_inputs(names)  # a missing or unreadable input: refused before anything is added
     total = new = 0
-    with _open_filter(args.file, readonly=False) as f:
+    with open_filter(args.file, readonly=False) as f:
         bar = _progress_bar(args, "add")
         try:
             for chunk in _item_chunks(args, bar):
@@ -391,7 +392,7 @@ def _check(args: argparse.Namespace) -> int:
     out = sys.stdout.buffer
     show = not (args.count or args.quiet)
     _check_inputs(_input_names(args))  # a missing input: refused before any answer is printed
-    with _open_filter(args.file, readonly=True) as f:
+    with open_filter(args.file, readonly=True) as f:
         bar = _progress_bar(args, "check")
         try:
             for chunk in _item_chunks(args, bar):
@@ -414,107 +415,91 @@ def _check(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _info_report(f: MappedFilter) -> dict[str, Any]:
-    ones = f.count_ones(progress=True)  # a bar on a terminal when the scan is long
-    m, k, n = f.num_bits, f.num_hashes, f.items_added
-    blocked = strategy_info(f.strategy)[1] != 0  # per-block statistics need their own scan
-    approx = f.approx_items() if blocked else approx_items(ones, m, k)
-    return {
-        "path": f.path,
-        "strategy": f.strategy.name,
-        "num_bits": m,
-        "num_hashes": k,
-        "size_bytes": f.size_bytes,
-        "items_added": n,
-        "approx_items": None if math.isinf(approx) else approx,
-        "fill_ratio": ones / m,
-        "expected_fill_ratio": expected_fill_ratio(n, m, k),
-        "expected_fp_rate": f.expected_fp_rate(),
-        "observed_fp_rate": f.observed_fp_rate() if blocked else observed_fp_rate(ones, m, k),
-        "items_saturated": n >= fmt.MAX_ITEMS,
-        "over_capacity": f.is_over_capacity(),
-        "kind": type(f).__name__,
-        "counter_bits": getattr(f, "counter_bits", None),
-        "saturated_counters": f.saturated_counters(progress=True) if isinstance(f, CountingBloomFilter) else None,
-    }
+def _kind_text(record: dict[str, Any]) -> str:
+    text = "scalable filter" if record["kind"] == "scalable" else record["kind"]
+    if record.get("counter_bits"):
+        saturated = record.get("saturated_counters")
+        text += f" ({record['counter_bits']}-bit counters" + (f", {saturated:,} saturated)" if saturated is not None
+                                                              else ")")
+    if "num_layers" in record:
+        text += f", {format_count(record['num_layers'], 'layer')}"
+    return text
 
 
-def _info_scalable(args: argparse.Namespace) -> int:
-    report = scalable_info(args.file, scan=True)
-    if args.json:
-        print(json.dumps(report, indent=2, allow_nan=False))
-        return 0
-    lines = [
-        ("path", report["path"]),
-        ("kind", f"scalable filter, {format_count(report['num_layers'], 'layer')}"),
-        ("strategy", report["strategy"]),
-        ("sized for", f"{report['capacity']:,} items in the first layer, compound fp rate {report['fp_rate']:g}"),
-        ("growth / tightening", f"{report['growth']:g} / {report['tightening']:g}"),
-        ("size", f"{report['size_bytes']:,} bytes ({format_bytes(report['size_bytes'])})"),
-        ("items added", f"{report['items_added']:,}"),
-        ("approx items", f"{report['approx_items']:,.0f} (distinct, from the bits)"),
-        ("expected fp rate", f"{report['expected_fp_rate']:.4g} (compound, from items added)"),
-    ]
-    width = max(len(name) for name, _ in lines)
-    for name, value in lines:
-        print(f"{name:<{width}}  {value}")
-    print("layers:")
-    print("  #  capacity      items        m (bits)   k  target p    fill")
-    for i, layer in enumerate(report["layers"]):
-        print(f"  {i}  {layer['capacity']:>9,}  {layer['items_added']:>9,}  {layer['num_bits']:>14,}  "
-              f"{layer['num_hashes']:>2}  {layer['fp_rate']:<10.3g}  {layer['fill_ratio']:.4f}")
-    return 0
+def _info_lines(record: dict[str, Any]) -> list[tuple[str, str]]:
+    """The text of ``mmapbloom info``: one row per field the record has (every kind's
+    ``describe()``; a scalable filter's has ``capacity``, ``growth`` and ``layers``, a
+    file's ``num_bits`` and the scan's ``fill_ratio``)."""
+    layered = "layers" in record
+    rows = [("path", str(record["path"])), ("kind", _kind_text(record)), ("strategy", record["strategy"])]
+    if "capacity" in record:
+        rows.append(("sized for", f"{record['capacity']:,} items in the first layer, compound fp rate "
+                                  f"{record['fp_rate']:g}"))
+    if "growth" in record:
+        rows.append(("growth / tightening", f"{record['growth']:g} / {record['tightening']:g}"))
+    if "num_bits" in record:
+        rows += [("num_bits (m)", f"{record['num_bits']:,}"), ("num_hashes (k)", str(record["num_hashes"]))]
+    rows.append(("size" if layered else "file size",
+                 f"{record['size_bytes']:,} bytes ({format_bytes(record['size_bytes'])})"))
+    rows.append(("items added", f"{record['items_added']:,}" + (
+        " (saturated at 2^32 - 1: no longer counted; see approx items)" if record.get("items_saturated") else "")))
+    if "approx_items" in record:
+        approx = record["approx_items"]
+        rows.append(("approx items", "all bits set (unknown)" if approx is None
+                     else f"{approx:,.0f} (distinct, from the bits)"))
+    if "fill_ratio" in record:
+        rows.append(("fill ratio", f"{record['fill_ratio']:.4f} (expected {record['expected_fill_ratio']:.4f} "
+                                   "from items added)"))
+    rows.append(("expected fp rate", f"{record['expected_fp_rate']:.4g} "
+                                     f"({'compound, ' if layered else ''}from items added)"))
+    if "observed_fp_rate" in record:
+        rows.append(("observed fp rate", f"{record['observed_fp_rate']:.4g} (from the bits set)"))
+    if "over_capacity" in record:
+        rows.append(("over design point", "yes: expected fill ratio above 0.6" if record["over_capacity"] else "no"))
+    return rows
 
 
 def _info(args: argparse.Namespace) -> int:
-    if is_scalable(args.file):
-        return _info_scalable(args)
-    with open_any(args.file, readonly=True) as f:
-        report = _info_report(f)
+    with open_filter(args.file, readonly=True) as f:
+        record = f.describe(scan=True, progress=True)  # a bar on a terminal when the scan is long
     if args.json:
-        print(json.dumps(report, indent=2, allow_nan=False))
+        print(json.dumps(record, indent=2, allow_nan=False))
         return 0
-    approx = report["approx_items"]
-    lines = [
-        ("path", report["path"]),
-        ("kind", report["kind"] + (f" ({report['counter_bits']}-bit counters, {report['saturated_counters']:,} "
-                                   "saturated)" if report["counter_bits"] else "")),
-        ("strategy", report["strategy"]),
-        ("num_bits (m)", f"{report['num_bits']:,}"),
-        ("num_hashes (k)", str(report["num_hashes"])),
-        ("file size", f"{report['size_bytes']:,} bytes ({format_bytes(report['size_bytes'])})"),
-        ("items added", f"{report['items_added']:,}" + (" (saturated at 2^32 - 1: no longer counted; see approx items)"
-                                                       if report["items_saturated"] else "")),
-        ("approx items", "all bits set (unknown)" if approx is None else f"{approx:,.0f} (distinct, from the bits)"),
-        ("fill ratio", f"{report['fill_ratio']:.4f} (expected {report['expected_fill_ratio']:.4f} from items added)"),
-        ("expected fp rate", f"{report['expected_fp_rate']:.4g} (from items added)"),
-        ("observed fp rate", f"{report['observed_fp_rate']:.4g} (from the bits set)"),
-        ("over design point", "yes: expected fill ratio above 0.6" if report["over_capacity"] else "no"),
-    ]
-    width = max(len(name) for name, _ in lines)
-    for name, value in lines:
+    rows = _info_lines(record)
+    width = max(len(name) for name, _ in rows)
+    for name, value in rows:
         print(f"{name:<{width}}  {value}")
+    if "layers" in record:
+        print("layers:")
+        print("  #  capacity      items        m (bits)   k  target p    fill")
+        for i, layer in enumerate(record["layers"]):
+            fill = f"{layer['fill_ratio']:.4f}" if "fill_ratio" in layer else ""
+            print(f"  {i}  {layer['capacity']:>9,}  {layer['items_added']:>9,}  {layer['num_bits']:>14,}  "
+                  f"{layer['num_hashes']:>2}  {layer['fp_rate']:<10.3g}  {fill}".rstrip())
     return 0
 
 
-def _verify(args: argparse.Namespace) -> int:
-    from .verify import verify_file
+def _shape(record: dict[str, Any]) -> str:
+    """The one-line shape of ``mmapbloom verify``'s OK line, from ``describe(scan=False)``."""
+    if "num_bits" in record:
+        lead = f"m={record['num_bits']:,}, k={record['num_hashes']}"
+    else:
+        lead = f"{record['kind']}, {format_count(record['num_layers'], 'layer')}"
+    return f"{lead}, strategy {record['strategy']}, {record['size_bytes']:,} bytes"
 
+
+def _verify(args: argparse.Namespace) -> int:
     bad = 0
     for path in args.files:
         try:
-            f = verify_scalable(path) if is_scalable(path) else verify_file(path)
+            with open_filter(path, readonly=True) as f:
+                f.verify()
+                record = f.describe(scan=False)
         except (MmapBloomError, OSError) as exc:
             bad += 1
             print(f"mmapbloom verify: FAILED: {_describe_error(exc, path)}", file=sys.stderr)
             continue
-        with f:
-            if isinstance(f, ScalableBloomFilter):
-                print(f"{path}: OK (scalable, {format_count(f.num_layers, 'layer')}, strategy {f.strategy.name}, "
-                      f"{f.size_bytes:,} bytes)")
-            else:
-                print(f"{path}: OK (m={f.num_bits:,}, k={f.num_hashes}, strategy {f.strategy.name}, "
-                      f"{f.size_bytes:,} bytes)")
+        print(f"{path}: OK ({_shape(record)})")
     if len(args.files) > 1 and not bad:
         print(f"all {len(args.files)} files OK")
     return 2 if bad else 0
@@ -526,10 +511,6 @@ def _merge(args: argparse.Namespace) -> int:
 
     chunk = args.chunk_mib * 2**20
     progress = args.progress  # None: only when stderr is a terminal
-    for path in [args.into, *args.paths]:
-        if path is not None and is_scalable(path):
-            raise MergeError(f"{path}: a scalable filter (a directory of layers); merging scalable filters is "
-                             "not supported: merge plain BLM1 files, or add the items to one scalable filter")
     if args.into is not None:
         if args.intersection:
             raise MergeError("--intersection cannot be combined with --into: clearing bits in place would "

@@ -317,3 +317,13 @@ class CountingBloomFilter(MappedFilter):
         # its own first add that finds it past the design point (as a freshly opened file).
         out._warned, out._warn_msg = False, None
         return out
+
+    # -- the interface of every filter kind ------------------------------------------------
+    def describe(self, *, scan: bool = True, progress: Any = False) -> dict[str, Any]:
+        """As :meth:`MappedFilter.describe`, with ``counter_bits`` and (with ``scan``, one
+        more O(m) read) ``saturated_counters``."""
+        record = super().describe(scan=scan, progress=progress)
+        record["counter_bits"] = self.counter_bits
+        if scan:
+            record["saturated_counters"] = self.saturated_counters(progress)
+        return record

@@ -1127,6 +1127,23 @@ class ScalableBloomFilter:
         return (f"<ScalableBloomFilter {self._path} n0={self._params.capacity} p={self._params.fp_rate} "
                 f"s={self._params.growth} r={self._params.tightening} layers={n} {state}>")
 
+    # -- the interface of every filter kind (``verify.open_filter``, ``mmapbloom`` CLI) -------
+    def describe(self, *, scan: bool = True, progress: Any = False) -> dict[str, Any]:
+        """:meth:`info` under the name every filter kind shares (``BloomFilter.describe``):
+        ``kind`` is ``"scalable"``, with one record per layer in ``layers``. ``progress``
+        is accepted for the common signature and not used (layers are scanned whole).
+
+        Raises:
+            FilterClosedError, and as :meth:`check` for a damaged directory.
+        """
+        record = self.info(scan=scan)
+        # JSON has no infinity: an estimate from a layer with every bit set is unknown (None),
+        # as in BloomFilter.describe.
+        for entry in [record, *record["layers"]]:
+            if entry.get("approx_items") == float("inf"):
+                entry["approx_items"] = None
+        return record
+
 
 # -- helpers for the CLI ----------------------------------------------------------------------
 def scalable_info(path: PathLike, *, scan: bool = False) -> dict[str, Any]:
