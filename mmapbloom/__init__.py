@@ -50,7 +50,7 @@ from .kernels import BACKEND
 from .config import BloomConfig
 from .merge import merge_into, merge_shards
 from .scalable import ScalableBloomFilter
-from .verify import open_any, verify_file
+from .verify import open_any, open_filter, verify_file
 
 __version__ = "0.2.0"
 
@@ -97,6 +97,7 @@ __all__ = [
     "merge_into",
     "merge_shards",
     "open_any",
+    "open_filter",
     "register_strategy",
     "verify_file",
 ]

@@ -505,6 +505,13 @@ class MappedFilter:
         if msg is not None:
             warnings.warn(msg, OverCapacityWarning, stacklevel=stacklevel)
 
+    def _flush_warning_on_error(self) -> None:
+        """Emit, now, the warning recorded by a batch's committed chunks before an exception
+        ended it, so that it is not left pending for the handle's next (unrelated) add; a
+        warning turned into an error (``-W error``) never replaces the exception in flight."""
+        with contextlib.suppress(Warning):
+            self._flush_warning(stacklevel=5)
+
     def _bump_items(self, new: int) -> None:
         """Add ``new`` (may be negative) to the item count, saturating: a saturated count
         (``2**32 - 1``) never moves again. The caller holds the write lock. This and
@@ -697,6 +704,7 @@ class MappedFilter:
             result = int(np.count_nonzero(out)) if count else out
         except ValueError as exc:
             exc.committed_items = committed  # type: ignore[attr-defined]
+            self._flush_warning_on_error()
             try:
                 self._check_open()
             except FilterClosedError as closed:  # closed by another thread meanwhile
@@ -705,6 +713,7 @@ class MappedFilter:
             raise
         except BaseException as exc:  # KeyboardInterrupt: tell the caller how far it got
             exc.committed_items = committed  # type: ignore[attr-defined]
+            self._flush_warning_on_error()
             raise
         self._flush_batch_warnings(saturated)
         return result
@@ -920,6 +929,50 @@ class MappedFilter:
         state = "closed" if self.closed else ("read-only" if self.readonly else "read-write")
         return (f"<{type(self).__name__} {where} m={self._m} k={self._k} "
                 f"strategy={self._strategy.name} {state}>")
+
+    # -- the interface of every filter kind (``verify.open_filter``, ``mmapbloom`` CLI) -------
+    def describe(self, *, scan: bool = True, progress: Any = False) -> dict[str, Any]:
+        """A JSON-ready record of the filter for ``mmapbloom info``: ``kind`` (the class
+        name), ``path`` (None in memory), ``strategy``, ``num_bits``, ``num_hashes``,
+        ``size_bytes``, ``items_added``, ``items_saturated``, ``expected_fill_ratio``,
+        ``expected_fp_rate``, ``over_capacity``, ``counter_bits`` and
+        ``saturated_counters`` (None for a ``BloomFilter``). With ``scan=True`` (the
+        default) every cell is read, O(m), to add ``approx_items`` (None when every cell
+        is set), ``fill_ratio`` and ``observed_fp_rate``; ``progress`` as for
+        :meth:`count_ones`. Every kind (``ScalableBloomFilter`` too) has this method.
+
+        Raises:
+            FilterClosedError; LengthMismatchError (file truncated under the handle).
+        """
+        self._check_open()
+        m, k, n = self._m, self._k, self.items_added
+        record: dict[str, Any] = {
+            "path": self._storage.path,
+            "strategy": self._strategy.name,
+            "num_bits": m,
+            "num_hashes": k,
+            "size_bytes": self.size_bytes,
+            "items_added": n,
+        }
+        if scan:
+            ones = self.count_ones(progress)  # a bar on a terminal when asked and the scan is long
+            blocked = self._strategy.block_bits != 0  # per-block statistics: their own scan
+            approx = self.approx_items() if blocked else approx_items(ones, m, k)
+            record.update(approx_items=None if math.isinf(approx) else approx, fill_ratio=ones / m)
+        record.update(expected_fill_ratio=expected_fill_ratio(n, m, k), expected_fp_rate=self.expected_fp_rate())
+        if scan:
+            record["observed_fp_rate"] = self.observed_fp_rate() if blocked else observed_fp_rate(ones, m, k)
+        record.update(items_saturated=n >= fmt.MAX_ITEMS, over_capacity=self.is_over_capacity(),
+                      kind=type(self).__name__, counter_bits=None, saturated_counters=None)
+        return record
+
+    def verify(self) -> None:
+        """:meth:`check` (header, length from ``fstat``, padding), under the name every
+        filter kind shares: for a single file the handle's mapping is the file, so this is
+        the whole check (a scalable filter's ``verify`` also re-opens each layer).
+
+        Raises as :meth:`check`."""
+        self.check()
 
 
 def _check_same(expected: BloomConfig, found: BloomConfig, path: str) -> None:

@@ -73,7 +73,6 @@ from .filter import BloomFilter
 from .hashing import DEFAULT_STRATEGY, HashStrategy, encode_key, get_strategy, kernel_keys
 from .locking import WriteLock
 from .config import BloomConfig
-from .sizing import expected_fp_rate
 from .storage import absolute_path, atomic_file, fsync_directory
 
 __all__ = [
@@ -1121,6 +1120,23 @@ class ScalableBloomFilter:
         n = len(self._layers)
         return (f"<ScalableBloomFilter {self._path} n0={self._params.capacity} p={self._params.fp_rate} "
                 f"s={self._params.growth} r={self._params.tightening} layers={n} {state}>")
+
+    # -- the interface of every filter kind (``verify.open_filter``, ``mmapbloom`` CLI) -------
+    def describe(self, *, scan: bool = True, progress: Any = False) -> dict[str, Any]:
+        """:meth:`info` under the name every filter kind shares (``BloomFilter.describe``):
+        ``kind`` is ``"scalable"``, with one record per layer in ``layers``. ``progress``
+        is accepted for the common signature and not used (layers are scanned whole).
+
+        Raises:
+            FilterClosedError, and as :meth:`check` for a damaged directory.
+        """
+        record = self.info(scan=scan)
+        # JSON has no infinity: an estimate from a layer with every bit set is unknown (None),
+        # as in BloomFilter.describe.
+        for entry in [record, *record["layers"]]:
+            if entry.get("approx_items") == float("inf"):
+                entry["approx_items"] = None
+        return record
 
 
 # -- helpers for the CLI ----------------------------------------------------------------------
