@@ -69,7 +69,7 @@ def test_open_filter_gives_each_kind_one_interface(tmp_path: Path) -> None:
             f.verify()
             record = f.describe()
             assert COMMON <= record.keys() and record["kind"] == kind
-            assert record["items_added"] == new and record["strategy"] == "M3MX"
+            assert record["items_added"] == new and record["strategy"] == "M3M2"  # the default
             assert os.path.realpath(record["path"]) == os.path.realpath(path)
             json.dumps(record, allow_nan=False)  # JSON-ready
             assert "approx_items" not in f.describe(scan=False)
