@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import Optional
 
 from .errors import ConfigError, IncompatibleFiltersError
 from .hashing import DEFAULT_STRATEGY, HashStrategy, get_strategy, registered_strategies
