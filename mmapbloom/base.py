@@ -31,7 +31,7 @@ from .errors import (
     OverCapacityWarning,
     ReadOnlyFilterError,
 )
-from .hashing import HashStrategy, encode_keys, strategy_info
+from .hashing import HashStrategy, kernel_keys
 from .locking import TimedWriteLock, WriteLock
 from .config import BloomConfig
 from .sizing import (
@@ -39,6 +39,7 @@ from .sizing import (
     approx_items_blocks,
     expected_fill_ratio,
     expected_fp_rate,
+    expected_new_items,
     observed_fp_rate,
     observed_fp_rate_blocks,
 )
@@ -46,7 +47,7 @@ from .storage import DEFAULT_FILE_MODE, FileStorage, MemoryStorage, Storage, cre
 
 __all__ = [
     "CHUNK_BYTES", "CHUNK_KEYS", "OVERFILL_RATIO", "MappedFilter", "PathLike", "deferred_signals", "design_limit",
-    "items_update", "validated_keys",
+    "items_update",
 ]
 
 #: ``add`` warns (OverCapacityWarning, once per handle) past this expected fill ratio
@@ -75,14 +76,29 @@ _CLOSED_VIEW = memoryview(b"")
 _CLOSED_VIEW.release()  # any use raises ValueError
 
 
-def design_limit(num_bits: int, num_hashes: int) -> float:
-    """The item count n past which the expected fill ratio ``1 - e^(-kn/m)`` (Bloom 1970)
-    exceeds ``OVERFILL_RATIO``: ``n > -(m / k) ln(1 - OVERFILL_RATIO)``."""
-    return -(num_bits / num_hashes) * math.log1p(-OVERFILL_RATIO)
+def design_limit(num_bits: int, num_hashes: int, capacity: Optional[int] = None) -> float:
+    """The ``items_added`` count past which a filter is over its design point.
+
+    Without a capacity: where the expected fill ratio ``1 - e^(-kn/m)`` (Bloom 1970)
+    exceeds ``OVERFILL_RATIO``, ``n > -(m / k) ln(1 - OVERFILL_RATIO)``. With the capacity
+    the config was sized for (``BloomConfig.for_items``), never below that design point:
+    when the fill at capacity passes ``OVERFILL_RATIO``, the larger of the above and the
+    expected ``items_added`` after ``capacity`` distinct
+    adds (:func:`~mmapbloom.sizing.expected_new_items`; adds that were false positives
+    set no bit and are not counted) plus 3 standard deviations of the set-bit count,
+    ``3 sqrt(m f (1 - f))`` at the fill f of that point. This matters where the design fill
+    passes ``OVERFILL_RATIO``: k = 1 at a large p, where ``p = 1 - e^(-n/m)`` by design.
+    A file opened without its config knows only m and k (first rule)."""
+    limit = -(num_bits / num_hashes) * math.log1p(-OVERFILL_RATIO)
+    fill = 0.0 if capacity is None else expected_fill_ratio(capacity, num_bits, num_hashes)
+    if capacity is not None and fill > OVERFILL_RATIO:  # designed past the usual fill
+        spread = 3 * math.sqrt(num_bits * fill * (1 - fill))
+        limit = max(limit, expected_new_items(capacity, num_bits, num_hashes) + spread)
+    return limit
 
 
 def items_update(count: int, num_bits: int, num_hashes: int, *, source: str, limit: Optional[float] = None,
-                 warn: bool = True, strategy: Any = None) -> tuple[int, Optional[str]]:
+                 warn: bool = True, strategy: Optional[HashStrategy] = None) -> tuple[int, Optional[str]]:
     """The one rule for a new value of an items counter (every writer goes through it:
     ``MappedFilter._set_items`` for adds, removes, unions and ``merge_into``, and
     ``merge_shards`` for the header of a new output).
@@ -106,7 +122,7 @@ def items_update(count: int, num_bits: int, num_hashes: int, *, source: str, lim
     count = 0 if count < 0 else _MAX_ITEMS if count > _MAX_ITEMS else count
     if not warn or count <= (design_limit(num_bits, num_hashes) if limit is None else limit):
         return count, None
-    rate = getattr(strategy, "expected_fp_rate", None) or expected_fp_rate
+    rate = expected_fp_rate if strategy is None else strategy.expected_fp_rate
     return count, (
         f"{source}: filter is past its design point: {count} items in {num_bits} cells "
         f"with k={num_hashes} gives an expected fill ratio of "
@@ -148,24 +164,6 @@ def deferred_signals() -> Iterator[None]:
 
 
 _DEFERRED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
-
-
-def validated_keys(items: Iterable[Any]) -> list[Any]:
-    """The items of a batch as a list the kernels accept, every item checked first.
-
-    ``bytes`` and ASCII ``str`` items pass through (the kernels hash a str's UTF-8 bytes
-    without a copy); anything else is encoded by :func:`~mmapbloom.hashing.encode_keys`,
-    which raises ``TypeError`` (not str or bytes-like) or ``UnicodeEncodeError`` (lone
-    surrogates) before a batch writer touches any cell.
-    """
-    seq = items if isinstance(items, list) else list(items)
-    kinds = set(map(type, seq))
-    # C-level passes only (map over a method): the common batches cost about 20 ns a key.
-    if kinds <= {bytes} or (kinds == {str} and all(map(str.isascii, seq))):
-        return seq
-    if kinds == {str, bytes} and all(map(str.isascii, (x for x in seq if type(x) is str))):
-        return seq
-    return encode_keys(seq)
 
 
 class MappedFilter:
@@ -253,7 +251,7 @@ class MappedFilter:
         self._kernels = kernels.bind(self._body, config.strategy, self._m, self._k, self._cell_bits)
         self._lock: WriteLock = storage.lock
         self._no_write = storage.readonly
-        self._warn_at = design_limit(self._m, self._k)
+        self._warn_at = design_limit(self._m, self._k, config.capacity)
         self._warned = False
         self._warn_msg: Optional[str] = None
         self._after_attach()
@@ -682,7 +680,7 @@ class MappedFilter:
         self._check_open()
         committed = 0
         try:
-            keys = validated_keys(items)
+            keys = kernel_keys(items)
             out = np.zeros(len(keys), dtype=np.bool_)
             add_many = self._kernels.add_many
             saturated = False
@@ -756,9 +754,7 @@ class MappedFilter:
         ``observed_fp_rate()`` there. M3KM's floor (see :mod:`mmapbloom.hashing`) is not
         included.
         """
-        rate = getattr(self._strategy, "expected_fp_rate", None)
-        n = self.items_added
-        return rate(n, self._m, self._k) if rate is not None else expected_fp_rate(n, self._m, self._k)
+        return self._strategy.expected_fp_rate(self.items_added, self._m, self._k)
 
     def fill_ratio(self) -> float:
         """Fraction of non-zero cells, X / m, in [0, 1]; O(m) cells read."""
@@ -768,7 +764,7 @@ class MappedFilter:
         """False-positive rate implied by the cells actually set, in [0, 1]: ``(X / m)^k``
         (Bloom 1970), or for a blocked strategy the mean over blocks of ``(X_b / 512)^k``
         (Putze et al. 2007). O(m) cells read."""
-        block = strategy_info(self._strategy)[1]
+        block = self._strategy.block_bits
         if block:
             return observed_fp_rate_blocks(self._block_histogram(block), block, self._k)
         return observed_fp_rate(self.count_ones(), self._m, self._k)
@@ -777,7 +773,7 @@ class MappedFilter:
         """Estimated distinct items from the cells set: ``-(m / k) ln(1 - X / m)``
         (Swamidass and Baldi 2007), summed per block for a blocked strategy; ``math.inf``
         when every cell (of some block) is set, 0.0 (never -0.0) when empty. O(m) cells read."""
-        block = strategy_info(self._strategy)[1]
+        block = self._strategy.block_bits
         if block:
             return approx_items_blocks(self._block_histogram(block), block, self._k)
         return approx_items(self.count_ones(), self._m, self._k)

@@ -46,7 +46,7 @@ from .termination import TerminationSignal, exit_status, run_main
 from .scalable import ScalableBloomFilter, is_scalable, scalable_info, verify_scalable
 from .verify import open_any
 from .kernels import BACKEND
-from .hashing import DEFAULT_STRATEGY, get_strategy, registered_strategies, strategy_info
+from .hashing import DEFAULT_STRATEGY, get_strategy, registered_strategies
 from .config import BloomConfig
 from .sizing import approx_items, expected_fill_ratio, observed_fp_rate
 
@@ -342,7 +342,7 @@ def _check(args: argparse.Namespace) -> int:
 def _info_report(f: MappedFilter) -> dict[str, Any]:
     ones = f.count_ones(progress=True)  # a bar on a terminal when the scan is long
     m, k, n = f.num_bits, f.num_hashes, f.items_added
-    blocked = strategy_info(f.strategy)[1] != 0  # per-block statistics need their own scan
+    blocked = f.strategy.block_bits != 0  # per-block statistics need their own scan
     approx = f.approx_items() if blocked else approx_items(ones, m, k)
     return {
         "path": f.path,

@@ -70,10 +70,9 @@ from .errors import (
     ReadOnlyFilterError,
 )
 from .filter import BloomFilter
-from .hashing import DEFAULT_STRATEGY, HashStrategy, encode_key, encode_keys, get_strategy
+from .hashing import DEFAULT_STRATEGY, HashStrategy, encode_key, get_strategy, kernel_keys
 from .locking import WriteLock
 from .config import BloomConfig
-from .sizing import expected_fp_rate
 from .storage import absolute_path, atomic_file, fsync_directory
 
 __all__ = [
@@ -192,10 +191,10 @@ class _Params:
         n = self.layer_capacity(i)
         base = BloomConfig.for_items(n, p_i, strategy)
         k = base.num_hashes
-        if getattr(strategy, "block_bits", 0) or _layer_rate(strategy, n, base.num_bits, k) <= p_i:
+        if strategy.block_bits or strategy.expected_fp_rate(n, base.num_bits, k) <= p_i:
             return base  # a blocked strategy's own sizing already meets p_i (whole blocks)
         m = max(base.num_bits, math.ceil(-k * n / math.log1p(-p_i ** (1.0 / k))))
-        while _layer_rate(strategy, n, m, k) > p_i:  # float rounding at the boundary
+        while strategy.expected_fp_rate(n, m, k) > p_i:  # float rounding at the boundary
             m += 1
         return BloomConfig(num_bits=m, num_hashes=k, strategy=strategy, capacity=n, fp_rate=p_i)
 
@@ -203,13 +202,6 @@ class _Params:
         cfg = self.layer_config(i, strategy)
         return {"index": i, "file": layer_name(i), "capacity": self.layer_capacity(i),
                 "fp_rate": self.layer_fp_rate(i), "num_bits": cfg.num_bits, "num_hashes": cfg.num_hashes}
-
-
-def _layer_rate(strategy: HashStrategy, n: int, m: int, k: int) -> float:
-    """The strategy's expected-rate formula when it has one, else Bloom's
-    ``(1 - e^(-k n / m))^k``."""
-    formula = getattr(strategy, "expected_fp_rate", None)
-    return float(formula(n, m, k)) if formula is not None else expected_fp_rate(n, m, k)
 
 
 def _check_params(capacity: object, fp_rate: object, growth: object, tightening: object) -> tuple[int, float, Union[int, float], float]:
@@ -484,7 +476,7 @@ class ScalableBloomFilter:
         n0, p, s, r = _check_params(capacity, fp_rate, growth, tightening)
         strat = DEFAULT_STRATEGY if strategy is None else strategy
         # ConfigError for an unregistered strategy (one whole block: blocked strategies refuse m = 1)
-        BloomConfig(num_bits=getattr(strat, "block_bits", 0) or 1, num_hashes=1, strategy=strat)
+        strat = BloomConfig(num_bits=max(1, strat.block_bits), num_hashes=1, strategy=strat).strategy
         params = _Params(n0, p, s, r, strat.name)
         dest = _strip(path)
         parent = os.path.dirname(dest)
@@ -748,7 +740,7 @@ class ScalableBloomFilter:
         """
         if self._no_write:
             self._refuse_write()
-        key = item.encode() if type(item) is str else encode_key(item)
+        key = encode_key(item)
         seen = self._layers
         try:
             if not _NATIVE_LITTLE or self._word[0] != len(seen):  # inlined _current()
@@ -792,7 +784,7 @@ class ScalableBloomFilter:
         if self._no_write:
             self._refuse_write()
         self._check_open()
-        keys = encode_keys(items)
+        keys = kernel_keys(items)
         total = 0
         for start in range(0, len(keys), _CHUNK):
             chunk = keys[start:start + _CHUNK]
@@ -800,7 +792,7 @@ class ScalableBloomFilter:
                 total += self._update_locked(chunk)
         return total
 
-    def _update_locked(self, keys: list[bytes]) -> int:
+    def _update_locked(self, keys: list[Any]) -> int:
         layers = self._current()
         cand = self._absent(keys, layers[:-1])
         new = 0
@@ -821,7 +813,7 @@ class ScalableBloomFilter:
         return new
 
     @staticmethod
-    def _absent(keys: list[bytes], layers: list[BloomFilter]) -> list[bytes]:
+    def _absent(keys: list[Any], layers: list[BloomFilter]) -> list[Any]:
         for layer in layers:
             if not keys:
                 break
@@ -848,7 +840,7 @@ class ScalableBloomFilter:
         stops at the first that reports it. Takes no lock.
 
         Raises TypeError, FilterClosedError."""
-        key = item.encode() if type(item) is str else encode_key(item)
+        key = encode_key(item)
         layers = self._layers
         try:
             if not _NATIVE_LITTLE or self._word[0] != len(layers):  # inlined _current()
@@ -869,7 +861,7 @@ class ScalableBloomFilter:
 
         Raises TypeError (every item is checked first), FilterClosedError."""
         self._check_open()
-        keys = encode_keys(items)
+        keys = kernel_keys(items)
         out = np.zeros(len(keys), dtype=np.bool_)
         todo = np.arange(len(keys))
         for layer in reversed(self._current()):
