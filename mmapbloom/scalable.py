@@ -73,7 +73,6 @@ from .filter import BloomFilter
 from .hashing import DEFAULT_STRATEGY, HashStrategy, encode_key, get_strategy, kernel_keys
 from .locking import WriteLock
 from .config import BloomConfig
-from .sizing import expected_fp_rate
 from .storage import absolute_path, atomic_file, fsync_directory
 
 __all__ = [
