@@ -72,6 +72,7 @@ __all__ = [
     "publish_file",
     "remove_stale_temporaries",
     "temporary_directory",
+    "temporary_path",
 ]
 
 #: Files are created with this mode, masked by the process umask (like ``open()``).
@@ -416,6 +417,15 @@ def _temp_name(directory: str) -> str:
     return os.path.join(directory, f".mmapbloom-{os.getpid()}-{secrets.token_hex(8)}.tmp")
 
 
+def temporary_path(directory: str) -> str:
+    """A fresh name ``.mmapbloom-<pid>-<random>.tmp`` in ``directory`` for a file built
+    there and published under its real name when complete (:func:`publish_file`). The
+    builder must hold an exclusive ``flock`` on it while it builds (a filter handle's
+    ``write_lock()`` does), or :func:`remove_stale_temporaries` in another pid namespace
+    could take it for a dead process's leftover."""
+    return _temp_name(directory)
+
+
 _STALE_TEMP = re.compile(r"\.mmapbloom-([0-9]{1,10})-[0-9a-f]{16}\.tmp\Z")
 
 
@@ -447,7 +457,9 @@ def temporary_directory(directory: str) -> Iterator[tuple[str, int]]:
 
 
 def _pid_alive(pid: int) -> bool:
-    """Whether a process ``pid`` exists (any owner). Unknown counts as alive."""
+    """Whether a process ``pid`` exists (any owner) and is not a zombie (a killed process
+    its parent has not reaped yet: it holds no lock and will never finish its file).
+    Unknown counts as alive."""
     if pid <= 0:
         return True
     try:
@@ -456,7 +468,12 @@ def _pid_alive(pid: int) -> bool:
         return False
     except (PermissionError, OverflowError, OSError):
         return True  # exists but is someone else's, or cannot be asked: leave its file alone
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            state = fh.read().rpartition(b")")[2].split()[:1]
+    except OSError:
+        return True
+    return state != [b"Z"]
 
 
 def remove_stale_temporaries(directory: str) -> list[str]:
