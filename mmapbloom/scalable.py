@@ -322,8 +322,9 @@ class ScalableBloomFilter:
                         if file_mode is not None:
                             os.fchmod(fd, file_mode)
                         os.write(fd, lock_image(1))
-                    if file_mode is not None:
-                        os.chmod(tmp, file_mode | ((file_mode & 0o444) >> 2))
+                    if file_mode is not None:  # keep a setgid bit inherited from a shared parent
+                        inherited = stat.S_IMODE(os.stat(tmp).st_mode) & stat.S_ISGID
+                        os.chmod(tmp, file_mode | ((file_mode & 0o444) >> 2) | inherited)
                     fsync_directory(tmp)
                     try:
                         os.rename(tmp, dest)
