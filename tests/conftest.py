@@ -73,7 +73,7 @@ def run_on_terminal(argv: list[str], env: dict[str, str], timeout: float = 60) -
 #: Test files of the slow tier: real processes, real servers, signals, crashes and the
 #: torture suite. ``pytest -m "not slow"`` runs the unit tier without them (under a minute).
 SLOW_FILES = ("test_torture_", "test_scrapy", "test_crawl_example", "test_benchmark_smoke", "test_processes",
-              "test_harden_", "test_readme", "test_typing", "test_dask")
+              "test_harden_", "test_readme", "test_typing", "test_dask", "test_scalable_faults", "test_scalable_shared")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
