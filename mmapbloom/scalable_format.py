@@ -182,10 +182,14 @@ class GrowthRule:
                     warnings.simplefilter("ignore")
                     self.size_layer(i, strategy)
             except ConfigError as exc:
-                raise ConfigError(
-                    f"growth={self.growth!r}, tightening={self.tightening!r} cannot grow: layer {i} (after "
-                    f"{self.items_before(i):,} items) has no valid shape ({exc}); use a tightening closer to 1 "
-                    f"(default {DEFAULT_TIGHTENING})") from None
+                where = f"layer {i} (after {self.items_before(i):,} items)"
+                if not self.layer_fp_rate(i) > 0.0:
+                    raise ConfigError(
+                        f"tightening={self.tightening!r} cannot grow: {where} would need an error target "
+                        f"p * (1 - r) * r**{i}, which underflows to 0.0; use a tightening closer to 1 "
+                        f"(default {DEFAULT_TIGHTENING})") from None
+                raise ConfigError(f"growth={self.growth!r}, tightening={self.tightening!r} cannot grow: {where} "
+                                  f"has no valid shape: {exc}") from None
             if self.layer_capacity(i) >= MAX_ITEMS:
                 return
 

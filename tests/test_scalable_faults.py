@@ -327,3 +327,18 @@ def test_bad_mode_is_refused(tmp_path: Any) -> None:
     with pytest.raises(TypeError, match="mode"):
         ScalableBloomFilter.create(tmp_path / "s", 100, 0.01, mode=0o10000)
     assert os.listdir(tmp_path) == []
+
+
+def test_the_cli_creates_blocked_scalable_filters_and_refuses_a_rule_that_cannot_grow(tmp_path: Any) -> None:
+    def cli(*args: str) -> "subprocess.CompletedProcess[str]":
+        return subprocess.run([sys.executable, "-m", "mmapbloom", *args], capture_output=True, text=True,
+                              cwd=tmp_path, timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
+
+    proc = cli("create", "--scalable", "--strategy", "M3BL", "-n", "1000", "-p", "0.01", "b")
+    assert proc.returncode == 0 and "strategy M3BL" in proc.stdout + proc.stderr, proc.stderr
+    with ScalableBloomFilter.open(tmp_path / "b") as f:
+        assert f.strategy.name == "M3BL" and f.update(urls(3000)) > 2900 and f.num_layers == 2
+    proc = cli("create", "--scalable", "-n", "100", "-p", "0.01", "--tightening", "1e-300", "t")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "tightening=1e-300 cannot grow: layer 2 (after 300 items)" in proc.stderr, proc.stderr
+    assert sorted(os.listdir(tmp_path)) == ["b"]
