@@ -586,14 +586,16 @@ def _about_destination(exc: OSError, tmp: str, dest: str, directory: str) -> OSE
     name another file (a shard), are returned unchanged."""
     if isinstance(exc, (NoSpaceError, FileExistsError)) or exc.errno is None:
         return exc
-    if exc.errno == errno.ENOSPC:  # full disk while writing or fsyncing: the package's error
+    if exc.errno == errno.ENOSPC:  # full disk (or no inode) while writing: the package's error
+        free: Optional[int] = None
+        detail = ""
         try:
             vfs = os.statvfs(directory or ".")
-            free: Optional[int] = vfs.f_bavail * vfs.f_frsize
+            free = vfs.f_bavail * vfs.f_frsize
+            detail = "; no free inode" if vfs.f_files and not vfs.f_favail else f"; {free:,} bytes free"
         except OSError:  # pragma: no cover
-            free = None
-        return NoSpaceError(f"{dest}: no space left on device while writing it ({free:,} bytes free)"
-                            if free is not None else f"{dest}: no space left on device while writing it",
+            pass
+        return NoSpaceError(f"{dest}: {exc.strerror or 'No space left on device'} (while writing it{detail})",
                             path=dest, available=free)
     if exc.filename not in (None, tmp) or exc.filename2 not in (None, tmp, dest):
         return exc
