@@ -38,7 +38,7 @@ from . import format as fmt
 from .base import CHUNK_BYTES, MappedFilter, deferred_signals
 from .errors import ConfigError, ConfigMismatchError, SaturationWarning
 from .filter import BloomFilter
-from .sizing import BloomConfig
+from .config import BloomConfig
 
 __all__ = ["CountingBloomFilter"]
 
@@ -243,7 +243,8 @@ class CountingBloomFilter(MappedFilter):
             values = _unpack_counters(cells[start:start + step], self._cell_bits)
             nonzero = np.count_nonzero(values.reshape(-1, block_bits), axis=1)
             hist += np.bincount(nonzero, minlength=block_bits + 1)
-        return hist.tolist()
+        counts: list[int] = hist.tolist()
+        return counts
 
     # -- combining and conversion -----------------------------------------------------------
     def union(self, other: "CountingBloomFilter") -> "CountingBloomFilter":

@@ -6,7 +6,7 @@ BLM1 is a 24-byte little-endian header followed by the bit array.
 offset  size    type       field
 ======  ======  =========  ===========================================================
 0       4       bytes      magic ``b"BLM1"``
-4       4       ASCII      hash-strategy name, e.g. ``b"M3MX"`` (see ``mmapbloom.hashing``)
+4       4       ASCII      hash-strategy name, e.g. ``b"M3M2"`` (see ``mmapbloom.hashing``)
 8       8       u64 LE     num_bits m, ``1 <= m < 2**64``
 16      4       u32 LE     num_hashes k, ``1 <= k <= 4096`` (``sizing.MAX_NUM_HASHES``)
 20      4       u32 LE     items added (adds that set a new bit), saturating at 2**32 - 1
@@ -108,7 +108,7 @@ def items_word(buf: Union[bytearray, mmap.mmap]) -> memoryview:
     store and be read in one load. ``struct.pack_into`` does not do that: it zeroes the
     destination and then writes it byte by byte, so a concurrent reader, or a file left by
     a SIGKILL at that moment, sees 0 (a reader process watches for that in
-    tests/test_processes.py; tests/test_torture_crash.py checks the field after kills).
+    tests/test_processes.py; tests/test_stress_crash.py checks the field after kills).
     Read and write the view with :func:`load_items` and :func:`store_items` (they keep
     the file little-endian on any host). The view pins ``buf``: release it before
     unmapping.

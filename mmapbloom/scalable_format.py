@@ -36,7 +36,8 @@ from typing import Any, Optional, Union
 from .errors import ConfigError, LayerMismatchError, ManifestError
 from .hashing import HashStrategy, get_strategy
 from .format import MAX_ITEMS
-from .sizing import BloomConfig, expected_fp_rate
+from .config import BloomConfig
+from .sizing import expected_fp_rate
 from .storage import atomic_file
 
 __all__ = [
@@ -117,7 +118,7 @@ class GrowthRule:
             return int(self.capacity * self.growth ** i)
         return math.ceil(self.capacity * self.growth ** i)
 
-    @functools.lru_cache(maxsize=256)
+    @functools.lru_cache(maxsize=256)  # noqa: B019  (frozen, hashable, few instances)
     def layer_limit(self, i: int) -> int:
         """The item count at which layer i is full: ``min(n_i, 2**32 - 1)`` (the BLM1
         items field saturates at 2**32 - 1)."""
@@ -131,7 +132,7 @@ class GrowthRule:
         """Items the layers before layer ``i`` hold when full."""
         return sum(self.layer_limit(j) for j in range(i))
 
-    @functools.lru_cache(maxsize=1024)
+    @functools.lru_cache(maxsize=1024)  # noqa: B019  (frozen, hashable, few instances)
     def layer_config(self, i: int, strategy: HashStrategy) -> BloomConfig:
         """Layer i's shape (:meth:`size_layer`), cached, so the shape and any sizing warning
         of the strategy come once per process and layer."""

@@ -20,6 +20,8 @@ from distributed import Client, LocalCluster, get_task_stream  # noqa: E402
 from mmapbloom import BloomConfig, BloomFilter, IncompatibleFiltersError, get_strategy  # noqa: E402
 from mmapbloom.dask import build, build_shards  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 STRATEGY = get_strategy("M3KM")
 N = 20_000
 # Sized so that no item is a false positive at its add (checked below): then even the
@@ -93,6 +95,19 @@ def test_bag_and_column_on_a_local_cluster_run_on_the_workers(tmp_path: Any, cli
     out = build(db.from_sequence([s.encode() for s in items], npartitions=3), EXACT, tmp_path / "b.blm",
                 client=client)
     assert _read(out) == expected
+
+
+@pytest.mark.parametrize("name", ["M3M2", "M3B2"])
+def test_new_strategies_build_the_single_process_bytes(tmp_path: Any, name: str) -> None:
+    """The strategy travels to the workers by name; the merged file equals a local build."""
+    cfg = BloomConfig.for_items(5000, 0.01, strategy=get_strategy(name))
+    items = _urls(5000, "s") + [""]
+    out = build(db.from_sequence(items, npartitions=3), cfg, tmp_path / f"{name}.blm")
+    got, want = _read(out), _single(items, cfg).to_bytes()
+    # The bits and the header's shape; items added is the shards' sum, larger by the items
+    # that were false positives of the single filter when added (see the module docstring).
+    assert got[24:] == want[24:] and got[:20] == want[:20]
+    assert got[4:8] == name.encode()
 
 
 def test_the_current_default_client_is_used(tmp_path: Any, cluster: LocalCluster) -> None:
@@ -233,7 +248,7 @@ def test_a_worker_killed_mid_partition_leaves_no_shard_and_the_retry_starts_clea
 
 def test_build_errors_name_the_output_not_the_shard_directory(tmp_path: Any) -> None:
     from mmapbloom import NoSpaceError
-    from tests.test_torture_disk import mount_tmpfs
+    from tests.test_stress_disk import mount_tmpfs
 
     cfg = BloomConfig(num_bits=8 * 600_000, num_hashes=3, strategy=STRATEGY)  # 600 kB a shard
     for where in mount_tmpfs("size=1m,mode=0755"):

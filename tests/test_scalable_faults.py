@@ -27,7 +27,9 @@ from mmapbloom import scalable_format as sf
 from mmapbloom import storage
 from tests.conftest import ROOT, urls
 from tests.test_scalable import make_unchecked
-from tests.test_torture_disk import mount_tmpfs
+from tests.test_stress_disk import mount_tmpfs
+
+pytestmark = pytest.mark.slow  # real processes, signals, tmpfs mounts
 
 OPS = """
 ops = {
@@ -262,13 +264,18 @@ def test_enospc_while_writing_the_manifest_is_no_space_error(tmp_path: Any) -> N
     for where in mount_tmpfs("size=256k,mode=0755"):
         path = os.path.join(where, "s")
         f = ScalableBloomFilter.create(path, 100, 0.01)
-        # Fill the disk, leaving room for the next layer's file but not for a manifest page.
-        next_layer = f._params.layer_config(1, f.strategy).size_bytes + 24
+        # Fill the disk, leaving room for the next layer's pages but not for a manifest page.
+        page = os.statvfs(where).f_frsize
+        next_layer = -(-(24 + f._params.layer_config(1, f.strategy).size_bytes) // page) * page
         filler = os.path.join(where, "filler")
         with open(filler, "wb") as out:
             free = storage._free_bytes(out.fileno())
-            os.posix_fallocate(out.fileno(), 0, max(0, free - next_layer - 4096 + 1))
-        f.update(urls(100))
+            os.posix_fallocate(out.fileno(), 0, free - next_layer)
+        assert os.statvfs(where).f_bavail * page == next_layer
+        keys = iter(urls(1000))
+        while f.items_added < 100:  # fill layer 0 exactly (a false positive adds nothing)
+            f.add(next(keys))
+        assert f.num_layers == 1
         with pytest.raises(NoSpaceError) as err:
             f.add("grow")
         assert err.value.errno == errno.ENOSPC and path in str(err.value) and ".tmp" not in str(err.value)

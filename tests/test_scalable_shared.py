@@ -21,9 +21,9 @@ from tests.conftest import ROOT
 GROUP = 4242  # a group both users are given (supplementary)
 ALICE, BOB = 1000, 65534
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("setpriv") is None,
-    reason="needs root and setpriv to run processes as two other users")
+    reason="needs root and setpriv to run processes as two other users")]
 
 PRELUDE = """
 import json, os, sys
