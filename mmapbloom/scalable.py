@@ -68,6 +68,7 @@ from .errors import (
 )
 from .filter import BloomFilter
 from .hashing import DEFAULT_STRATEGY, HashStrategy, encode_key, encode_keys
+from .lifecycle import Lifecycle
 from .locking import WriteLock
 from .scalable_format import (
     COUNT_OFFSET,
@@ -205,7 +206,7 @@ def _file_mode(mode: Optional[int]) -> Optional[int]:
 
 
 # -- the filter -------------------------------------------------------------------------------
-class ScalableBloomFilter:
+class ScalableBloomFilter(Lifecycle):
     """A scalable Bloom filter (Almeida et al. 2007) stored in a directory of BLM1 layers.
 
     Construct with :meth:`create`, :meth:`open` or :meth:`open_or_create`. Layer i holds
@@ -587,12 +588,10 @@ class ScalableBloomFilter:
         return new
 
     # -- guards -------------------------------------------------------------------------------
-    def _check_open(self) -> None:
-        if self._closed:
-            raise FilterClosedError(f"{self._path}: filter is closed")
-
     def _refuse_write(self) -> None:
         self._check_open()
+        if not self._readonly:  # a writable handle refuses writes only while close() runs
+            raise FilterClosedError(f"{self._path}: filter is closed")
         raise ReadOnlyFilterError(f"{self._path}: filter was opened read-only; writes are refused")
 
     # -- writes -------------------------------------------------------------------------------
@@ -959,14 +958,18 @@ class ScalableBloomFilter:
     def close(self) -> None:
         """Close every layer and the lock file (idempotent). Waits for this handle's writes
         in flight in other threads; later use raises FilterClosedError. Does not flush."""
-        if self._closed:
-            return
-        with self._lock.thread_lock:
-            if self._closed:
-                return
-            self._closed = True
-            self._no_write = True
-            self._close_files()
+        Lifecycle.close(self)
+
+    def _describe(self) -> str:
+        return self._path
+
+    def _close_lock(self) -> Any:
+        return self._lock.thread_lock
+
+    def _release(self) -> None:
+        self._no_write = True  # writes then report FilterClosedError before touching the lock
+        self._closed = True
+        self._close_files()
 
     def _close_files(self) -> None:
         _LIVE.discard(self)
@@ -979,17 +982,6 @@ class ScalableBloomFilter:
         self._retired = []
         fd, self._lock_fd = self._lock_fd, -1  # a later pread fails (EBADF), never reads a reused fd
         os.close(fd)
-
-    def __enter__(self) -> "ScalableBloomFilter":
-        self._check_open()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            self.close()
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickles as the directory path and mode: the receiver opens the same directory
