@@ -617,17 +617,11 @@ class ScalableBloomFilter(Lifecycle):
             self._refuse_write()
         key = item.encode() if type(item) is str else encode_key(item)
         seen = self._layers
-        try:
-            if os.pread(self._lock_fd, 4, COUNT_OFFSET) != self._seen:  # inlined _current()
-                seen = self._current()
-        except OSError:  # EBADF: closed
-            self._check_open()
-            raise
-        for layer in reversed(seen):  # duplicates: no lock (bits are never cleared)
+        for layer in reversed(seen):  # duplicates: no lock, no system call (bits are never cleared)
             if layer.might_contain(key):
                 return False
         with self._lock:
-            layers = self._current()
+            layers = self._current()  # layers committed by others since: one pread
             last = len(layers) - 1
             # Layers older than the newest one seen above were already frozen (only the
             # newest layer is ever written) and said no: ask only the ones since.
@@ -737,16 +731,27 @@ class ScalableBloomFilter(Lifecycle):
         the layers newest first (the newest holds about half of the items for s = 2) and
         stops at the first that reports it. Takes no lock.
 
-        Raises TypeError, FilterClosedError."""
+        Cost: a hash and a few reads per layer asked; a negative answer adds one
+        ``pread`` of the lock file's count word (a positive one needs none: bits are never
+        cleared, so the layers already open suffice to say yes).
+
+        Raises TypeError, FilterClosedError, ManifestError (the lock file was truncated
+        or damaged under the handle)."""
         key = item.encode() if type(item) is str else encode_key(item)
         layers = self._layers
+        for layer in reversed(layers):
+            if layer.might_contain(key):
+                return True
+        # "No" must include the layers other processes committed since: one pread. An add
+        # that returned before this call began went to a layer below the count read here.
         try:
-            if os.pread(self._lock_fd, 4, COUNT_OFFSET) != self._seen:  # inlined _current()
-                layers = self._current()
+            same = os.pread(self._lock_fd, 4, COUNT_OFFSET) == self._seen and self._layers is layers
         except OSError:  # EBADF: closed
             self._check_open()
             raise
-        for layer in reversed(layers):
+        if same:
+            return False
+        for layer in reversed(self._current()[len(layers):]):
             if layer.might_contain(key):
                 return True
         return False
