@@ -55,7 +55,7 @@ from typing import Any, Callable, Iterable, Optional, Union
 import numpy as np
 import numpy.typing as npt
 
-from .base import deferred_signals, validated_keys
+from .base import deferred_signals
 from .errors import (
     ConfigMismatchError,
     FilterClosedError,
@@ -67,7 +67,7 @@ from .errors import (
     ReadOnlyFilterError,
 )
 from .filter import BloomFilter
-from .hashing import DEFAULT_STRATEGY, HashStrategy, encode_key, encode_keys
+from .hashing import DEFAULT_STRATEGY, HashStrategy, encode_key, kernel_keys
 from .lifecycle import Lifecycle
 from .locking import WriteLock
 from .scalable_format import (
@@ -615,7 +615,7 @@ class ScalableBloomFilter(Lifecycle):
         """
         if self._no_write:
             self._refuse_write()
-        key = item.encode() if type(item) is str else encode_key(item)
+        key = encode_key(item)
         seen = self._layers
         for layer in reversed(seen):  # duplicates: no lock, no system call (bits are never cleared)
             if layer.might_contain(key):
@@ -662,7 +662,7 @@ class ScalableBloomFilter(Lifecycle):
         start = 0
         progress = [0]  # index, in the chunk at ``start``, of the first item not yet committed
         try:
-            keys = validated_keys(items)
+            keys = kernel_keys(items)
             total = 0
             for start in range(0, len(keys), _CHUNK):
                 progress[0] = 0
@@ -737,7 +737,7 @@ class ScalableBloomFilter(Lifecycle):
 
         Raises TypeError, FilterClosedError, ManifestError (the lock file was truncated
         or damaged under the handle)."""
-        key = item.encode() if type(item) is str else encode_key(item)
+        key = encode_key(item)
         layers = self._layers
         for layer in reversed(layers):
             if layer.might_contain(key):
@@ -764,7 +764,7 @@ class ScalableBloomFilter(Lifecycle):
 
         Raises TypeError (every item is checked first), FilterClosedError."""
         self._check_open()
-        keys = encode_keys(items)
+        keys = kernel_keys(items)
         out = np.zeros(len(keys), dtype=np.bool_)
         todo = np.arange(len(keys))
         for layer in reversed(self._current()):
@@ -999,6 +999,23 @@ class ScalableBloomFilter(Lifecycle):
         n = len(self._layers)
         return (f"<ScalableBloomFilter {self._path} n0={self._params.capacity} p={self._params.fp_rate} "
                 f"s={self._params.growth} r={self._params.tightening} layers={n} {state}>")
+
+    # -- the interface of every filter kind (``verify.open_filter``, ``mmapbloom`` CLI) -------
+    def describe(self, *, scan: bool = True, progress: Any = False) -> dict[str, Any]:
+        """:meth:`info` under the name every filter kind shares (``BloomFilter.describe``):
+        ``kind`` is ``"scalable"``, with one record per layer in ``layers``. ``progress``
+        is accepted for the common signature and not used (layers are scanned whole).
+
+        Raises:
+            FilterClosedError, and as :meth:`check` for a damaged directory.
+        """
+        record = self.info(scan=scan)
+        # JSON has no infinity: an estimate from a layer with every bit set is unknown (None),
+        # as in BloomFilter.describe.
+        for entry in [record, *record["layers"]]:
+            if entry.get("approx_items") == float("inf"):
+                entry["approx_items"] = None
+        return record
 
 
 # -- helpers for the CLI ----------------------------------------------------------------------

@@ -37,7 +37,6 @@ from .errors import ConfigError, LayerMismatchError, ManifestError
 from .hashing import HashStrategy, get_strategy
 from .format import MAX_ITEMS
 from .config import BloomConfig
-from .sizing import expected_fp_rate
 from .storage import atomic_file
 
 __all__ = [
@@ -155,10 +154,10 @@ class GrowthRule:
         n = self.layer_capacity(i)
         base = BloomConfig.for_items(n, p_i, strategy)
         k = base.num_hashes
-        if getattr(strategy, "block_bits", 0) or _layer_rate(strategy, n, base.num_bits, k) <= p_i:
+        if strategy.block_bits or strategy.expected_fp_rate(n, base.num_bits, k) <= p_i:
             return base  # a blocked strategy's own sizing already meets p_i (whole blocks)
         m = max(base.num_bits, math.ceil(-k * n / math.log1p(-p_i ** (1.0 / k))))
-        while _layer_rate(strategy, n, m, k) > p_i:  # float rounding at the boundary
+        while strategy.expected_fp_rate(n, m, k) > p_i:  # float rounding at the boundary
             m += 1
         return BloomConfig(num_bits=m, num_hashes=k, strategy=strategy, capacity=n, fp_rate=p_i)
 
@@ -193,13 +192,6 @@ class GrowthRule:
                                   f"has no valid shape: {exc}") from None
             if self.layer_capacity(i) >= MAX_ITEMS:
                 return
-
-
-def _layer_rate(strategy: HashStrategy, n: int, m: int, k: int) -> float:
-    """The strategy's expected-rate formula when it has one, else Bloom's
-    ``(1 - e^(-k n / m))^k``."""
-    formula = getattr(strategy, "expected_fp_rate", None)
-    return float(formula(n, m, k)) if formula is not None else expected_fp_rate(n, m, k)
 
 
 def check_params(capacity: object, fp_rate: object, growth: object,
