@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from mmapbloom import (
+    DEFAULT_STRATEGY,
     BloomConfig,
     BloomFilter,
     CountingBloomFilter,
@@ -69,7 +70,7 @@ def test_open_filter_gives_each_kind_one_interface(tmp_path: Path) -> None:
             f.verify()
             record = f.describe()
             assert COMMON <= record.keys() and record["kind"] == kind
-            assert record["items_added"] == new and record["strategy"] == "M3MX"
+            assert record["items_added"] == new and record["strategy"] == DEFAULT_STRATEGY.name
             assert os.path.realpath(record["path"]) == os.path.realpath(path)
             json.dumps(record, allow_nan=False)  # JSON-ready
             assert "approx_items" not in f.describe(scan=False)
