@@ -2007,6 +2007,15 @@ fail:
     note_committed(committed);
     h_leave(h);
     PyMem_Free(rows);
+    if (over) {
+        /* The warning of the committed chunks goes now, not with the next (unrelated) add;
+         * one turned into an error (-W error) never replaces the exception in flight. */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        if (h_warn(h, over, stored, 0, 0) < 0)
+            PyErr_Clear();
+        PyErr_Restore(et, ev, tb);
+    }
     return -1;
 }
 

@@ -9,6 +9,7 @@ Subclasses (:class:`~mmapbloom.filter.BloomFilter`,
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any, Iterable, Optional, TypeVar, Union
 
@@ -24,14 +25,15 @@ from .errors import (
     ReadOnlyFilterError,
 )
 from .config import BloomConfig
-from .handle import CHUNK_KEYS, FilterBase, attach, validated_keys
-from .hashing import HashStrategy, strategy_info
+from .handle import CHUNK_KEYS, FilterBase, attach
+from .hashing import HashStrategy
+from .lifecycle import Lifecycle
 from .items import OVERFILL_RATIO, ItemsCounter, design_limit, items_update
 from .locking import TimedWriteLock, WriteLock, deferred_signals
 from .sizing import (
     approx_items,
     approx_items_blocks,
-    expected_fp_rate,
+    expected_fill_ratio,
     observed_fp_rate,
     observed_fp_rate_blocks,
 )
@@ -39,7 +41,7 @@ from .storage import DEFAULT_FILE_MODE, FileStorage, MemoryStorage, Storage, cre
 
 __all__ = [
     "CHUNK_BYTES", "CHUNK_KEYS", "OVERFILL_RATIO", "MappedFilter", "PathLike", "deferred_signals", "design_limit",
-    "items_update", "validated_keys",
+    "items_update",
 ]
 
 #: Bytes per step when combining or counting cell arrays (bounded temporary memory).
@@ -50,7 +52,7 @@ PathLike = Union[str, "os.PathLike[str]"]
 F = TypeVar("F", bound="MappedFilter")
 
 
-class MappedFilter(FilterBase):
+class MappedFilter(FilterBase, Lifecycle):
     """Base of the filter kinds: an image (header + cells) in memory or in a shared file,
     and the interface both kinds share.
 
@@ -117,7 +119,7 @@ class MappedFilter(FilterBase):
         self._hs = header.header_size
         self._cell_bits = header.cell_bits
         self._counter = ItemsCounter(fmt.items_word(storage.buf), config.num_bits, config.num_hashes, config.strategy,
-                                     self._describe())
+                                     self._describe(), config.capacity)
         self._after_attach()
         self._attach_handle()
 
@@ -480,9 +482,7 @@ class MappedFilter(FilterBase):
         ``observed_fp_rate()`` there. M3KM's floor (see :mod:`mmapbloom.hashing`) is not
         included.
         """
-        rate = getattr(self.strategy, "expected_fp_rate", None)
-        n, m, k = self.items_added, self.num_bits, self.num_hashes
-        return rate(n, m, k) if rate is not None else expected_fp_rate(n, m, k)
+        return self.strategy.expected_fp_rate(self.items_added, self.num_bits, self.num_hashes)
 
     def fill_ratio(self) -> float:
         """Fraction of non-zero cells, X / m, in [0, 1]; O(m) cells read."""
@@ -492,7 +492,7 @@ class MappedFilter(FilterBase):
         """False-positive rate implied by the cells actually set, in [0, 1]: ``(X / m)^k``
         (Bloom 1970), or for a blocked strategy the mean over blocks of ``(X_b / 512)^k``
         (Putze et al. 2007). O(m) cells read."""
-        block = strategy_info(self.strategy)[1]
+        block = self.strategy.block_bits
         if block:
             return observed_fp_rate_blocks(self._block_histogram(block), block, self.num_hashes)
         return observed_fp_rate(self.count_ones(), self.num_bits, self.num_hashes)
@@ -501,7 +501,7 @@ class MappedFilter(FilterBase):
         """Estimated distinct items from the cells set: ``-(m / k) ln(1 - X / m)``
         (Swamidass and Baldi 2007), summed per block for a blocked strategy; ``math.inf``
         when every cell (of some block) is set, 0.0 (never -0.0) when empty. O(m) cells read."""
-        block = strategy_info(self.strategy)[1]
+        block = self.strategy.block_bits
         if block:
             return approx_items_blocks(self._block_histogram(block), block, self.num_hashes)
         return approx_items(self.count_ones(), self.num_bits, self.num_hashes)
@@ -605,19 +605,6 @@ class MappedFilter(FilterBase):
             self._h.close()
             self._storage.close(before_unmap=self._counter.release)
 
-    def __enter__(self: F) -> F:
-        self._check_open()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001  (a finalizer must not raise)
-            pass
-
     def __reduce__(self) -> tuple[Any, ...]:
         """A file-backed filter pickles as its absolute path and mode (the receiver opens
         the same file); an in-memory one pickles as its bytes."""
@@ -645,6 +632,50 @@ class MappedFilter(FilterBase):
         state = "closed" if self.closed else ("read-only" if self.readonly else "read-write")
         return (f"<{type(self).__name__} {where} m={self.num_bits} k={self.num_hashes} "
                 f"strategy={self.strategy.name} {state}>")
+
+    # -- the interface of every filter kind (``verify.open_filter``, ``mmapbloom`` CLI) -------
+    def describe(self, *, scan: bool = True, progress: Any = False) -> dict[str, Any]:
+        """A JSON-ready record of the filter for ``mmapbloom info``: ``kind`` (the class
+        name), ``path`` (None in memory), ``strategy``, ``num_bits``, ``num_hashes``,
+        ``size_bytes``, ``items_added``, ``items_saturated``, ``expected_fill_ratio``,
+        ``expected_fp_rate``, ``over_capacity``, ``counter_bits`` and
+        ``saturated_counters`` (None for a ``BloomFilter``). With ``scan=True`` (the
+        default) every cell is read, O(m), to add ``approx_items`` (None when every cell
+        is set), ``fill_ratio`` and ``observed_fp_rate``; ``progress`` as for
+        :meth:`count_ones`. Every kind (``ScalableBloomFilter`` too) has this method.
+
+        Raises:
+            FilterClosedError; LengthMismatchError (file truncated under the handle).
+        """
+        self._check_open()
+        m, k, n = self.num_bits, self.num_hashes, self.items_added
+        record: dict[str, Any] = {
+            "path": self._storage.path,
+            "strategy": self.strategy.name,
+            "num_bits": m,
+            "num_hashes": k,
+            "size_bytes": self.size_bytes,
+            "items_added": n,
+        }
+        if scan:
+            ones = self.count_ones(progress)  # a bar on a terminal when asked and the scan is long
+            blocked = self.strategy.block_bits != 0  # per-block statistics: their own scan
+            approx = self.approx_items() if blocked else approx_items(ones, m, k)
+            record.update(approx_items=None if math.isinf(approx) else approx, fill_ratio=ones / m)
+        record.update(expected_fill_ratio=expected_fill_ratio(n, m, k), expected_fp_rate=self.expected_fp_rate())
+        if scan:
+            record["observed_fp_rate"] = self.observed_fp_rate() if blocked else observed_fp_rate(ones, m, k)
+        record.update(items_saturated=n >= fmt.MAX_ITEMS, over_capacity=self.is_over_capacity(),
+                      kind=type(self).__name__, counter_bits=None, saturated_counters=None)
+        return record
+
+    def verify(self) -> None:
+        """:meth:`check` (header, length from ``fstat``, padding), under the name every
+        filter kind shares: for a single file the handle's mapping is the file, so this is
+        the whole check (a scalable filter's ``verify`` also re-opens each layer).
+
+        Raises as :meth:`check`."""
+        self.check()
 
 
 def _check_same(expected: BloomConfig, found: BloomConfig, path: str) -> None:

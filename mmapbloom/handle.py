@@ -29,11 +29,11 @@ import numpy.typing as npt
 
 from . import format as fmt
 from . import kernels
-from .hashing import encode_keys, strategy_info
+from .hashing import kernel_keys
 from .items import ItemsCounter
 from .locking import WriteLock, deferred_signals
 
-__all__ = ["CHUNK_KEYS", "FilterBase", "PyFilterBase", "PyHandle", "attach", "validated_keys"]
+__all__ = ["CHUNK_KEYS", "FilterBase", "PyFilterBase", "PyHandle", "attach"]
 
 #: Keys per write-lock acquisition in the batch writers (``add_many``, ``update``): other
 #: writers interleave between chunks, never inside one (the native handle uses the same
@@ -103,30 +103,13 @@ def attach(image: Any, header_size: int, config: Any, cell_bits: int, lock: Writ
         pure: the pure-Python handle even where the native one is available (tests).
     """
     native = kernels.native_module()
-    kernel_id, _ = strategy_info(config.strategy)
+    kernel_id = config.strategy.kernel_id
     if native is not None and kernel_id is not None and not pure:
         return native.Handle(image, header_size, fmt.ITEMS_OFFSET, kernel_id, config.num_bits, config.num_hashes,
                              cell_bits, writable, lock, counter.limit, fail, counter.over, saturated)
     body = memoryview(image)[header_size:]
     bound = kernels.bind_pure(body, config.strategy, config.num_bits, config.num_hashes, cell_bits)
     return PyHandle(bound, body, cell_bits, lock, counter, writable, fail, saturated)
-
-
-def validated_keys(items: Iterable[Any]) -> list[Any]:
-    """The items of a batch as a list the pure kernels accept, every item checked first.
-
-    ``bytes`` and ASCII ``str`` items pass through; anything else is encoded by
-    :func:`~mmapbloom.hashing.encode_keys`, which raises ``TypeError`` (not str or
-    bytes-like) or ``UnicodeEncodeError`` (lone surrogates) before a batch writer touches
-    any cell. (The native handle validates in C, with the same messages.)
-    """
-    seq = items if isinstance(items, list) else list(items)
-    kinds = set(map(type, seq))
-    if kinds <= {bytes} or (kinds == {str} and all(map(str.isascii, seq))):
-        return seq
-    if kinds == {str, bytes} and all(map(str.isascii, (x for x in seq if type(x) is str))):
-        return seq
-    return encode_keys(seq)
 
 
 class PyHandle:
@@ -252,7 +235,7 @@ class PyHandle:
         total = 0
         saturated = False
         try:
-            seq = validated_keys(keys)
+            seq = kernel_keys(keys)  # every item validated before any cell changes
             if out is not None and len(out) != len(seq):
                 raise ValueError(f"out has {len(out)} bytes, expected {len(seq)} (one per key)")
             add_many = self._k.add_many
@@ -271,6 +254,7 @@ class PyHandle:
                 saturated = saturated or bool(sat and sat[0])
         except ValueError as exc:
             exc.committed_items = committed  # type: ignore[attr-defined]
+            self._counter.flush_on_error(stacklevel=4)
             if self.closed:
                 try:
                     self._refuse(False)
@@ -280,6 +264,7 @@ class PyHandle:
             raise
         except BaseException as exc:  # KeyboardInterrupt: tell the caller how far it got
             exc.committed_items = committed  # type: ignore[attr-defined]
+            self._counter.flush_on_error(stacklevel=4)
             raise
         self._warn(saturated, depth=1)
         return total

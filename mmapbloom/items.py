@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Optional
+from typing import Optional
 
 from . import format as fmt
 from .errors import OverCapacityWarning
-from .sizing import expected_fill_ratio, expected_fp_rate
+from .hashing import HashStrategy
+from .sizing import expected_fill_ratio, expected_fp_rate, expected_new_items
 
 __all__ = ["ItemsCounter", "OVERFILL_RATIO", "design_limit", "items_update"]
 
@@ -34,14 +35,29 @@ OVERFILL_RATIO = 0.6
 _MAX_ITEMS = fmt.MAX_ITEMS
 
 
-def design_limit(num_bits: int, num_hashes: int) -> float:
-    """The item count n past which the expected fill ratio ``1 - e^(-kn/m)`` (Bloom 1970)
-    exceeds ``OVERFILL_RATIO``: ``n > -(m / k) ln(1 - OVERFILL_RATIO)``."""
-    return -(num_bits / num_hashes) * math.log1p(-OVERFILL_RATIO)
+def design_limit(num_bits: int, num_hashes: int, capacity: Optional[int] = None) -> float:
+    """The ``items_added`` count past which a filter is over its design point.
+
+    Without a capacity: where the expected fill ratio ``1 - e^(-kn/m)`` (Bloom 1970)
+    exceeds ``OVERFILL_RATIO``, ``n > -(m / k) ln(1 - OVERFILL_RATIO)``. With the capacity
+    the config was sized for (``BloomConfig.for_items``), never below that design point:
+    when the fill at capacity passes ``OVERFILL_RATIO``, the larger of the above and the
+    expected ``items_added`` after ``capacity`` distinct
+    adds (:func:`~mmapbloom.sizing.expected_new_items`; adds that were false positives
+    set no bit and are not counted) plus 3 standard deviations of the set-bit count,
+    ``3 sqrt(m f (1 - f))`` at the fill f of that point. This matters where the design fill
+    passes ``OVERFILL_RATIO``: k = 1 at a large p, where ``p = 1 - e^(-n/m)`` by design.
+    A file opened without its config knows only m and k (first rule)."""
+    limit = -(num_bits / num_hashes) * math.log1p(-OVERFILL_RATIO)
+    fill = 0.0 if capacity is None else expected_fill_ratio(capacity, num_bits, num_hashes)
+    if capacity is not None and fill > OVERFILL_RATIO:  # designed past the usual fill
+        spread = 3 * math.sqrt(num_bits * fill * (1 - fill))
+        limit = max(limit, expected_new_items(capacity, num_bits, num_hashes) + spread)
+    return limit
 
 
 def items_update(count: int, num_bits: int, num_hashes: int, *, source: str, limit: Optional[float] = None,
-                 warn: bool = True, strategy: Any = None) -> tuple[int, Optional[str]]:
+                 warn: bool = True, strategy: Optional[HashStrategy] = None) -> tuple[int, Optional[str]]:
     """The one rule for a new value of an items counter.
 
     Args:
@@ -61,7 +77,7 @@ def items_update(count: int, num_bits: int, num_hashes: int, *, source: str, lim
     count = 0 if count < 0 else _MAX_ITEMS if count > _MAX_ITEMS else count
     if not warn or count <= (design_limit(num_bits, num_hashes) if limit is None else limit):
         return count, None
-    rate = getattr(strategy, "expected_fp_rate", None) or expected_fp_rate
+    rate = expected_fp_rate if strategy is None else strategy.expected_fp_rate
     return count, (
         f"{source}: filter is past its design point: {count} items in {num_bits} cells "
         f"with k={num_hashes} gives an expected fill ratio of "
@@ -81,13 +97,14 @@ class ItemsCounter:
 
     __slots__ = ("_word", "_m", "_k", "_strategy", "_source", "limit", "warned", "_pending")
 
-    def __init__(self, word: memoryview, num_bits: int, num_hashes: int, strategy: Any, source: str):
+    def __init__(self, word: memoryview, num_bits: int, num_hashes: int, strategy: HashStrategy, source: str,
+                 capacity: Optional[int] = None):
         self._word = word
         self._m = num_bits
         self._k = num_hashes
         self._strategy = strategy
         self._source = source
-        self.limit = design_limit(num_bits, num_hashes)
+        self.limit = design_limit(num_bits, num_hashes, capacity)
         self.warned = False
         self._pending: Optional[str] = None
 
@@ -120,6 +137,21 @@ class ItemsCounter:
         msg, self._pending = self._pending, None
         if msg is not None:
             warnings.warn(msg, OverCapacityWarning, stacklevel=stacklevel + 1)
+
+    def forget_warning(self) -> None:
+        """Drop a recorded, not yet emitted warning and allow a new one (a copy of a count
+        is no add: the copy warns on its own first add past the design point)."""
+        self.warned = False
+        self._pending = None
+
+    def flush_on_error(self, stacklevel: int = 2) -> None:
+        """:meth:`flush` while an exception ends a batch: the warning recorded by its
+        committed chunks is emitted now (never left for the next, unrelated add), and a
+        warning turned into an error (``-W error``) never replaces the exception in flight."""
+        try:
+            self.flush(stacklevel + 1)
+        except Warning:
+            pass
 
     def over(self, count: int, depth: int = 0) -> None:
         """Called by the native handle after a write left ``count`` past the design point

@@ -245,3 +245,36 @@ def test_native_handle_checks_its_arguments() -> None:
     with pytest.raises(ValueError, match="closed"):  # fail() returned without raising
         h.contains("a")
     image.extend(b"x")  # the export is gone: the bytearray may be resized again
+
+
+def test_interrupt_while_waiting_for_the_lock(backend: str) -> None:
+    """A batch waiting for the thread lock (held by another thread) is interruptible: the
+    KeyboardInterrupt carries committed_items (0 here), nothing is held afterwards and
+    nothing was written."""
+    import signal
+    import time
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals are delivered to the main thread only")
+    f = bind(BloomFilter(BloomConfig.for_items(1000, 0.01)), backend)
+    held, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with f._storage.lock.thread_lock:
+            held.set()
+            time.sleep(0.3)  # the main thread is waiting for the lock now
+            os.kill(os.getpid(), signal.SIGINT)
+            release.wait(10)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    held.wait(10)
+    try:
+        with pytest.raises(KeyboardInterrupt) as info:
+            f.update([f"k{i}" for i in range(1000)])
+        assert info.value.committed_items == 0  # type: ignore[attr-defined]
+    finally:
+        release.set()
+        t.join(10)
+    assert f.items_added == 0 and not f._storage.lock.owned()
+    assert f.update(["a", "b"]) == 2  # the lock is free again
