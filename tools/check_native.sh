@@ -34,7 +34,7 @@ echo "== building with $CC: $SAN"
 # A copy of the package (sources and .py files only) so the in-place optimised build
 # is neither used nor overwritten.
 mkdir -p "$WORK/src/mmapbloom" "$WORK/run/tests"
-cp setup.py pyproject.toml README.md "$WORK/src/"
+cp setup.py pyproject.toml README.md LICENSE "$WORK/src/"
 cp mmapbloom/*.py mmapbloom/*.c mmapbloom/*.h "$WORK/src/mmapbloom/"
 (
     cd "$WORK/src"
@@ -48,7 +48,8 @@ cp tests/__init__.py tests/conftest.py tests/test_native.py tests/test_backends.
 cp -r tests/golden "$WORK/run/tests/"
 SO=$(ls "$WORK"/run/mmapbloom/_kernels*.so 2>/dev/null || true)
 if [[ -z "$SO" ]]; then echo "FAIL: the sanitizer build produced no extension" >&2; exit 1; fi
-if ! nm -D "$SO" | grep -q __asan_; then echo "FAIL: $SO is not instrumented" >&2; exit 1; fi
+# grep reads all of nm's output (no -q): an early exit would SIGPIPE nm and fail the pipeline.
+if ! nm -D "$SO" | grep __asan_ >/dev/null; then echo "FAIL: $SO is not instrumented" >&2; exit 1; fi
 
 LIBASAN=$("$CC" -print-file-name=libasan.so)
 LOG=$WORK/pytest.log
