@@ -278,3 +278,34 @@ def test_interrupt_while_waiting_for_the_lock(backend: str) -> None:
         t.join(10)
     assert f.items_added == 0 and not f._storage.lock.owned()
     assert f.update(["a", "b"]) == 2  # the lock is free again
+
+
+def test_custom_strategy_runs_on_the_pure_handle_with_warnings_at_the_caller() -> None:
+    """A strategy without a compiled kernel: the filter's base (compiled FilterBase on the
+    native backend) calls the pure handle, and the warnings still name the caller's line."""
+    import hashlib
+
+    from mmapbloom import register_strategy
+
+    class Sha:
+        name = "TSH1"
+
+        def positions(self, key: bytes, k: int, m: int) -> list[int]:
+            h = int.from_bytes(hashlib.sha256(key).digest()[:8], "little")
+            return [(h + i * 7919) % m for i in range(k)]
+
+    strategy = register_strategy(Sha())
+    f = BloomFilter(BloomConfig(num_bits=64, num_hashes=2, strategy=strategy))
+    c = CountingBloomFilter(BloomConfig(num_bits=64, num_hashes=2, strategy=strategy))
+    assert f._h.backend == "python"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert f.add("a") and not f.add("a") and "a" in f and f.might_contain("a")
+        for i in range(60):
+            f.add(f"x{i}")
+        for _ in range(16):
+            c.add("hot")
+    kinds = {w.category for w in caught}
+    assert kinds == {OverCapacityWarning, SaturationWarning}
+    assert all(w.filename == __file__ for w in caught)
+    assert c.count("hot") == 15 and c.items_added == 1
