@@ -99,11 +99,13 @@ def test_bag_and_column_on_a_local_cluster_run_on_the_workers(tmp_path: Any, cli
 
 @pytest.mark.parametrize("name", ["M3M2", "M3B2"])
 def test_new_strategies_build_the_single_process_bytes(tmp_path: Any, name: str) -> None:
-    """The strategy travels to the workers by name; the merged file equals a local build."""
+    """The strategy travels to the workers by name; the merged file has the bits of a local
+    build (the items counters differ: each shard counts its own adds that set a new bit)."""
     cfg = BloomConfig.for_items(5000, 0.01, strategy=get_strategy(name))
     items = _urls(5000, "s") + [""]
     out = build(db.from_sequence(items, npartitions=3), cfg, tmp_path / f"{name}.blm")
-    assert _read(out) == _single(items, cfg).to_bytes()
+    single = _single(items, cfg).to_bytes()
+    assert _read(out)[:20] == single[:20] and _read(out)[24:] == single[24:]
     assert _read(out)[4:8] == name.encode()
 
 
