@@ -60,6 +60,7 @@ _LAZY = {
     "merge_into": "merge",
     "merge_shards": "merge",
     "open_any": "verify",
+    "open_filter": "verify",
     "register_strategy": "hashing",
     "verify_file": "verify",
 }
@@ -84,7 +85,7 @@ if TYPE_CHECKING:
     from .kernels import BACKEND
     from .merge import merge_into, merge_shards
     from .scalable import ScalableBloomFilter
-    from .verify import open_any, verify_file
+    from .verify import open_any, open_filter, verify_file
 
 
 def __getattr__(name: str) -> Any:
@@ -147,6 +148,7 @@ __all__ = [
     "merge_into",
     "merge_shards",
     "open_any",
+    "open_filter",
     "register_strategy",
     "verify_file",
 ]
