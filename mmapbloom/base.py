@@ -32,6 +32,7 @@ from .errors import (
     ReadOnlyFilterError,
 )
 from .hashing import HashStrategy, kernel_keys
+from .lifecycle import Lifecycle
 from .locking import TimedWriteLock, WriteLock
 from .config import BloomConfig
 from .sizing import (
@@ -135,7 +136,7 @@ def items_update(count: int, num_bits: int, num_hashes: int, *, source: str, lim
 def deferred_signals() -> Iterator[None]:
     """Hold SIGINT, SIGTERM and SIGHUP for the duration of a batch commit (cells and items
     counter), then deliver them: an interrupt then lands between chunks, never between a
-    chunk's cells and its count, so bits and ``items_added`` always agree (issue 12).
+    chunk's cells and its count, so bits and ``items_added`` always agree.
 
     Only the main thread receives signals in Python, so elsewhere this does nothing. A
     signal that arrives inside is re-raised with ``signal.raise_signal`` once the original
@@ -166,7 +167,7 @@ def deferred_signals() -> Iterator[None]:
 _DEFERRED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
-class MappedFilter:
+class MappedFilter(Lifecycle):
     """Base of the filter kinds: an image (header + cells) in memory or in a shared file,
     and the interface both kinds share.
 
@@ -505,6 +506,13 @@ class MappedFilter:
         if msg is not None:
             warnings.warn(msg, OverCapacityWarning, stacklevel=stacklevel)
 
+    def _flush_warning_on_error(self) -> None:
+        """Emit, now, the warning recorded by a batch's committed chunks before an exception
+        ended it, so that it is not left pending for the handle's next (unrelated) add; a
+        warning turned into an error (``-W error``) never replaces the exception in flight."""
+        with contextlib.suppress(Warning):
+            self._flush_warning(stacklevel=5)
+
     def _bump_items(self, new: int) -> None:
         """Add ``new`` (may be negative) to the item count, saturating: a saturated count
         (``2**32 - 1``) never moves again. The caller holds the write lock. This and
@@ -697,6 +705,7 @@ class MappedFilter:
             result = int(np.count_nonzero(out)) if count else out
         except ValueError as exc:
             exc.committed_items = committed  # type: ignore[attr-defined]
+            self._flush_warning_on_error()
             try:
                 self._check_open()
             except FilterClosedError as closed:  # closed by another thread meanwhile
@@ -705,6 +714,7 @@ class MappedFilter:
             raise
         except BaseException as exc:  # KeyboardInterrupt: tell the caller how far it got
             exc.committed_items = committed  # type: ignore[attr-defined]
+            self._flush_warning_on_error()
             raise
         self._flush_batch_warnings(saturated)
         return result
@@ -880,19 +890,6 @@ class MappedFilter:
         self._release_views()
         self._items.release()
 
-    def __enter__(self: F) -> F:
-        self._check_open()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001  (a finalizer must not raise)
-            pass
-
     def __reduce__(self) -> tuple[Any, ...]:
         """A file-backed filter pickles as its absolute path and mode (the receiver opens
         the same file); an in-memory one pickles as its bytes."""
@@ -920,6 +917,50 @@ class MappedFilter:
         state = "closed" if self.closed else ("read-only" if self.readonly else "read-write")
         return (f"<{type(self).__name__} {where} m={self._m} k={self._k} "
                 f"strategy={self._strategy.name} {state}>")
+
+    # -- the interface of every filter kind (``verify.open_filter``, ``mmapbloom`` CLI) -------
+    def describe(self, *, scan: bool = True, progress: Any = False) -> dict[str, Any]:
+        """A JSON-ready record of the filter for ``mmapbloom info``: ``kind`` (the class
+        name), ``path`` (None in memory), ``strategy``, ``num_bits``, ``num_hashes``,
+        ``size_bytes``, ``items_added``, ``items_saturated``, ``expected_fill_ratio``,
+        ``expected_fp_rate``, ``over_capacity``, ``counter_bits`` and
+        ``saturated_counters`` (None for a ``BloomFilter``). With ``scan=True`` (the
+        default) every cell is read, O(m), to add ``approx_items`` (None when every cell
+        is set), ``fill_ratio`` and ``observed_fp_rate``; ``progress`` as for
+        :meth:`count_ones`. Every kind (``ScalableBloomFilter`` too) has this method.
+
+        Raises:
+            FilterClosedError; LengthMismatchError (file truncated under the handle).
+        """
+        self._check_open()
+        m, k, n = self._m, self._k, self.items_added
+        record: dict[str, Any] = {
+            "path": self._storage.path,
+            "strategy": self._strategy.name,
+            "num_bits": m,
+            "num_hashes": k,
+            "size_bytes": self.size_bytes,
+            "items_added": n,
+        }
+        if scan:
+            ones = self.count_ones(progress)  # a bar on a terminal when asked and the scan is long
+            blocked = self._strategy.block_bits != 0  # per-block statistics: their own scan
+            approx = self.approx_items() if blocked else approx_items(ones, m, k)
+            record.update(approx_items=None if math.isinf(approx) else approx, fill_ratio=ones / m)
+        record.update(expected_fill_ratio=expected_fill_ratio(n, m, k), expected_fp_rate=self.expected_fp_rate())
+        if scan:
+            record["observed_fp_rate"] = self.observed_fp_rate() if blocked else observed_fp_rate(ones, m, k)
+        record.update(items_saturated=n >= fmt.MAX_ITEMS, over_capacity=self.is_over_capacity(),
+                      kind=type(self).__name__, counter_bits=None, saturated_counters=None)
+        return record
+
+    def verify(self) -> None:
+        """:meth:`check` (header, length from ``fstat``, padding), under the name every
+        filter kind shares: for a single file the handle's mapping is the file, so this is
+        the whole check (a scalable filter's ``verify`` also re-opens each layer).
+
+        Raises as :meth:`check`."""
+        self.check()
 
 
 def _check_same(expected: BloomConfig, found: BloomConfig, path: str) -> None:

@@ -114,7 +114,7 @@ Key = Union[str, bytes, bytearray, memoryview]
 
 _MASK64 = (1 << 64) - 1
 
-#: M3KM cannot deliver false-positive rates below about ``M3KM_FP_FLOOR / m`` (issue 10:
+#: M3KM cannot deliver false-positive rates below about ``M3KM_FP_FLOOR / m`` (measured
 #: floors of 0.1/m to 2/m measured over the test grid, pinned in tests/test_strategies.py).
 M3KM_FP_FLOOR = 2.0
 

@@ -49,7 +49,7 @@ MAX_NUM_BITS = 2**64 - 1
 #: The largest supported num_hashes k. The header field is 32 bits wide, but every
 #: operation costs O(k) (and a counting filter O(k) memory), so a forged header could make
 #: each call take minutes; ``for_items`` never needs more than about 1,100 (k = log2(1/p)
-#: at the smallest double p). Configs and files above it are refused (issue 12).
+#: at the smallest double p). Configs and files above it are refused.
 MAX_NUM_HASHES = 4096
 
 _LN2_SQUARED = math.log(2) ** 2
