@@ -117,10 +117,12 @@ static inline void hash_key(const keyref *key, uint64_t h[2])
     mmb_murmur3_x64_128((const uint8_t *)key->ptr, (size_t)key->len, 0, h);
 }
 
-/* The first `count` (<= g->k) positions of a key whose MurmurHash3 halves are h[0], h[1]
- * (definitions at the top of the file): queries compute the head first and the rest only
- * when the head's bits are set.  pos has room for count values. */
-static void positions_n(const geom *g, const uint64_t h[2], uint64_t *pos, unsigned count)
+/* Positions [first, count) (count <= g->k) of a key whose MurmurHash3 halves are h[0],
+ * h[1] (definitions at the top of the file): queries compute the head first and the rest
+ * only when the head's bits are set.  pos has room for count values; pos[0, first) may be
+ * rewritten with the same values (the sequential strategies restart from 0, which costs
+ * a few instructions; M3MX / M3M2, whose positions are independent, skip them). */
+static void positions_n(const geom *g, const uint64_t h[2], uint64_t *pos, unsigned first, unsigned count)
 {
     const uint64_t m = g->m;
     const unsigned k = count;
@@ -144,7 +146,7 @@ static void positions_n(const geom *g, const uint64_t h[2], uint64_t *pos, unsig
     case S_M3MX:
     case S_M3M2: {
         const uint64_t b = g->strategy == S_M3M2 ? h[1] | 1 : h[1];
-        for (i = 0; i < k; i++)
+        for (i = first; i < k; i++)
             pos[i] = mulhi64(mmb_fmix64(h[0] + (uint64_t)i * b), m);
         return;
     }
@@ -163,7 +165,7 @@ static void positions_n(const geom *g, const uint64_t h[2], uint64_t *pos, unsig
 /* All k positions. */
 static inline void positions_of(const geom *g, const uint64_t h[2], uint64_t *pos)
 {
-    positions_n(g, h, pos, g->k);
+    positions_n(g, h, pos, 0, g->k);
 }
 
 /* ---- Bloom bodies: bit i is bit (i & 7) of byte i >> 3 ------------------------------ */
@@ -404,7 +406,7 @@ static void stage_query(const uint8_t *body, int width, const geom *g, const key
     const unsigned head = g->k < QUERY_PREFETCH ? g->k : QUERY_PREFETCH;
     unsigned i;
     hash_key(key, h);
-    positions_n(g, h, row, head);
+    positions_n(g, h, row, 0, head);
     for (i = 0; i < head; i++)
         PREFETCH_R(body + byte_of(width, row[i]));
 }
@@ -418,7 +420,7 @@ static int query_head(const uint8_t *body, int width, const geom *g, uint64_t *r
     if (!probe_range(body, width, row, 0, head))
         return 0;
     if (head < k) {
-        positions_n(g, h, row, k);
+        positions_n(g, h, row, head, k);
         for (i = head; i < k; i++)
             PREFETCH_R(body + byte_of(width, row[i]));
     }
@@ -1767,7 +1769,7 @@ static int h_contains_int(Handle *h, PyObject *key)
     if (got)
         PyBuffer_Release(&view);
     /* Lazily: the head positions first; an absent key usually stops there. */
-    positions_n(&h->g, hv, pos, head);
+    positions_n(&h->g, hv, pos, 0, head);
     if (!probe_range(h->body, h->width, pos, 0, head))
         return 0;
     if (head == k)
@@ -1776,7 +1778,9 @@ static int h_contains_int(Handle *h, PyObject *key)
         PyErr_NoMemory();
         return -1;
     }
-    positions_n(&h->g, hv, pos, k);
+    if (pos != small)
+        memcpy(pos, small, head * sizeof *pos);   /* the head, for the strategies that keep it */
+    positions_n(&h->g, hv, pos, head, k);
     present = probe_range(h->body, h->width, pos, head, k);
     if (pos != small)
         PyMem_Free(pos);
