@@ -38,6 +38,7 @@
 #include <sys/file.h>
 #endif
 
+#include "_columns.h"
 #include "_murmur3.h"
 
 /* ===================================================================================== */
@@ -416,11 +417,35 @@ static void query_run(const uint8_t *body, int width, const geom *g, const keyre
     }
 }
 
+/* Sequential adds of keys[0..n) (Bloom for width 1, else counting), pipelined as
+ * query_run: the positions of key i + AHEAD are computed and prefetched for writing before
+ * key i is set.  out[i] = key i was new; returns the number of new keys; *sat |= some
+ * counter saturated. */
+static size_t add_run_refs(uint8_t *body, int width, const geom *g, const keyref *keys, size_t n, uint64_t *ring,
+                           uint8_t *out, int *sat)
+{
+    const unsigned k = g->k;
+    size_t i, total = 0;
+    for (i = 0; i < n && i < AHEAD; i++)
+        stage_key(body, width, g, &keys[i], ring + i * k, k, 1);
+    for (i = 0; i < n; i++) {
+        uint64_t *row = ring + (i % AHEAD) * k;
+        int fresh = 0;
+        if (width == 1)
+            fresh = bloom_set(body, row, k);
+        else
+            count_inc(body, width, row, distinct(row, k), &fresh, sat);
+        out[i] = (uint8_t)fresh;
+        total += (size_t)fresh;
+        if (i + AHEAD < n)
+            stage_key(body, width, g, &keys[i + AHEAD], row, k, 1);
+    }
+    return total;
+}
+
 /* ===================================================================================== */
 /* 2. CPython binding                                                                    */
 /* ===================================================================================== */
-
-#define KEY_TYPES_MSG "items must be str, bytes, bytearray or memoryview, got %.200s"
 
 static int check_nargs(const char *name, Py_ssize_t nargs, Py_ssize_t want)
 {
@@ -519,6 +544,69 @@ static int get_body(PyObject *obj, int writable, uint64_t m, int width, Py_buffe
     return 0;
 }
 
+/* mmapbloom.hashing.encode_key(o): the one key-encoding rule (and its error messages),
+ * used for every key this binding does not resolve in place.  New reference or NULL. */
+static PyObject *encode_key_py(PyObject *o)
+{
+    PyObject *mod = PyImport_ImportModule("mmapbloom.hashing"), *res;
+    if (mod == NULL)
+        return NULL;
+    res = PyObject_CallMethod(mod, "encode_key", "O", o);
+    Py_DECREF(mod);
+    return res;
+}
+
+/* A key that resolve_key does not take in place: raise encode_key's error for it (or, for
+ * a key that encode_key accepts, say that batches must be encoded first: the Python layer
+ * does that, see mmapbloom.batches). */
+static int key_not_fast(PyObject *o)
+{
+    PyObject *enc = encode_key_py(o);
+    if (enc == NULL)
+        return -1;
+    Py_DECREF(enc);
+    PyErr_Format(PyExc_TypeError, "batch keys must be str or contiguous bytes-like (encode the others with "
+                 "mmapbloom.hashing.encode_key first), got %.200s", Py_TYPE(o)->tp_name);
+    return -1;
+}
+
+/* 1 for the keys resolve_key takes in place: str, bytes, bytearray, C-contiguous memoryview. */
+static int is_fast_key(PyObject *o)
+{
+    return PyUnicode_Check(o) || PyBytes_Check(o) || PyByteArray_Check(o) ||
+           (PyMemoryView_Check(o) && PyBuffer_IsContiguous(PyMemoryView_GET_BUFFER(o), 'C'));
+}
+
+/* An exact int key -> its 8 little-endian bytes (value mod 2^64); out of [-2^63, 2^64):
+ * encode_key's OverflowError. */
+static int int_key_bytes(PyObject *o, uint8_t b[8])
+{
+    int overflow, i;
+    uint64_t u;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow == 0) {
+        u = (uint64_t)v;
+    } else {
+        unsigned long long w = overflow > 0 ? PyLong_AsUnsignedLongLong(o) : (unsigned long long)-1;
+        if (overflow < 0 || (w == (unsigned long long)-1 && PyErr_Occurred())) {
+            PyObject *enc;
+            PyErr_Clear();
+            enc = encode_key_py(o);   /* raises the OverflowError naming the value */
+            if (enc == NULL)
+                return -1;
+            Py_DECREF(enc);
+            PyErr_Format(PyExc_OverflowError, "integer key out of range: %R", o);
+            return -1;
+        }
+        u = (uint64_t)w;
+    }
+    for (i = 0; i < 8; i++, u >>= 8)
+        b[i] = (uint8_t)(u & 0xFF);
+    return 0;
+}
+
 /* The bytes of one key.  Returns -1 with an exception set, 0 (no buffer taken) or 1 (a
  * buffer was taken into *view: release it when done with r).  A str gives its UTF-8
  * bytes, cached inside the str object by CPython (no copy for ASCII strings); lone
@@ -539,7 +627,7 @@ static int resolve_key(PyObject *o, keyref *r, Py_buffer *view)
         r->n = (size_t)PyBytes_GET_SIZE(o);
         return 0;
     }
-    if (PyByteArray_Check(o) || PyMemoryView_Check(o)) {
+    if (PyByteArray_Check(o) || (PyMemoryView_Check(o) && PyBuffer_IsContiguous(PyMemoryView_GET_BUFFER(o), 'C'))) {
         /* PyBUF_SIMPLE: C-contiguous bytes (BufferError otherwise).  The export also keeps
          * a bytearray from being resized while we hold it. */
         if (PyObject_GetBuffer(o, view, PyBUF_SIMPLE) < 0)
@@ -548,22 +636,50 @@ static int resolve_key(PyObject *o, keyref *r, Py_buffer *view)
         r->n = (size_t)view->len;
         return 1;
     }
-    PyErr_Format(PyExc_TypeError, KEY_TYPES_MSG, Py_TYPE(o)->tp_name);
-    return -1;
+    return key_not_fast(o);
 }
 
-/* Validate a key and hash it. */
+/* Validate a key and hash it: str and contiguous bytes-likes in place, an exact int in
+ * [-2^63, 2^64) as its 8 little-endian bytes, anything else through encode_key_py (the
+ * one rule, in Python, with its messages). */
 static int hash_object(PyObject *o, uint64_t h[2])
 {
     keyref r;
     Py_buffer view;
-    const int got = resolve_key(o, &r, &view);
-    if (got < 0)
-        return -1;
-    hash_key(&r, h);
-    if (got)
-        PyBuffer_Release(&view);
-    return 0;
+    int got;
+    if (PyLong_CheckExact(o)) {
+        uint8_t b[8];
+        if (int_key_bytes(o, b) < 0)
+            return -1;
+        r.p = b;
+        r.n = 8;
+        hash_key(&r, h);
+        return 0;
+    }
+    if (is_fast_key(o)) {
+        got = resolve_key(o, &r, &view);
+        if (got < 0)
+            return -1;
+        hash_key(&r, h);
+        if (got)
+            PyBuffer_Release(&view);
+        return 0;
+    }
+    {
+        PyObject *enc = encode_key_py(o);
+        if (enc == NULL)
+            return -1;
+        if (!PyBytes_Check(enc)) {
+            Py_DECREF(enc);
+            PyErr_SetString(PyExc_TypeError, "mmapbloom.hashing.encode_key must return bytes");
+            return -1;
+        }
+        r.p = (const uint8_t *)PyBytes_AS_STRING(enc);
+        r.n = (size_t)PyBytes_GET_SIZE(enc);
+        hash_key(&r, h);
+        Py_DECREF(enc);
+        return 0;
+    }
 }
 
 /* keys -> a new reference to a tuple (a list is copied, so it cannot change under us). */
@@ -786,7 +902,8 @@ typedef struct {
     int width;
     Py_buffer body, out;
     int have_body, have_out;
-    PyObject *keys;       /* tuple (owned) */
+    PyObject *keys;       /* tuple (owned), or NULL for a column */
+    PyObject *column;     /* a Column (owned; see _columns.h), or NULL */
     Py_ssize_t n;
     uint64_t *ring;       /* AHEAD * k positions */
 } batch_call;
@@ -798,6 +915,7 @@ static void batch_end(batch_call *c)
     if (c->have_out)
         PyBuffer_Release(&c->out);
     Py_XDECREF(c->keys);
+    Py_XDECREF(c->column);
     PyMem_Free(c->ring);
 }
 
@@ -807,6 +925,7 @@ static int batch_begin(batch_call *c, PyObject *const *args, int counting, int w
     PyObject *body = args[0];
     c->have_body = c->have_out = 0;
     c->keys = NULL;
+    c->column = NULL;
     c->ring = NULL;
     c->width = 1;
     if (counting) {
@@ -814,9 +933,17 @@ static int batch_begin(batch_call *c, PyObject *const *args, int counting, int w
             return -1;
         args++;
     }
-    if (parse_geom(args[1], args[2], args[3], &c->g) < 0 || (c->keys = keys_tuple(args[4])) == NULL)
+    if (parse_geom(args[1], args[2], args[3], &c->g) < 0)
         goto fail;
-    c->n = PyTuple_GET_SIZE(c->keys);
+    if (mb_column_check(args[4])) {
+        Py_INCREF(args[4]);
+        c->column = args[4];
+        c->n = mb_column_len(c->column);
+    } else if ((c->keys = keys_tuple(args[4])) == NULL) {
+        goto fail;
+    } else {
+        c->n = PyTuple_GET_SIZE(c->keys);
+    }
     if (get_body(body, writable, c->g.m, c->width, &c->body) < 0)
         goto fail;
     c->have_body = 1;
@@ -868,6 +995,65 @@ static int stage_object(batch_call *c, Py_ssize_t i, uint64_t *row)
     return 0;
 }
 
+#define COLUMN_BLOCK 2048   /* keys resolved per step of a column batch */
+
+/* A batch over a Column (see _columns.h): blocks of keys are resolved in place, the null
+ * ones answered 0 and skipped, the others added (add_run_refs) or queried (query_run),
+ * all without the GIL (from GIL_MIN_KEYS keys on).  *fresh_total gets the number of new keys. */
+static int column_run(batch_call *c, int adding, Py_ssize_t *fresh_total, int *sat)
+{
+    const Py_ssize_t n = c->n;
+    mb_key *keys = PyMem_Malloc(COLUMN_BLOCK * sizeof *keys);
+    keyref *refs = PyMem_Malloc(COLUMN_BLOCK * sizeof *refs);
+    Py_ssize_t *where = PyMem_Malloc(COLUMN_BLOCK * sizeof *where);
+    char *scratch = PyMem_Malloc(COLUMN_BLOCK * 8);
+    uint8_t *flags = PyMem_Malloc(COLUMN_BLOCK);
+    uint8_t *body = c->body.buf, *out = c->out.buf;
+    size_t total = 0;
+    int rc = -1;
+    PyThreadState *ts = NULL;
+    if (keys == NULL || refs == NULL || where == NULL || scratch == NULL || flags == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (n >= GIL_MIN_KEYS)
+        ts = PyEval_SaveThread();
+    {
+        Py_ssize_t start, i;
+        for (start = 0; start < n; start += COLUMN_BLOCK) {
+            const Py_ssize_t nb = n - start < COLUMN_BLOCK ? n - start : COLUMN_BLOCK;
+            size_t live = 0, j;
+            mb_column_fill(c->column, start, nb, keys, scratch);
+            for (i = 0; i < nb; i++) {
+                if (keys[i].ptr == NULL) {
+                    out[start + i] = 0;
+                    continue;
+                }
+                refs[live].p = (const uint8_t *)keys[i].ptr;
+                refs[live].n = (size_t)keys[i].len;
+                where[live++] = start + i;
+            }
+            if (adding)
+                total += add_run_refs(body, c->width, &c->g, refs, live, c->ring, flags, sat);
+            else
+                query_run(body, c->width, &c->g, refs, live, c->ring, flags);
+            for (j = 0; j < live; j++)
+                out[where[j]] = flags[j];
+        }
+    }
+    if (ts != NULL)
+        PyEval_RestoreThread(ts);
+    *fresh_total = (Py_ssize_t)total;
+    rc = 0;
+done:
+    PyMem_Free(keys);
+    PyMem_Free(refs);
+    PyMem_Free(where);
+    PyMem_Free(scratch);
+    PyMem_Free(flags);
+    return rc;
+}
+
 /* Sequential adds of every key (Bloom for width 1, else counting), pipelined as
  * query_run.  out[i] = key i was new; *fresh_total = number of new keys; *sat |= some
  * counter saturated.  Every key is validated before the first write. */
@@ -878,6 +1064,8 @@ static int add_run(batch_call *c, Py_ssize_t *fresh_total, int *sat)
     uint8_t *body = c->body.buf, *out = c->out.buf;
     Py_ssize_t i, total = 0;
 
+    if (c->column != NULL)
+        return column_run(c, 1, fresh_total, sat);
     if (validate_keys(c->keys) < 0)
         return -1;
     /* After validation resolve_key cannot fail: the tuple and its str / bytes keys are
@@ -910,6 +1098,11 @@ static int query_pinned(batch_call *c)
     Py_buffer *views = NULL;
     Py_ssize_t i, nviews = 0, nbuf = 0;
     int rc = -1;
+
+    if (c->column != NULL) {
+        int sat = 0;
+        return column_run(c, 0, &i, &sat);
+    }
 
     for (i = 0; i < n; i++) {
         PyObject *o = PyTuple_GET_ITEM(c->keys, i);
@@ -1116,7 +1309,8 @@ static PyMethodDef kernel_methods[] = {
 static int kernel_exec(PyObject *module)
 {
     if (PyModule_AddIntConstant(module, "M3KM", S_M3KM) < 0 || PyModule_AddIntConstant(module, "M3MX", S_M3MX) < 0 ||
-        PyModule_AddIntConstant(module, "M3BL", S_M3BL) < 0 || PyModule_AddIntConstant(module, "MAX_K", MAX_K) < 0)
+        PyModule_AddIntConstant(module, "M3BL", S_M3BL) < 0 || PyModule_AddIntConstant(module, "MAX_K", MAX_K) < 0 ||
+        mb_columns_init(module) < 0)
         return -1;
     return 0;
 }

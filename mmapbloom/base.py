@@ -31,7 +31,8 @@ from .errors import (
     OverCapacityWarning,
     ReadOnlyFilterError,
 )
-from .hashing import HashStrategy, encode_keys, strategy_info
+from .batches import as_batch
+from .hashing import HashStrategy, strategy_info
 from .locking import TimedWriteLock, WriteLock
 from .sizing import (
     BloomConfig,
@@ -46,7 +47,7 @@ from .storage import DEFAULT_FILE_MODE, FileStorage, MemoryStorage, Storage, cre
 
 __all__ = [
     "CHUNK_BYTES", "CHUNK_KEYS", "OVERFILL_RATIO", "MappedFilter", "PathLike", "deferred_signals", "design_limit",
-    "items_update", "validated_keys",
+    "items_update",
 ]
 
 #: ``add`` warns (OverCapacityWarning, once per handle) past this expected fill ratio
@@ -148,24 +149,6 @@ def deferred_signals() -> Iterator[None]:
 
 
 _DEFERRED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
-
-
-def validated_keys(items: Iterable[Any]) -> list[Any]:
-    """The items of a batch as a list the kernels accept, every item checked first.
-
-    ``bytes`` and ASCII ``str`` items pass through (the kernels hash a str's UTF-8 bytes
-    without a copy); anything else is encoded by :func:`~mmapbloom.hashing.encode_keys`,
-    which raises ``TypeError`` (not str or bytes-like) or ``UnicodeEncodeError`` (lone
-    surrogates) before a batch writer touches any cell.
-    """
-    seq = items if isinstance(items, list) else list(items)
-    kinds = set(map(type, seq))
-    # C-level passes only (map over a method): the common batches cost about 20 ns a key.
-    if kinds <= {bytes} or (kinds == {str} and all(map(str.isascii, seq))):
-        return seq
-    if kinds == {str, bytes} and all(map(str.isascii, (x for x in seq if type(x) is str))):
-        return seq
-    return encode_keys(seq)
 
 
 class MappedFilter:
@@ -675,6 +658,11 @@ class MappedFilter:
         guarantees and errors)."""
         return self._batch_add(items, count=True)  # type: ignore[no-any-return]
 
+    def _native(self) -> Any:
+        """The compiled module when this handle's kernels are native, else None (the form
+        :func:`~mmapbloom.batches.as_batch` gives a batch depends on it)."""
+        return kernels.native_module() if self._kernels.backend == "native" else None
+
     def _batch_add(self, items: Iterable[Any], count: bool) -> Any:
         """The one batch writer of both kinds: chunking, lock, deferred signals, counter."""
         if self._no_write:
@@ -682,7 +670,7 @@ class MappedFilter:
         self._check_open()
         committed = 0
         try:
-            keys = validated_keys(items)
+            keys = as_batch(items, self._native())
             out = np.zeros(len(keys), dtype=np.bool_)
             add_many = self._kernels.add_many
             saturated = False
@@ -724,7 +712,7 @@ class MappedFilter:
         LengthMismatchError (the file was truncated under the handle).
         """
         self._check_open()
-        seq = items if isinstance(items, (list, tuple)) else list(items)
+        seq = as_batch(items, self._native(), query=True)
         try:
             self._storage.check_size()  # a truncated file: LengthMismatchError, not SIGBUS
             return self._kernels.contains_many(seq)
