@@ -548,11 +548,15 @@ static int get_body(PyObject *obj, int writable, uint64_t m, int width, Py_buffe
  * used for every key this binding does not resolve in place.  New reference or NULL. */
 static PyObject *encode_key_py(PyObject *o)
 {
-    PyObject *mod = PyImport_ImportModule("mmapbloom.hashing"), *res;
+    PyObject *mod = PyImport_ImportModule("mmapbloom.hashing"), *fn, *res;
     if (mod == NULL)
         return NULL;
-    res = PyObject_CallMethod(mod, "encode_key", "O", o);
+    fn = PyObject_GetAttrString(mod, "encode_key");
     Py_DECREF(mod);
+    if (fn == NULL)
+        return NULL;
+    res = PyObject_CallFunctionObjArgs(fn, o, NULL);
+    Py_DECREF(fn);
     return res;
 }
 

@@ -137,14 +137,15 @@ def _fixed(raw: np.ndarray, width: int, strip: bool, native: Any) -> Any:  # typ
     return [k.rstrip(b"\0") for k in keys] if strip else keys
 
 
-def encoded_keys(items: Iterable[Any]) -> tuple[list[bytes], Optional[np.ndarray]]:  # type: ignore[type-arg]
-    """Any batch as ``(keys, where)`` for code that needs bytes (the scalable filter):
-    ``keys`` the encoded non-null keys in order, ``where`` None when there were no nulls,
-    else the batch positions of ``keys`` (an ``intp`` array). Raises as :func:`as_batch`."""
+def encoded_keys(items: Iterable[Any]) -> tuple[list[bytes], Optional[np.ndarray], int]:  # type: ignore[type-arg]
+    """Any batch as ``(keys, where, n)`` for code that needs bytes (the scalable filter):
+    ``keys`` the encoded non-null keys in order, ``n`` the batch's length, ``where`` None
+    when there were no nulls, else the batch positions of ``keys`` (an ``intp`` array).
+    Raises as :func:`as_batch`."""
     batch = as_batch(items, None)
     if type(batch) is KeysWithNulls:
         where = np.flatnonzero(np.fromiter((k is not None for k in batch), dtype=np.bool_, count=len(batch)))
         if where.size != len(batch):
-            return [batch[i] for i in where.tolist()], where
-        return list(batch), None
-    return encode_keys(batch), None
+            return [batch[i] for i in where.tolist()], where, len(batch)
+        return list(batch), None, len(batch)
+    return encode_keys(batch), None, len(batch)

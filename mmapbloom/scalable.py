@@ -70,7 +70,8 @@ from .errors import (
     ReadOnlyFilterError,
 )
 from .filter import BloomFilter
-from .hashing import DEFAULT_STRATEGY, HashStrategy, encode_key, encode_keys, get_strategy
+from .batches import encoded_keys
+from .hashing import DEFAULT_STRATEGY, HashStrategy, encode_key, get_strategy
 from .locking import WriteLock
 from .sizing import BloomConfig, expected_fp_rate
 from .storage import absolute_path, atomic_file, fsync_directory
@@ -790,7 +791,7 @@ class ScalableBloomFilter:
         if self._no_write:
             self._refuse_write()
         self._check_open()
-        keys = encode_keys(items)
+        keys = encoded_keys(items)[0]  # nulls of a column are never added
         total = 0
         for start in range(0, len(keys), _CHUNK):
             chunk = keys[start:start + _CHUNK]
@@ -867,7 +868,11 @@ class ScalableBloomFilter:
 
         Raises TypeError (every item is checked first), FilterClosedError."""
         self._check_open()
-        keys = encode_keys(items)
+        keys, where, n = encoded_keys(items)
+        if where is not None:  # a column with nulls: they are never found
+            out = np.zeros(n, dtype=np.bool_)
+            out[where] = self.contains_many(keys)
+            return out
         out = np.zeros(len(keys), dtype=np.bool_)
         todo = np.arange(len(keys))
         for layer in reversed(self._current()):
