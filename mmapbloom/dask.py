@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import errno
 import importlib
+import importlib.util
 import itertools
 import os
 import shutil
@@ -147,11 +148,21 @@ def _series_shard(partition: Any, shape: tuple[int, int, str], root: str, prefix
     return pd.Series([_build_shard(partition, shape, path, overwrite, index)], dtype=object)
 
 
-def _chunks(partition: Any) -> Iterable[list[Any]]:
-    """A partition's items in lists of at most SHARD_CHUNK_ITEMS (pandas Series or iterable)."""
+def _columnar(partition: Any) -> bool:
+    """True if a pandas partition can go to ``update`` as an Arrow column (pandas exports
+    ``__arrow_c_stream__`` through pyarrow, so pyarrow must be importable)."""
+    return hasattr(type(partition), "__arrow_c_stream__") and importlib.util.find_spec("pyarrow") is not None
+
+
+def _chunks(partition: Any) -> Iterable[Any]:
+    """A partition's items in batches of at most SHARD_CHUNK_ITEMS: slices of a pandas
+    Series (read as Arrow columns by ``update``: no Python object per item; a missing
+    value is a null, never added) or lists (other iterables, or pandas without pyarrow)."""
     if hasattr(partition, "iloc") and hasattr(partition, "tolist"):  # pandas Series
+        columnar = _columnar(partition)
         for start in range(0, len(partition), SHARD_CHUNK_ITEMS):
-            yield partition.iloc[start:start + SHARD_CHUNK_ITEMS].tolist()
+            part = partition.iloc[start:start + SHARD_CHUNK_ITEMS]
+            yield part if columnar else part.tolist()
         return
     items = iter(partition)
     while True:
@@ -173,8 +184,8 @@ def _build_shard(partition: Any, shape: tuple[int, int, str], path: str, overwri
         except BaseException as exc:
             os.unlink(path)  # never leave a partial shard that a later merge could take as whole
             if isinstance(exc, TypeError):
-                raise TypeError(f"partition {index}: {exc} (drop missing values first, e.g. "
-                                "series.dropna(); items must be str or bytes-like)") from exc
+                raise TypeError(f"partition {index}: {exc} (items must be str, bytes-like or int; a column "
+                                "of another type must be converted first, e.g. series.astype(str))") from exc
             raise
     return path
 
@@ -200,9 +211,12 @@ def build_shards(collection: Any, config: BloomConfig, directory: PathLike, *, c
     that holds the partition; return the shard paths in partition order.
 
     Args:
-        collection: a ``dask.bag.Bag`` of ``str``/bytes-like items, or a Dask DataFrame
-            column (``dask.dataframe.Series``) of them. ``str`` is hashed as UTF-8, so a
-            line read as text and the same line read as bytes give the same bits.
+        collection: a ``dask.bag.Bag`` of items (str, bytes-like or int), or a Dask
+            DataFrame column (``dask.dataframe.Series``) of them. ``str`` is hashed as UTF-8,
+            so a line read as text and the same line read as bytes give the same bits. A
+            column's partitions are added as Arrow columns (no Python object per item;
+            needs pyarrow on the workers, else they are converted to lists), so its
+            missing values are nulls: never added.
         config: the shape of every shard (and of the merged filter).
         directory: where the shards go (created if missing, by the client and by each
             task); must be visible to every worker and to whoever merges them. Made
@@ -218,8 +232,8 @@ def build_shards(collection: Any, config: BloomConfig, directory: PathLike, *, c
 
     Raises:
         TypeError: ``config`` is not a BloomConfig; ``collection`` is not a Bag or Series
-            (a whole DataFrame is refused: pick a column); an item is not str or
-            bytes-like (e.g. a missing value: the message names the partition).
+            (a whole DataFrame is refused: pick a column); an item or a column type
+            that is not a key type (e.g. float; the message names the partition).
         FileExistsError: a shard file exists and ``overwrite`` is False. Shards that other
             tasks completed stay in ``directory``; a task that fails removes its own
             partial shard.
