@@ -50,7 +50,7 @@ from .merge import merge_into, merge_shards
 from .scalable import ScalableBloomFilter
 from .verify import open_any, verify_file
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "BACKEND",

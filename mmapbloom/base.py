@@ -882,7 +882,7 @@ class MappedFilter:
     def __del__(self) -> None:
         try:
             self.close()
-        except Exception:
+        except Exception:  # noqa: BLE001  (a finalizer must not raise)
             pass
 
     def __reduce__(self) -> tuple[Any, ...]:

@@ -243,7 +243,8 @@ class CountingBloomFilter(MappedFilter):
             values = _unpack_counters(cells[start:start + step], self._cell_bits)
             nonzero = np.count_nonzero(values.reshape(-1, block_bits), axis=1)
             hist += np.bincount(nonzero, minlength=block_bits + 1)
-        return hist.tolist()
+        counts: list[int] = hist.tolist()
+        return counts
 
     # -- combining and conversion -----------------------------------------------------------
     def union(self, other: "CountingBloomFilter") -> "CountingBloomFilter":

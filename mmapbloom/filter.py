@@ -197,4 +197,5 @@ class BloomFilter(MappedFilter):
             words = bits[start:start + step].view(np.uint64)
             ones = np.bitwise_count(words).reshape(-1, per_block // 8).sum(axis=1, dtype=np.int64)
             hist += np.bincount(ones, minlength=block_bits + 1)
-        return hist.tolist()
+        counts: list[int] = hist.tolist()
+        return counts

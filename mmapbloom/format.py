@@ -108,7 +108,7 @@ def items_word(buf: Union[bytearray, mmap.mmap]) -> memoryview:
     store and be read in one load. ``struct.pack_into`` does not do that: it zeroes the
     destination and then writes it byte by byte, so a concurrent reader, or a file left by
     a SIGKILL at that moment, sees 0 (a reader process watches for that in
-    tests/test_processes.py; tests/test_torture_crash.py checks the field after kills).
+    tests/test_processes.py; tests/test_stress_crash.py checks the field after kills).
     Read and write the view with :func:`load_items` and :func:`store_items` (they keep
     the file little-endian on any host). The view pins ``buf``: release it before
     unmapping.

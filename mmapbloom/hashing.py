@@ -227,7 +227,7 @@ class HashStrategy(abc.ABC):
             out[i] = self.positions(key, num_hashes, num_bits)
         return out
 
-    def check_num_bits(self, num_bits: int) -> None:
+    def check_num_bits(self, num_bits: int) -> None:  # noqa: B027  (an optional hook, not abstract)
         """Raise ``ValueError`` if this strategy cannot address ``num_bits`` cells
         (every m >= 1 is accepted unless a strategy says otherwise)."""
 
@@ -283,7 +283,8 @@ def _fmix64_np(z: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     z = z * np.uint64(0xFF51AFD7ED558CCD)
     z = z ^ (z >> np.uint64(33))
     z = z * np.uint64(0xC4CEB9FE1A85EC53)
-    return z ^ (z >> np.uint64(33))
+    out: npt.NDArray[np.uint64] = z ^ (z >> np.uint64(33))
+    return out
 
 
 def mulhi64(a: npt.NDArray[np.uint64], m: int) -> npt.NDArray[np.uint64]:
@@ -359,7 +360,8 @@ class M3KM(HashStrategy):
         if (num_hashes - 1) * (num_bits - 1) + num_bits < 2**64:
             # p0 + i * step < m + (k - 1)(m - 1) fits in 64 bits: one exact modulo.
             i = np.arange(num_hashes, dtype=np.uint64)
-            return (p0[:, None] + i[None, :] * step[:, None]) % m
+            exact: npt.NDArray[np.uint64] = (p0[:, None] + i[None, :] * step[:, None]) % m
+            return exact
         out = np.empty((n, num_hashes), dtype=np.uint64)
         pos = p0
         out[:, 0] = pos

@@ -165,7 +165,7 @@ class _Params:
             return int(self.capacity * self.growth ** i)
         return math.ceil(self.capacity * self.growth ** i)
 
-    @functools.lru_cache(maxsize=256)
+    @functools.lru_cache(maxsize=256)  # noqa: B019  (frozen, hashable, few instances)
     def layer_limit(self, i: int) -> int:
         """The item count at which layer i is full: ``min(n_i, 2**32 - 1)`` (the BLM1
         items field saturates at 2**32 - 1)."""
@@ -175,7 +175,7 @@ class _Params:
         """``p0 * r**i`` with ``p0 = p * (1 - r)``."""
         return self.fp_rate * (1.0 - self.tightening) * self.tightening ** i
 
-    @functools.lru_cache(maxsize=1024)
+    @functools.lru_cache(maxsize=1024)  # noqa: B019  (frozen, hashable, few instances)
     def layer_config(self, i: int, strategy: HashStrategy) -> BloomConfig:
         """Layer i's shape: k from :meth:`BloomConfig.for_items` (``round((m/n) ln 2)``),
         and m the smallest number of bits, at least for_items' m, whose expected rate at

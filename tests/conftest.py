@@ -70,13 +70,6 @@ def run_on_terminal(argv: list[str], env: dict[str, str], timeout: float = 60) -
     return proc.wait(timeout), seen.decode(errors="replace")
 
 
-#: Test files of the slow tier: real processes, real servers, signals, crashes and the
-#: torture suite. ``pytest -m "not slow"`` runs the unit tier without them (under a minute).
-SLOW_FILES = ("test_torture_", "test_scrapy", "test_crawl_example", "test_benchmark_smoke", "test_processes",
-              "test_harden_", "test_readme", "test_typing", "test_dask")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.path.name.startswith(SLOW_FILES):
-            item.add_marker(pytest.mark.slow)
+# The slow tier (real processes, real servers, signals, crashes and the stress suite) is
+# marked in each of its files with ``pytestmark = pytest.mark.slow``, so renaming a file
+# never moves it between tiers. ``pytest -m 'not slow'`` runs the unit tier without them.

@@ -1,4 +1,4 @@
-"""The native and pure-Python backends build byte-identical filters (issue 11)."""
+"""The native and pure-Python backends build byte-identical filters."""
 
 from __future__ import annotations
 

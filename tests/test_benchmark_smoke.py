@@ -14,8 +14,12 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 import mmapbloom
 from tests.conftest import ROOT
+
+pytestmark = pytest.mark.slow
 
 
 def test_benchmark_runs_tiny(tmp_path: pathlib.Path) -> None:

@@ -31,7 +31,7 @@ def run_all(*calls: tuple[list[str], bytes]) -> list[subprocess.CompletedProcess
     procs = [subprocess.Popen([sys.executable, "-m", "mmapbloom", *args], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV) for args, _ in calls]
     results = []
-    for proc, (args, stdin) in zip(procs, calls):
+    for proc, (_args, stdin) in zip(procs, calls):
         out, err = proc.communicate(stdin, timeout=120)
         results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
     return results

@@ -133,7 +133,7 @@ def test_remove_absent_raises_and_changes_nothing() -> None:
 
 def test_count_is_upper_bound() -> None:
     f = CountingBloomFilter(BloomConfig.for_items(1000, 0.001), counter_bits=8)
-    for i in range(5):
+    for _ in range(5):
         f.add("x")
     assert f.count("x") >= 5
     f.remove("x")

@@ -15,6 +15,8 @@ import pytest
 
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.slow
+
 SCRIPT = os.path.join(ROOT, "examples", "crawl.py")
 MAX_PAGES = 60
 

@@ -20,6 +20,8 @@ from distributed import Client, LocalCluster, get_task_stream  # noqa: E402
 from mmapbloom import BloomConfig, BloomFilter, IncompatibleFiltersError, get_strategy  # noqa: E402
 from mmapbloom.dask import build, build_shards  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 STRATEGY = get_strategy("M3KM")
 N = 20_000
 # Sized so that no item is a false positive at its add (checked below): then even the

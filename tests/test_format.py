@@ -148,7 +148,7 @@ def test_items_field_store_is_little_endian_golden() -> None:
     assert fmt._swap32(0x01020304) == 0x04030201 and fmt._swap32(fmt._swap32(0xA1B2C3D4)) == 0xA1B2C3D4
 
 
-# -- the one image validator (issue 9): format.validate_image -----------------------------
+# -- the one image validator: format.validate_image -------------------------------------
 class RecordingReader:
     """``read(offset, count)`` over bytes, recording what was asked."""
 

@@ -389,7 +389,7 @@ def test_progress_bar_only_on_a_terminal(tmp_path) -> None:  # type: ignore[no-u
     assert bits_of(str(tmp_path / "tty.blm")) == bits_of(str(tmp_path / "piped.blm"))
 
 
-# -- one rule for the items counter (issue 12 fault 7) -----------------------------------------
+# -- one rule for the items counter -------------------------------------------------------
 def full_shards(tmp_path, n_shards: int = 10) -> tuple[BloomConfig, list[str], int]:  # type: ignore[no-untyped-def]
     """``n_shards`` shards of ``for_items(10_000, 0.01)``, each added 10,000 distinct items,
     and the sum of their items added (a false positive at add time does not count)."""
@@ -512,7 +512,9 @@ def test_merge_and_extents_use_no_private_fields_of_the_filter() -> None:
     ``_cells``, ``_add_items``), never its storage, counter view or bit array directly."""
     import re
 
+    import mmapbloom
+
     for name in ("merge", "extents", "dask", "scalable"):
-        with open(os.path.join(ROOT, "mmapbloom", f"{name}.py")) as fh:
+        with open(os.path.join(os.path.dirname(mmapbloom.__file__), f"{name}.py")) as fh:  # the installed package
             source = fh.read()
         assert not re.findall(r"\._storage|\._items\b|\._bits\(\)", source), name

@@ -18,6 +18,8 @@ from mmapbloom import BloomConfig, BloomFilter, CountingBloomFilter, verify_file
 from tests import workers
 from tests.conftest import ROOT, urls
 
+pytestmark = pytest.mark.slow
+
 CTX = mp.get_context("spawn")
 
 

@@ -17,7 +17,6 @@ import struct
 import threading
 import time
 
-import numpy as np
 import pytest
 
 from mmapbloom import (
@@ -280,7 +279,7 @@ def check_rows(rows: list[tuple[int, int, float, float, float]], p: float, probe
     for g, layers, rate, expected, observed in rows:
         print(f"{g:5d}x {layers:6d} {rate:.6f}   {expected:.6f}   {observed:.6f}   {p}")
     noise = 3 * math.sqrt(p * (1 - p) / probes)
-    for g, layers, rate, expected, observed in rows:
+    for g, _layers, rate, expected, observed in rows:
         assert expected < p
         sigma = math.sqrt(observed * (1 - observed) / probes)
         # 5 sigma, plus 8% for the finite-m excess of double hashing (M3KM) over (X/m)^k

@@ -31,6 +31,8 @@ from mmapbloom import (BloomConfig, BloomFilter, ConfigError, ConfigMismatchErro
                        UnknownSchemeError, get_strategy)
 from tests.conftest import ROOT  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 EXAMPLE = os.path.join(ROOT, "examples", "scrapy_crawl.py")
 
 

@@ -70,7 +70,7 @@ def test_explicit_config_bounds_accepted() -> None:
 
 
 def test_num_hashes_above_the_supported_maximum_refused() -> None:
-    """Issue 12 fault 1: a k that makes every operation cost minutes is refused."""
+    """A k that makes every operation cost minutes is refused."""
     with pytest.raises(ConfigError, match="num_hashes"):
         BloomConfig(num_bits=2**26, num_hashes=2**32 - 1)
     with pytest.raises(ConfigError, match="num_hashes"):

@@ -1,4 +1,4 @@
-"""Strategies M3MX and M3BL (issue 10): golden positions checked by independent exact-integer
+"""Strategies M3MX and M3BL: golden positions checked by independent exact-integer
 arithmetic, byte-exact golden files, the false-positive grid against each strategy's formula,
 and the same bits on every code path."""
 
@@ -35,7 +35,7 @@ M64 = 2**64 - 1
 
 
 def ref_m3mx(key: bytes, k: int, m: int) -> list[int]:
-    """M3MX from the issue's definition, written out independently of the package."""
+    """M3MX from its definition, written out independently of the package."""
     h = mmh3.hash128(key, seed=0, x64arch=True, signed=False)
     a, b = h % 2**64, h >> 64
     out = []
@@ -51,7 +51,7 @@ def ref_m3mx(key: bytes, k: int, m: int) -> list[int]:
 
 
 def ref_m3bl(key: bytes, k: int, m: int) -> list[int]:
-    """M3BL from the issue's definition, written out independently of the package."""
+    """M3BL from its definition, written out independently of the package."""
     h = mmh3.hash128(key, seed=0, x64arch=True, signed=False)
     x, y = h % 2**64, h >> 64
     block = x * (m // 512) >> 64
@@ -277,7 +277,7 @@ def test_merge_and_cli_set_the_same_bits(tmp_path: Path) -> None:
 
 
 def test_strategy_by_registered_name() -> None:
-    """Issue 10: strategy="M3KM" still creates M3KM filters (a registered name is accepted)."""
+    """strategy="M3KM" still creates M3KM filters (a registered name is accepted)."""
     assert BloomConfig(num_bits=100, num_hashes=3, strategy="M3KM").strategy == M3KM()
     blocked = BloomConfig.for_items(1000, 0.01, strategy="M3BL")
     assert blocked.strategy == M3BL() and blocked.num_bits % 512 == 0

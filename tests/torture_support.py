@@ -1,4 +1,4 @@
-"""Support for the torture suite (issue 6): filter kinds, exact reference models of the
+"""Support for the stress suite: filter kinds, exact reference models of the
 BLM1 and BLC1 images, forked children with deadlines, trial counts, and the damaged-input
 worker.
 
@@ -456,7 +456,7 @@ class Gate:
 # -- the damaged-input worker ----------------------------------------------------------------
 
 #: Opened filters whose k exceeds this would not be queried by the bulk damage run. Every
-#: k is queried: since the fix for test_torture_damage.test_huge_k_in_tiny_file a query
+#: k is queried: since the fix for test_stress_damage.test_huge_k_in_tiny_file a query
 #: probes min(k, m) positions, so a tiny file with a huge k is cheap.
 QUERY_K_LIMIT = 2**32
 
@@ -587,7 +587,7 @@ def damage_worker_main(argv: list[str]) -> int:
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
         slowest = sorted(slowest + [(time.perf_counter() - started, case["name"])], reverse=True)[:5]
-        for entry, outcome in outcomes.items():
+        for outcome in outcomes.values():
             bucket = outcome if not outcome.startswith("FAIL") else "FAIL"
             counts[bucket] = counts.get(bucket, 0) + 1
         if any(o.startswith("FAIL") for o in outcomes.values()):

@@ -82,7 +82,7 @@ def measure_locks(run: Run, keys: list[str], workdir: str) -> None:
     fd = os.open(lock_file, os.O_RDWR)
     log(f"[locks] {len(run.own)} strategies x {run.args.rounds} round(s), {n:,} adds, alone and next to a busy thread")
     try:
-        for r in range(run.args.rounds):
+        for _ in range(run.args.rounds):
             for busy in (False, True):
                 suffix = "+busy" if busy else ""
                 for mm in run.own:

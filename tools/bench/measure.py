@@ -410,7 +410,7 @@ def measure_open(run: Run, results: dict[str, LibResult], keys: list[str], workd
         run.open_rows.append(row)
         if not row["hit"] and a.is_own:
             run.failures.append(f"{a.name}: fresh process did not find an added key in {path}")
-    for a, path, _, giant in targets:
+    for _a, path, _, giant in targets:
         if giant and os.path.exists(path):
             os.unlink(path)
 
@@ -530,7 +530,7 @@ def measure_processes(run: Run, adapters: list[Adapter], keys: list[str], workdi
             misses: dict[int, int] = {p: 0 for p in counts}
             log(f"[processes] {a.name} {mode}: {counts} processes x {rounds} round(s), {nkeys:,} keys")
             reference = f"{stem}-{mode}-reference.bin"
-            for r in range(rounds):
+            for _ in range(rounds):
                 for p in counts:
                     path = f"{stem}-{mode}-{p}.bin"
                     shutil.copyfile(template, path)

@@ -1,4 +1,4 @@
-"""Issue 12, fault 4: mapped pages the file system cannot supply (SIGBUS).
+"""Mapped pages the file system cannot supply (SIGBUS).
 
 * A file truncated by another process under an open handle: ``check()`` used to die with
   SIGBUS although it says it verifies the length; every read path that scans the mapping
@@ -17,7 +17,6 @@ import errno
 import os
 import subprocess
 import sys
-import textwrap
 import warnings
 from typing import Any, Iterator
 
@@ -27,7 +26,9 @@ from mmapbloom import (BloomConfig, BloomFilter, CountingBloomFilter, LengthMism
                        SparseFileWarning)
 from mmapbloom.cli import main as cli_main
 from tests.conftest import ROOT
-from tests.test_torture_disk import mount_tmpfs
+from tests.test_stress_disk import mount_tmpfs
+
+pytestmark = pytest.mark.slow
 
 TRUNCATED = r"""
 import os, sys, signal

@@ -1,4 +1,4 @@
-"""Torture (issue 6): damaged files and byte strings, fed to every entry point.
+"""Stress: damaged files and byte strings, fed to every entry point.
 
 For each kind of filter (BLM1 ``BloomFilter`` and BLC1 ``CountingBloomFilter``), more
 than 10,000 generated inputs (every truncation of small filters' images, every header byte
@@ -45,6 +45,8 @@ import pytest
 from mmapbloom import BadMagicError, BloomConfig, MmapBloomError, verify_file
 from tests.conftest import ROOT
 from tests.torture_support import BLOOM, KINDS, Kind, blank_image, torture_enabled
+
+pytestmark = pytest.mark.slow
 
 HEADER = struct.Struct("<4s4sQII")
 MEM_LIMIT = 512 * 2**20
@@ -270,7 +272,7 @@ def test_damaged_inputs(kind: Kind, tmp_path: Any, request: pytest.FixtureReques
 
 
 #: Random inputs per kind in CI (--torture: 100,000 each). BLM1 gets 10,000+ inputs in
-#: all (issue 6); BLC1 runs every systematic input (its images are larger, so there are
+#: all; BLC1 runs every systematic input (its images are larger, so there are
 #: more) and fewer random ones, to stay in the CI budget.
 RANDOM_INPUTS = {"bloom": 7_000, "counting": 1_000}
 MIN_INPUTS = {"bloom": 10_000, "counting": 6_000}

@@ -1,4 +1,4 @@
-"""Torture (issue 6): permissions and paths.
+"""Stress: permissions and paths.
 
 * A read-only file opens read-only and refuses writes (ReadOnlyFilterError, a
   PermissionError); opening it read-write, or creating in a read-only directory, fails with
@@ -33,6 +33,8 @@ import pytest
 from mmapbloom import BloomConfig, BloomFilter, FormatError, ReadOnlyFilterError, verify_file
 from mmapbloom.merge import merge_into, merge_shards
 from tests.torture_support import run_forked
+
+pytestmark = pytest.mark.slow
 
 CFG = BloomConfig(num_bits=1000, num_hashes=3)
 NOBODY = 65534

@@ -1,4 +1,4 @@
-"""Issue 12, fault 5: termination signals Python does not turn into exceptions.
+"""Termination signals Python does not turn into exceptions.
 
 SIGTERM (``timeout``, ``kill``) and SIGHUP used to kill a merge or create without running
 its cleanup, leaving a large ``.mmapbloom-*.tmp`` file; SIGINT cleaned up. Now the CLI and
@@ -27,6 +27,8 @@ import pytest
 from mmapbloom import BloomConfig, BloomFilter, verify_file
 from mmapbloom.storage import remove_stale_temporaries
 from tests.conftest import ROOT, write_shards
+
+pytestmark = pytest.mark.slow
 
 TEMP = re.compile(r"\.mmapbloom-([0-9]+)-[0-9a-f]{16}\.tmp\Z")
 

@@ -1,4 +1,4 @@
-"""Issue 12, fault 8: errors that name the wrong thing or come too late.
+"""Errors that name the wrong thing or come too late.
 
 * A create or merge into a missing directory, or with --force onto a directory, named the
   internal ``.mmapbloom-<random>.tmp`` path instead of the user's path.
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import errno
 import fractions
-import io
 import mmap
 import os
 import pty
@@ -33,6 +32,8 @@ from mmapbloom import BloomConfig, BloomFilter, ConfigError, CountingBloomFilter
 from mmapbloom.cli import main as cli_main
 from mmapbloom.storage import ALLOCATE_ON_READ, file_system_type
 from tests.conftest import ROOT, write_shards
+
+pytestmark = pytest.mark.slow
 
 ENV = dict(os.environ, PYTHONPATH=ROOT)
 
@@ -150,7 +151,7 @@ def test_sparse_create_beyond_free_space_warns(tmp_path: Any) -> None:
     free = _free(tmp_path)
     bits = 8 * 2 * max(free, 2**30)
     proc = run_cli("create", "--sparse", "s.blm", "--bits", str(bits), "--hashes", "7", cwd=tmp_path)
-    if fstype in ALLOCATE_ON_READ:  # tmpfs: refused (tests/test_harden_sigbus.py)
+    if fstype in ALLOCATE_ON_READ:  # tmpfs: refused (tests/test_storage.py)
         assert proc.returncode == 2 and "SIGBUS" in proc.stderr
         return
     assert proc.returncode == 0, proc.stderr

@@ -1,4 +1,4 @@
-"""Torture (issue 6): random operation sequences against an exact model.
+"""Stress: random operation sequences against an exact model.
 
 A hypothesis ``RuleBasedStateMachine`` drives tiny filters (m in 1..200 cells, k in 1..8,
 so collisions and saturation are common) through create / open / open read-only /
@@ -67,7 +67,7 @@ from mmapbloom import (
 from tests.torture_support import KINDS, CountingModel, Forked, Kind, blank_image, join_all, key_bytes, torture_enabled
 
 # Tiny filters are over capacity, and their counters saturate, on purpose.
-pytestmark = [pytest.mark.filterwarnings("ignore::mmapbloom.OverCapacityWarning"),
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::mmapbloom.OverCapacityWarning"),
               pytest.mark.filterwarnings("ignore::mmapbloom.SaturationWarning")]
 
 MAX_HANDLES = 10

@@ -1,4 +1,4 @@
-"""Issue 12, fault 3: a same-process second handle must not hang.
+"""A same-process second handle must not hang.
 
 Reads that need a consistent snapshot (``copy``, ``to_bytes``, ``|``, ``to_bloom``, a
 counting union with a second handle of the same file) used to take the exclusive flock
@@ -19,6 +19,8 @@ import pytest
 
 from mmapbloom import BloomConfig, BloomFilter, CountingBloomFilter, LockTimeout, MmapBloomError, SelfDeadlockError
 from tests.conftest import ROOT
+
+pytestmark = pytest.mark.slow
 
 CFG = BloomConfig(num_bits=1000, num_hashes=3)
 

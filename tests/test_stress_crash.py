@@ -1,4 +1,4 @@
-"""Torture (issue 6): a writer process SIGKILLed at a random moment.
+"""Stress: a writer process SIGKILLed at a random moment.
 
 Each trial forks a writer that works on a known sequence and, after each operation
 returns, publishes how far it got in a shared anonymous mapping (so the acknowledgement is
@@ -53,6 +53,8 @@ import pytest
 from mmapbloom import M3KM, BloomConfig, BloomFilter, CountingBloomFilter, verify_file
 from mmapbloom.merge import merge_into, merge_shards
 from tests.torture_support import CountingModel, trials
+
+pytestmark = pytest.mark.slow
 
 # Shared progress record: acked (operations acknowledged), phase (1 = inside an operation).
 PROGRESS = struct.Struct("<qq")

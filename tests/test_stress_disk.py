@@ -1,4 +1,4 @@
-"""Torture (issue 6): full disks, on a small tmpfs mounted for the test.
+"""Stress: full disks, on a small tmpfs mounted for the test.
 
 Needs root (``mount -t tmpfs``); otherwise each test is skipped and the reason is both the
 skip reason and a printed warning, so a CI log shows that the full-disk promises were not
@@ -43,6 +43,8 @@ from mmapbloom.merge import merge_into, merge_shards
 from tests.conftest import write_shards
 from tests.torture_support import run_forked
 
+pytestmark = pytest.mark.slow
+
 MB = 2**20
 
 
@@ -52,7 +54,7 @@ class TmpfsSkip(UserWarning):
 
 def _skip(reason: str) -> None:
     warnings.warn(f"full-disk torture tests not run: {reason}", TmpfsSkip, stacklevel=3)
-    print(f"\n[test_torture_disk] skipped: {reason}")
+    print(f"\n[test_stress_disk] skipped: {reason}")
     pytest.skip(reason)
 
 
@@ -164,7 +166,7 @@ def test_sparse_filter_on_a_full_disk_dies_with_sigbus(tmpfs_1m: str) -> None:
     """The documented cost of sparse=True (README, "Full disk"): a sparse filter whose
     disk fills up after it was opened dies with SIGBUS at a write into a hole. Pinned so
     that the README stays true. (A sparse filter larger than the free space is refused up
-    front on tmpfs, where even reads allocate: tests/test_harden_sigbus.py; on a disk file
+    front on tmpfs, where even reads allocate: tests/test_storage.py; on a disk file
     system creation only warns.)"""
     path = os.path.join(tmpfs_1m, "s.blm")
     f = BloomFilter.create(path, BloomConfig(num_bits=8 * 768 * 1024, num_hashes=3), sparse=True)  # fits, empty

@@ -1,6 +1,6 @@
-"""Issue 12 faults 1, 6 and 7 (work proportional to a header field, interrupted writes,
-numbers read wrong) and issue 9's strategy protocol and counting-filter CLI, each example
-kept as a test."""
+"""Edge cases, each example kept as a test: work proportional to a header field,
+interrupted writes, numbers read wrong, the strategy protocol and the CLI on counting and
+scalable filters."""
 
 from __future__ import annotations
 
@@ -36,10 +36,10 @@ def cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
                           timeout=120)
 
 
-# -- fault 1: work or memory proportional to a header field ------------------------------------
+# -- work or memory proportional to a header field ------------------------------------
 @pytest.mark.parametrize("kind", ["bloom", "counting"])
 def test_forged_huge_k_is_refused_at_open(tmp_path: Path, kind: str) -> None:
-    """The issue's file: k = 2**32 - 1 made each add take 45 s under the write lock."""
+    """A forged file with k = 2**32 - 1 made each add take 45 s under the write lock."""
     m = 2**20
     path = tmp_path / "k.blm"
     if kind == "bloom":
@@ -68,7 +68,7 @@ def test_counting_queries_probe_lazily_at_the_maximum_k() -> None:
     assert f.add("x") and "x" in f and f.count("x") == 1
 
 
-# -- fault 6: an interrupted write whose bits and count disagree ---------------------------------
+# -- an interrupted write whose bits and count disagree ---------------------------------
 @pytest.mark.parametrize("kind", [BloomFilter, CountingBloomFilter])
 def test_interrupt_during_update_leaves_bits_and_count_agreeing(kind: type) -> None:
     keys = [f"key-{i}" for i in range(150_000)]
@@ -117,7 +117,7 @@ def test_cli_add_interrupted_reports_what_was_committed(tmp_path: Path) -> None:
         assert f.items_added == committed == int(present.sum()) and present[:committed].all()
 
 
-# -- fault 7: numbers a user reads wrong ------------------------------------------------------------
+# -- numbers a user reads wrong ------------------------------------------------------------
 def test_empty_filter_numbers_are_not_negative_zero(tmp_path: Path) -> None:
     f = BloomFilter(BloomConfig.for_items(1000, 0.01))
     for value in (f.approx_items(), f.expected_fp_rate(), f.observed_fp_rate(), f.fill_ratio()):
@@ -163,7 +163,7 @@ def test_plain_union_past_its_design_point_warns() -> None:
     assert total.is_over_capacity()
 
 
-# -- issue 9: strategies are a protocol; the CLI works on both kinds -----------------------------------
+# -- strategies are a protocol; the CLI works on both kinds -----------------------------------
 class PlainStrategy:
     """A custom strategy that does not subclass HashStrategy (only name and positions)."""
 

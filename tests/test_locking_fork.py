@@ -1,4 +1,4 @@
-"""Issue 12, fault 2: a lock must not outlive its holder through fork children.
+"""A lock must not outlive its holder through fork children.
 
 flock belongs to the open file description. A child forked by a writer used to keep the
 writer's description (and so its lock) alive through the inherited descriptor: a SIGKILLed
@@ -21,7 +21,7 @@ import pytest
 from mmapbloom import BloomConfig, BloomFilter, CountingBloomFilter
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")]
 
 # The holder: open the filter, fork a child that (maybe) writes later, take the write
 # lock, report "<child pid>" and sleep until SIGKILLed.

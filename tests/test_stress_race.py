@@ -1,4 +1,4 @@
-"""Torture (issue 6): racing processes and threads.
+"""Stress: racing processes and threads.
 
 Extends tests/test_processes.py and tests/test_properties.py (which run each scenario once,
 with spawned workers) with repeated, randomised, forked trials:
@@ -56,6 +56,7 @@ from mmapbloom.merge import merge_into, merge_shards
 from tests.torture_support import Forked, Gate, join_all, trials
 
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()"),
     pytest.mark.filterwarnings("ignore::mmapbloom.OverCapacityWarning"),
 ]
@@ -432,9 +433,9 @@ def test_close_while_other_threads_write(tmp_path: Any, kind: Any) -> None:
             def reader(c: Calls) -> None:
                 try:
                     for i in range(10_000_000):  # each call returns or raises FilterClosedError
-                        f.items_added
+                        _ = f.items_added
                         c.returned()
-                        f"w0-{i}" in f
+                        _ = f"w0-{i}" in f
                         c.returned()
                 except FilterClosedError:
                     c.refused += 1
@@ -530,9 +531,9 @@ def test_counting_processes_add_and_remove(tmp_path: Any, counting_trial: int, b
     # which is checked, so counter updates commute).
     expected = CountingBloomFilter(cfg, counter_bits=width)
     expected.update(pinned)
-    for plan, removed in plans:
+    for plan, _removed in plans:
         expected.update([x for op, items in plan if op == "add" for x in items])
-    for plan, removed in plans:
+    for _plan, removed in plans:
         for x in removed:
             expected.remove(x)
     assert expected.saturated_counters() == 0, "the trial would depend on the order"
