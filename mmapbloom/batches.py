@@ -34,7 +34,7 @@ import numpy as np
 
 from .hashing import encode_keys, type_name
 
-__all__ = ["KeysWithNulls", "as_batch", "encoded_keys", "is_arrow", "is_column"]
+__all__ = ["KeysWithNulls", "as_batch", "encoded_keys", "is_arrow"]
 
 _NOT_BATCHES = (str, bytes, bytearray, memoryview)
 
@@ -52,11 +52,6 @@ def is_arrow(obj: object) -> bool:
     """True if ``obj`` offers the Arrow PyCapsule interface (a stream or an array)."""
     t = type(obj)
     return hasattr(t, "__arrow_c_stream__") or hasattr(t, "__arrow_c_array__")
-
-
-def is_column(batch: object) -> bool:
-    """True if ``batch`` (a result of :func:`as_batch`) is a column, not a plain list."""
-    return not type(batch) is list
 
 
 def _check_not_scalar(items: object) -> None:
@@ -104,7 +99,7 @@ def as_batch(items: Iterable[Any], native: Any, *, query: bool = False) -> Any:
     return encode_keys(seq)
 
 
-def _numpy_batch(arr: np.ndarray, native: Any, query: bool) -> Any:  # type: ignore[type-arg]
+def _numpy_batch(arr: np.ndarray, native: Any, query: bool) -> Any:
     if arr.ndim != 1:
         raise TypeError(f"a numpy batch must be 1-dimensional, got shape {arr.shape}")
     kind = arr.dtype.kind
@@ -128,7 +123,7 @@ def _numpy_batch(arr: np.ndarray, native: Any, query: bool) -> Any:  # type: ign
                     f"got dtype {arr.dtype}")
 
 
-def _fixed(raw: np.ndarray, width: int, strip: bool, native: Any) -> Any:  # type: ignore[type-arg]
+def _fixed(raw: np.ndarray, width: int, strip: bool, native: Any) -> Any:
     """Keys of ``width`` bytes back to back in ``raw`` (uint8)."""
     if native is not None:
         return native.fixed_column(raw, width, strip)
@@ -137,7 +132,7 @@ def _fixed(raw: np.ndarray, width: int, strip: bool, native: Any) -> Any:  # typ
     return [k.rstrip(b"\0") for k in keys] if strip else keys
 
 
-def encoded_keys(items: Iterable[Any]) -> tuple[list[bytes], Optional[np.ndarray], int]:  # type: ignore[type-arg]
+def encoded_keys(items: Iterable[Any]) -> tuple[list[bytes], Optional[np.ndarray], int]:
     """Any batch as ``(keys, where, n)`` for code that needs bytes (the scalable filter):
     ``keys`` the encoded non-null keys in order, ``n`` the batch's length, ``where`` None
     when there were no nulls, else the batch positions of ``keys`` (an ``intp`` array).
