@@ -756,8 +756,9 @@ static int item_begin(item_call *c, PyObject *const *args, int counting, int wri
 PyDoc_STRVAR(hash128_doc,
 "hash128($module, key)\n--\n\n"
 "Returns int.  MurmurHash3_x64_128 of key (seed 0) as an unsigned 128-bit int h1 | h2 << 64, equal to\n"
-"mmh3.hash128(key, seed=0, x64arch=True, signed=False).  key: str (its UTF-8 bytes) or a\n"
-"C-contiguous bytes, bytearray or memoryview.  TypeError for other types,\n"
+"mmh3.hash128(key, seed=0, x64arch=True, signed=False).  key: str (its UTF-8 bytes), bytes-like, or an\n"
+"int (8 bytes little-endian of its value mod 2^64): the rule of mmapbloom.hashing.encode_key, which\n"
+"is called for every key not resolved here (its TypeError / OverflowError messages),\n"
 "UnicodeEncodeError for a str with lone surrogates.");
 
 static PyObject *k_hash128(PyObject *module, PyObject *key)
@@ -1145,7 +1146,8 @@ done:
 
 PyDoc_STRVAR(add_many_doc,
 "add_many($module, body, strategy_id, m, k, keys, out)\n--\n\n"
-"Returns int.  Add every key of keys (a list or tuple) to the Bloom body, in order; out (a writable\n"
+"Returns int.  Add every key of keys (a list or tuple of str and contiguous bytes-likes, or a Column:\n"
+"nulls answer 0 and are skipped, GIL released) to the Bloom body, in order; out (a writable\n"
 "buffer of len(keys) bytes, e.g. a numpy bool array) gets 1 where the key was new,\n"
 "exactly as sequential add() calls (a repeat inside the batch is new once).  Returns the\n"
 "number of new keys.  Every key is validated before any bit is set: a bad key leaves the\n"

@@ -614,16 +614,17 @@ class MappedFilter:
 
     # -- the query and write interface both kinds implement ------------------------------
     def add(self, item: Any) -> bool:
-        """Add one item (str or bytes-like); True if it was new. Atomic across threads and
+        """Add one item (str, bytes-like or int: see :func:`~mmapbloom.hashing.encode_key`); True if it was new. Atomic across threads and
         processes. Implemented by each kind."""
         raise NotImplementedError
 
     def might_contain(self, item: Any) -> bool:
-        """True if ``item`` (str or bytes-like) may have been added; False only if it
+        """True if ``item`` (str, bytes-like or int) may have been added; False only if it
         certainly was not (no false negatives). Takes no lock; stops at the first zero
         cell. Cost: one hash and at most k cell reads (fewer for most absent items).
 
-        Raises TypeError (an item that is not str or bytes-like), FilterClosedError.
+        Raises TypeError (an item of another type, bool, float, None), OverflowError (an int
+        outside [-2**63, 2**64)), FilterClosedError.
         """
         try:
             return self._kernels.contains(item)
@@ -647,8 +648,14 @@ class MappedFilter:
         KeyboardInterrupt, say) carries ``committed_items``: how many leading items were
         committed.
 
+        ``items``: any batch of :mod:`mmapbloom.batches`: an iterable of items, a numpy
+        array or an Arrow column (read in place, GIL released; a null is never added and
+        answers False).
+
         Raises:
-            TypeError, UnicodeEncodeError: a bad item (nothing changed).
+            TypeError, UnicodeEncodeError, OverflowError: a bad item, an unsupported
+                numpy dtype or Arrow type, or a str / bytes given as the batch (nothing
+                changed).
             ReadOnlyFilterError, FilterClosedError, LengthMismatchError (file truncated).
         """
         return self._batch_add(items, count=False)  # type: ignore[no-any-return]
@@ -707,6 +714,7 @@ class MappedFilter:
         """Batch :meth:`might_contain`: a ``bool`` array of shape ``(len(items),)`` with
         exactly the per-item answers. Takes no lock; on the native backend the GIL is
         released while keys are hashed and probed, so threads query in parallel.
+        ``items``: any batch of :mod:`mmapbloom.batches` (an Arrow null answers False).
 
         Raises TypeError (bad item; every item is checked), FilterClosedError,
         LengthMismatchError (the file was truncated under the handle).

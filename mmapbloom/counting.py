@@ -121,7 +121,7 @@ class CountingBloomFilter(MappedFilter):
         Atomic across threads and processes. Saturated counters stay at their maximum.
 
         Raises:
-            TypeError: an item that is not str or bytes-like.
+            TypeError: an item that is not str, bytes-like or int.
             ReadOnlyFilterError, FilterClosedError.
         """
         if self._no_write:

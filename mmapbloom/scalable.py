@@ -740,7 +740,7 @@ class ScalableBloomFilter:
         :meth:`write_lock`) and the newest layer's own lock.
 
         Raises:
-            TypeError: an item that is not str or bytes-like.
+            TypeError: an item that is not str, bytes-like or int.
             ReadOnlyFilterError, FilterClosedError.
             ConfigError: the next layer would not fit BLM1 (m >= 2**64).
             OSError: creating the next layer failed (e.g. ENOSPC); nothing was added.
