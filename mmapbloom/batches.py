@@ -81,6 +81,10 @@ def as_batch(items: Iterable[Any], native: Any, *, query: bool = False) -> Any:
     _check_not_scalar(items)
     if isinstance(items, np.ndarray):
         return _numpy_batch(items, native, query)
+    if is_arrow(items) and _holds_objects(items):
+        # e.g. a pandas Series of dtype object: its items are Python objects already, and
+        # may mix str, bytes and int, which no single Arrow type holds.
+        return as_batch(list(items), native, query=query)
     if is_arrow(items):
         if native is not None:
             return native.arrow_column(items)
@@ -97,6 +101,11 @@ def as_batch(items: Iterable[Any], native: Any, *, query: bool = False) -> Any:
     if query and kinds <= {str, bytes, bytearray}:
         return seq
     return encode_keys(seq)
+
+
+def _holds_objects(items: Any) -> bool:
+    dtype = getattr(items, "dtype", None)
+    return isinstance(dtype, np.dtype) and dtype.kind == "O"
 
 
 def _numpy_batch(arr: np.ndarray, native: Any, query: bool) -> Any:

@@ -186,6 +186,14 @@ def test_fixed_size_binary_and_dictionary_of_ints() -> None:
         check_same_as_list(pa.array(ints, pa.int16()).dictionary_encode(), ints, make)
 
 
+def test_pandas_object_series_is_a_list_of_items() -> None:
+    """A pandas Series of dtype object holds Python objects (possibly mixed str, bytes and
+    int, which no Arrow type holds): it is taken as the list of its items."""
+    mixed = ["a", b"b", 3]
+    for make in MAKERS:
+        check_same_as_list(pd.Series(mixed, dtype=object), mixed, make)
+
+
 def test_scalable_filter_takes_columns(tmp_path: Any) -> None:
     f = ScalableBloomFilter.create(tmp_path / "s", capacity=100, fp_rate=0.01)
     col = pa.array([f"k{i}" if i % 7 else None for i in range(1000)])
