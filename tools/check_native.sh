@@ -47,7 +47,8 @@ cp tests/__init__.py tests/conftest.py tests/test_native.py tests/test_backends.
 cp -r tests/golden "$WORK/run/tests/"
 SO=$(ls "$WORK"/run/mmapbloom/_kernels*.so 2>/dev/null || true)
 if [[ -z "$SO" ]]; then echo "FAIL: the sanitizer build produced no extension" >&2; exit 1; fi
-if ! nm -D "$SO" | grep -q __asan_; then echo "FAIL: $SO is not instrumented" >&2; exit 1; fi
+# grep without -q: -q stops reading early, nm then dies of SIGPIPE and pipefail fails the test.
+if ! nm -D "$SO" | grep __asan_ >/dev/null; then echo "FAIL: $SO is not instrumented" >&2; exit 1; fi
 
 LIBASAN=$("$CC" -print-file-name=libasan.so)
 LOG=$WORK/pytest.log
