@@ -35,8 +35,10 @@ from .counting import CountingBloomFilter
 from .filter import BloomFilter
 from .hashing import (
     DEFAULT_STRATEGY,
+    M3B2,
     M3BL,
     M3KM,
+    M3M2,
     M3MX,
     HashStrategy,
     Strategy,
@@ -45,7 +47,7 @@ from .hashing import (
     register_strategy,
 )
 from .kernels import BACKEND
-from .sizing import BloomConfig
+from .config import BloomConfig
 from .merge import merge_into, merge_shards
 from .scalable import ScalableBloomFilter
 from .verify import open_any, verify_file
@@ -69,8 +71,10 @@ __all__ = [
     "LayerMismatchError",
     "LengthMismatchError",
     "LockTimeout",
+    "M3B2",
     "M3BL",
     "M3KM",
+    "M3M2",
     "M3MX",
     "ManifestError",
     "MergeError",

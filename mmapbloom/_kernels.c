@@ -9,7 +9,7 @@
  * The pure-Python path (mmapbloom/hashing.py, filter.py, counting.py) is the reference:
  * every function here must give exactly its answers and leave exactly its bytes.
  *
- * Strategies (ids are frozen: 1 = M3KM, 2 = M3MX, 3 = M3BL).  With
+ * Strategies (ids are frozen: 1 = M3KM, 2 = M3MX, 3 = M3BL, 4 = M3M2, 5 = M3B2).  With
  * (h1, h2) = MurmurHash3_x64_128(key, seed 0) and all arithmetic in unsigned 64 bits:
  *   M3KM  Kirsch-Mitzenmacher double hashing (Kirsch & Mitzenmacher 2006, "Less hashing,
  *         same performance"): pos_i = (h1 mod m + i * (1 + h2 mod (m - 1))) mod m, exact;
@@ -21,6 +21,11 @@
  *         space-efficient Bloom filters"): one 512-bit block chosen by
  *         mulhi64(h1, m / 512), then k bits inside it from the top 9 bits of successive
  *         Weyl/Fibonacci products y_i = h2 * 0x9E3779B97F4A7C15^i.  m % 512 == 0.
+ *   M3M2  M3MX with an odd step h2 | 1 (the default): h1 + i * (h2 | 1) takes k distinct
+ *         values, so no key's probes collapse (under M3MX, h2 == 0, e.g. the empty key,
+ *         puts all k probes on one bit).
+ *   M3B2  M3BL with an odd multiplier seed y_0 = h2 | 1 (never 0, so the k bits of a key
+ *         never all fall on bit 0 of its block).
  *
  * Thread safety: the functions keep no global state.  Writes to a body are plain byte
  * stores; the Python layer serialises writers (thread lock + flock).  contains_many and
@@ -45,7 +50,10 @@
 /* 1. Plain C                                                                            */
 /* ===================================================================================== */
 
-enum { S_M3KM = 1, S_M3MX = 2, S_M3BL = 3 };
+enum { S_M3KM = 1, S_M3MX = 2, S_M3BL = 3, S_M3M2 = 4, S_M3B2 = 5, S_LAST = S_M3B2 };
+
+/* Blocked strategies: all k positions of a key in one BLOCK_BITS block (m % BLOCK_BITS == 0). */
+#define STRATEGY_BLOCKED(s) ((s) == S_M3BL || (s) == S_M3B2)
 
 #define MAX_K 4096         /* largest accepted number of hash functions */
 #define BLOCK_BITS 512     /* M3BL block size in bits (64 bytes: one cache line if the body is aligned) */
@@ -93,8 +101,8 @@ static inline uint64_t mulhi64(uint64_t a, uint64_t b)
 
 /* What a kernel needs to know about the filter. */
 typedef struct {
-    int strategy;   /* S_M3KM, S_M3MX or S_M3BL */
-    uint64_t m;     /* number of bits / cells, >= 1 (a multiple of 512 for M3BL) */
+    int strategy;   /* S_M3KM .. S_LAST */
+    uint64_t m;     /* number of bits / cells, >= 1 (a multiple of 512 when STRATEGY_BLOCKED) */
     unsigned k;     /* number of positions per key, 1..MAX_K */
 } geom;
 
@@ -133,12 +141,15 @@ static void positions_of(const geom *g, const uint64_t h[2], uint64_t *pos)
         return;
     }
     case S_M3MX:
+    case S_M3M2: {
+        const uint64_t b = g->strategy == S_M3M2 ? h[1] | 1 : h[1];
         for (i = 0; i < k; i++)
-            pos[i] = mulhi64(mmb_fmix64(h[0] + (uint64_t)i * h[1]), m);
+            pos[i] = mulhi64(mmb_fmix64(h[0] + (uint64_t)i * b), m);
         return;
-    default: { /* S_M3BL */
+    }
+    default: { /* S_M3BL, S_M3B2 */
         const uint64_t base = mulhi64(h[0], m / BLOCK_BITS) * BLOCK_BITS;
-        uint64_t y = h[1];
+        uint64_t y = g->strategy == S_M3B2 ? h[1] | 1 : h[1];
         for (i = 0; i < k; i++) {
             y *= 0x9E3779B97F4A7C15ULL;
             pos[i] = base + (y >> 55);   /* top 9 bits: [0, 512) */
@@ -481,8 +492,9 @@ static int parse_geom(PyObject *sid, PyObject *m, PyObject *k, geom *g)
     uint64_t s, kk;
     if (arg_u64(sid, "strategy_id", &s) < 0 || arg_u64(m, "m", &g->m) < 0 || arg_u64(k, "k", &kk) < 0)
         return -1;
-    if (s < S_M3KM || s > S_M3BL) {
-        PyErr_Format(PyExc_ValueError, "unknown strategy id %llu (expected 1 = M3KM, 2 = M3MX or 3 = M3BL)",
+    if (s < S_M3KM || s > S_LAST) {
+        PyErr_Format(PyExc_ValueError,
+                     "unknown strategy id %llu (expected 1 = M3KM, 2 = M3MX, 3 = M3BL, 4 = M3M2 or 5 = M3B2)",
                      (unsigned long long)s);
         return -1;
     }
@@ -494,9 +506,9 @@ static int parse_geom(PyObject *sid, PyObject *m, PyObject *k, geom *g)
         PyErr_Format(PyExc_ValueError, "k must be in [1, %d], got %llu", MAX_K, (unsigned long long)kk);
         return -1;
     }
-    if (s == S_M3BL && g->m % BLOCK_BITS != 0) {
-        PyErr_Format(PyExc_ValueError, "M3BL needs m to be a positive multiple of %d, got %llu", BLOCK_BITS,
-                     (unsigned long long)g->m);
+    if (STRATEGY_BLOCKED(s) && g->m % BLOCK_BITS != 0) {
+        PyErr_Format(PyExc_ValueError, "%s needs m to be a positive multiple of %d, got %llu",
+                     s == S_M3BL ? "M3BL" : "M3B2", BLOCK_BITS, (unsigned long long)g->m);
         return -1;
     }
     g->strategy = (int)s;
@@ -782,8 +794,9 @@ static PyObject *k_hash128(PyObject *module, PyObject *key)
 
 PyDoc_STRVAR(positions_doc,
 "positions($module, strategy_id, key, m, k)\n--\n\n"
-"Returns list[int].  The k positions in [0, m) of key under strategy 1 (M3KM), 2 (M3MX) or 3 (M3BL).\n"
-"ValueError for an unknown strategy, m < 1, k outside [1, 4096], or M3BL with\n"
+"Returns list[int].  The k positions in [0, m) of key under strategy 1 (M3KM), 2 (M3MX), 3 (M3BL),\n"
+"4 (M3M2) or 5 (M3B2).  ValueError for an unknown strategy, m < 1, k outside [1, 4096], or a\n"
+"blocked strategy (M3BL, M3B2) with\n"
 "m % 512 != 0; key errors as hash128.");
 
 static PyObject *k_positions(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -1315,7 +1328,8 @@ static PyMethodDef kernel_methods[] = {
 static int kernel_exec(PyObject *module)
 {
     if (PyModule_AddIntConstant(module, "M3KM", S_M3KM) < 0 || PyModule_AddIntConstant(module, "M3MX", S_M3MX) < 0 ||
-        PyModule_AddIntConstant(module, "M3BL", S_M3BL) < 0 || PyModule_AddIntConstant(module, "MAX_K", MAX_K) < 0 ||
+        PyModule_AddIntConstant(module, "M3BL", S_M3BL) < 0 || PyModule_AddIntConstant(module, "M3M2", S_M3M2) < 0 ||
+        PyModule_AddIntConstant(module, "M3B2", S_M3B2) < 0 || PyModule_AddIntConstant(module, "MAX_K", MAX_K) < 0 ||
         mb_columns_init(module) < 0)
         return -1;
     return 0;
@@ -1327,8 +1341,8 @@ static PyModuleDef_Slot kernel_slots[] = {
 };
 
 PyDoc_STRVAR(module_doc,
-"Compiled kernels of mmapbloom: MurmurHash3_x64_128, the M3KM / M3MX / M3BL position\n"
-"strategies (ids 1, 2, 3), Bloom and counting (4-/8-bit) body loops, popcount and a\n"
+"Compiled kernels of mmapbloom: MurmurHash3_x64_128, the M3KM / M3MX / M3BL / M3M2 / M3B2\n"
+"position strategies (ids 1 to 5), Bloom and counting (4-/8-bit) body loops, popcount and a\n"
 "GIL-keeping flock.  Results are identical to the pure-Python reference path.  The module\n"
 "keeps no state.");
 

@@ -2,7 +2,8 @@
 
 Keys are ``str`` (hashed as UTF-8) or C-contiguous ``bytes`` / ``bytearray`` /
 ``memoryview``; bodies and ``out`` arrays are buffers (``out`` one byte per key, e.g. a
-numpy bool array).  Strategy ids: 1 = M3KM, 2 = M3MX, 3 = M3BL; ``width`` is 4 or 8.
+numpy bool array).  Strategy ids: 1 = M3KM, 2 = M3MX, 3 = M3BL,
+4 = M3M2, 5 = M3B2; ``width`` is 4 or 8.
 """
 
 from typing import Any, Protocol, Sequence, Union
@@ -30,6 +31,8 @@ class _HasFileno(Protocol):
 M3KM: int
 M3MX: int
 M3BL: int
+M3M2: int
+M3B2: int
 MAX_K: int
 
 def hash128(key: _Key, /) -> int: ...

@@ -34,8 +34,8 @@ from .errors import (
 from .batches import as_batch
 from .hashing import HashStrategy, strategy_info
 from .locking import TimedWriteLock, WriteLock
+from .config import BloomConfig
 from .sizing import (
-    BloomConfig,
     approx_items,
     approx_items_blocks,
     expected_fill_ratio,
@@ -95,7 +95,7 @@ def items_update(count: int, num_bits: int, num_hashes: int, *, source: str, lim
         limit: :func:`design_limit` of m and k, if the caller cached it.
         warn: False to skip building the message (a handle that warned already).
         strategy: the filter's strategy, whose formula gives the rate in the message
-            (the blocked one for M3BL); None: the classic formula (Bloom 1970).
+            (the blocked one for M3B2 and M3BL); None: the classic formula (Bloom 1970).
 
     Returns:
         ``(stored, message)``: the count clamped to ``[0, 2**32 - 1]`` (it saturates and
@@ -743,8 +743,8 @@ class MappedFilter:
 
     def expected_fp_rate(self) -> float:
         """Expected false-positive rate from :attr:`items_added`, in [0, 1), by the
-        strategy's formula: ``(1 - e^(-k n / m))^k`` (Bloom 1970) for M3MX, M3KM and
-        custom strategies; the blocked formula of Putze, Sanders and Singler 2007 for M3BL.
+        strategy's formula: ``(1 - e^(-k n / m))^k`` (Bloom 1970) for M3M2, M3MX, M3KM and
+        custom strategies; the blocked formula of Putze, Sanders and Singler 2007 for M3B2 and M3BL.
         O(1): no cell is read.
 
         Understates the rate of an overfilled filter or one built with unions of

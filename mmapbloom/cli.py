@@ -47,7 +47,8 @@ from .scalable import ScalableBloomFilter, is_scalable, scalable_info, verify_sc
 from .verify import open_any
 from .kernels import BACKEND
 from .hashing import DEFAULT_STRATEGY, get_strategy, registered_strategies, strategy_info
-from .sizing import BloomConfig, approx_items, expected_fill_ratio, observed_fp_rate
+from .config import BloomConfig
+from .sizing import approx_items, expected_fill_ratio, observed_fp_rate
 
 __all__ = ["build_parser", "main", "merge_main"]
 
@@ -530,7 +531,7 @@ def _item_input_arguments(p: argparse.ArgumentParser) -> None:
 def _strategy_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strategy", default=DEFAULT_STRATEGY.name, metavar="NAME",
                    help=f"hash strategy: one of {', '.join(sorted(registered_strategies()))} "
-                        f"(default {DEFAULT_STRATEGY.name}; M3BL is cache-line blocked, for big filters)")
+                        f"(default {DEFAULT_STRATEGY.name}; M3B2 is cache-line blocked, for big filters)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -38,7 +38,7 @@ from . import format as fmt
 from .base import CHUNK_BYTES, MappedFilter, deferred_signals
 from .errors import ConfigError, ConfigMismatchError, SaturationWarning
 from .filter import BloomFilter
-from .sizing import BloomConfig
+from .config import BloomConfig
 
 __all__ = ["CountingBloomFilter"]
 

@@ -77,7 +77,7 @@ from typing import Any, Iterable, Optional, Union
 from .filter import BloomFilter
 from .hashing import get_strategy
 from .merge import DEFAULT_CHUNK_BYTES, merge_into, merge_shards
-from .sizing import BloomConfig
+from .config import BloomConfig
 from .storage import absolute_path
 
 __all__ = ["SHARD_CHUNK_ITEMS", "build", "build_shards"]

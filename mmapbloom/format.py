@@ -6,7 +6,7 @@ BLM1 is a 24-byte little-endian header followed by the bit array.
 offset  size    type       field
 ======  ======  =========  ===========================================================
 0       4       bytes      magic ``b"BLM1"``
-4       4       ASCII      hash-strategy name, e.g. ``b"M3MX"`` (see ``mmapbloom.hashing``)
+4       4       ASCII      hash-strategy name, e.g. ``b"M3M2"`` (see ``mmapbloom.hashing``)
 8       8       u64 LE     num_bits m, ``1 <= m < 2**64``
 16      4       u32 LE     num_hashes k, ``1 <= k <= 4096`` (``sizing.MAX_NUM_HASHES``)
 20      4       u32 LE     items added (adds that set a new bit), saturating at 2**32 - 1

@@ -69,9 +69,11 @@ __all__ = [
     "DEFAULT_STRATEGY",
     "HashStrategy",
     "Key",
+    "M3B2",
     "M3BL",
     "M3KM",
     "M3KM_FP_FLOOR",
+    "M3M2",
     "M3MX",
     "Strategy",
     "encode_key",
@@ -317,7 +319,7 @@ class M3KM(HashStrategy):
         if fp_rate < M3KM_FP_FLOOR / m:
             warnings.warn(
                 f"M3KM cannot deliver fp_rate {fp_rate:g} at m = {m}: its positions put a floor of about "
-                f"{M3KM_FP_FLOOR / m:.2g} ({M3KM_FP_FLOOR:g}/m) under the rate; use the default strategy M3MX",
+                f"{M3KM_FP_FLOOR / m:.2g} ({M3KM_FP_FLOOR:g}/m) under the rate; use the default strategy M3M2",
                 UserWarning, stacklevel=4)
         return m, k
 
@@ -374,29 +376,26 @@ class M3KM(HashStrategy):
         return out
 
 
-class M3MX(HashStrategy):
-    """The default strategy: MurmurHash3 x64 128, each probe mixed to 64 bits by fmix64
-    before multiply-shift reduction (exact definition in the module docstring).
+class _MixedDoubleHash(HashStrategy):
+    """M3MX and M3M2 (module docstring): probe i is ``fmix64(a + i * b)`` reduced by
+    multiply-shift. The two differ only in ``b``: M3M2 forces it odd (``step_bit = 1``)."""
 
-    Keeps the classic false-positive rate at every size: small m, rates far below 1/m and
-    power-of-two m (the grid of issue 10 is checked in tests/test_strategies.py). Cost: one
-    128-bit MurmurHash3 per key plus k multiply-xorshift rounds, no division.
-    """
-
-    name = "M3MX"
-    kernel_id = 2
+    #: OR-ed into the step ``b = h >> 64``: 0 for M3MX, 1 for M3M2 (an odd step).
+    step_bit: ClassVar[int] = 0
 
     def positions(self, key: bytes, num_hashes: int, num_bits: int) -> list[int]:
-        """The M3MX positions of ``key`` (definition in the module docstring)."""
+        """The positions of ``key`` (definitions of M3MX / M3M2 in the module docstring)."""
         h = mmh3.hash128(key, seed=0, x64arch=True, signed=False)
-        a, b = h & _MASK64, h >> 64
+        a, b = h & _MASK64, (h >> 64) | self.step_bit
         return [(fmix64((a + i * b) & _MASK64) * num_bits) >> 64 for i in range(num_hashes)]
 
-    def positions_many(self, keys: Sequence[bytes], num_hashes: int, num_bits: int) -> npt.NDArray[np.uint64]:
-        """Vectorised :meth:`positions` (numpy, exact 64-bit arithmetic)."""
-        if type(self).positions is not M3MX.positions:
-            return super().positions_many(keys, num_hashes, num_bits)
+    def positions_many(self, keys: Iterable[bytes], num_hashes: int, num_bits: int) -> npt.NDArray[np.uint64]:
+        """Vectorised :meth:`positions` (numpy, exact 64-bit arithmetic) over any iterable
+        of bytes; shape ``(number of keys, num_hashes)``."""
+        if type(self).positions is not _MixedDoubleHash.positions:  # a subclass redefined them
+            return super().positions_many(list(keys), num_hashes, num_bits)
         a, b = hash_halves(keys)
+        b = b | np.uint64(self.step_bit)
         out = np.empty((a.shape[0], num_hashes), dtype=np.uint64)
         z = a.copy()
         for i in range(num_hashes):
@@ -405,32 +404,54 @@ class M3MX(HashStrategy):
         return out
 
 
-class M3BL(HashStrategy):
-    """Cache-line-blocked strategy (Putze, Sanders and Singler 2007, "Cache-, hash- and
-    space-efficient Bloom filters"; RocksDB's FastLocalBloom and Parquet's split-block
-    filter are production relatives): all k positions of a key in one 512-bit block.
+class M3MX(_MixedDoubleHash):
+    """MurmurHash3 x64 128, each probe mixed to 64 bits by fmix64 before multiply-shift
+    reduction (the default before M3M2; files naming it keep opening, reading and writing
+    exactly as before). Exact definition in the module docstring.
 
-    ``num_bits`` must be a positive multiple of 512 (``ValueError`` otherwise;
-    ``BloomConfig.for_items`` sizes in whole blocks). The false-positive rate is higher
-    than the classic one for the same m and k; :meth:`expected_fp_rate` and
-    :meth:`size_for` use the blocked formula.
+    Its fault: a key whose upper hash half is 0 (the empty key ``""`` is one) puts all k
+    probes on one bit, so such a key is a false positive as soon as that bit is set. Cost:
+    one 128-bit MurmurHash3 per key plus k multiply-xorshift rounds, no division.
     """
 
-    name = "M3BL"
-    kernel_id = 3
+    name = "M3MX"
+    kernel_id = 2
+
+
+class M3M2(_MixedDoubleHash):
+    """The default strategy: M3MX with an odd step, ``b = (h >> 64) | 1`` (module
+    docstring). ``a + i * b`` then takes k distinct values and fmix64 is a bijection, so no
+    key's probes collapse onto fewer than k mixed values; the empty key is an ordinary key.
+
+    Keeps the classic false-positive rate at every size: small m, rates far below 1/m and
+    power-of-two m. Cost: as M3MX.
+    """
+
+    name = "M3M2"
+    kernel_id = 4
+    step_bit = 1
+
+
+class _BlockedHash(HashStrategy):
+    """M3BL and M3B2 (module docstring): one 512-bit block per key, the k bits from the top 9
+    bits of successive products ``y * 0x9E3779B97F4A7C15``. M3B2 forces the seed ``y`` odd
+    (``seed_bit = 1``)."""
+
     block_bits = BLOCK_BITS
+    #: OR-ed into the multiplier seed ``y = h >> 64``: 0 for M3BL, 1 for M3B2.
+    seed_bit: ClassVar[int] = 0
 
     def check_num_bits(self, num_bits: int) -> None:
         """Raise ``ValueError`` unless ``num_bits`` is a positive multiple of 512."""
         if num_bits < BLOCK_BITS or num_bits % BLOCK_BITS:
-            raise ValueError(f"M3BL needs num_bits to be a positive multiple of {BLOCK_BITS} "
+            raise ValueError(f"{self.name} needs num_bits to be a positive multiple of {BLOCK_BITS} "
                              f"(whole 64-byte blocks), got {num_bits}")
 
     def positions(self, key: bytes, num_hashes: int, num_bits: int) -> list[int]:
-        """The M3BL positions of ``key`` (definition in the module docstring)."""
+        """The positions of ``key`` (definitions of M3BL / M3B2 in the module docstring)."""
         self.check_num_bits(num_bits)
         h = mmh3.hash128(key, seed=0, x64arch=True, signed=False)
-        x, y = h & _MASK64, h >> 64
+        x, y = h & _MASK64, (h >> 64) | self.seed_bit
         base = ((x * (num_bits // BLOCK_BITS)) >> 64) * BLOCK_BITS
         out = []
         for _ in range(num_hashes):
@@ -438,16 +459,17 @@ class M3BL(HashStrategy):
             out.append(base + (y >> 55))
         return out
 
-    def positions_many(self, keys: Sequence[bytes], num_hashes: int, num_bits: int) -> npt.NDArray[np.uint64]:
-        """Vectorised :meth:`positions` (numpy, exact 64-bit arithmetic)."""
-        if type(self).positions is not M3BL.positions:
-            return super().positions_many(keys, num_hashes, num_bits)
+    def positions_many(self, keys: Iterable[bytes], num_hashes: int, num_bits: int) -> npt.NDArray[np.uint64]:
+        """Vectorised :meth:`positions` (numpy, exact 64-bit arithmetic) over any iterable
+        of bytes; shape ``(number of keys, num_hashes)``."""
+        if type(self).positions is not _BlockedHash.positions:  # a subclass redefined them
+            return super().positions_many(list(keys), num_hashes, num_bits)
         self.check_num_bits(num_bits)
         x, y = hash_halves(keys)
         base = mulhi64(x, num_bits // BLOCK_BITS) * np.uint64(BLOCK_BITS)
         out = np.empty((x.shape[0], num_hashes), dtype=np.uint64)
         golden, top = np.uint64(_GOLDEN64), np.uint64(55)
-        y = y.copy()
+        y = y | np.uint64(self.seed_bit)  # a copy: y is updated in place below
         for i in range(num_hashes):
             y *= golden  # wraps modulo 2^64
             out[:, i] = base + (y >> top)
@@ -463,6 +485,35 @@ class M3BL(HashStrategy):
         """The smallest whole number of 512-bit blocks, with its best k, that meets
         ``fp_rate`` at ``capacity`` under the blocked formula (Putze et al. 2007)."""
         return _sizing.blocked_size(capacity, fp_rate, BLOCK_BITS)
+
+
+class M3BL(_BlockedHash):
+    """Cache-line-blocked strategy (Putze, Sanders and Singler 2007, "Cache-, hash- and
+    space-efficient Bloom filters"; RocksDB's FastLocalBloom and Parquet's split-block
+    filter are production relatives): all k positions of a key in one 512-bit block.
+    Files naming it keep opening, reading and writing exactly as before; new blocked
+    filters should use :class:`M3B2`.
+
+    ``num_bits`` must be a positive multiple of 512 (``ValueError`` otherwise;
+    ``BloomConfig.for_items`` sizes in whole blocks). The false-positive rate is higher
+    than the classic one for the same m and k; :meth:`expected_fp_rate` and
+    :meth:`size_for` use the blocked formula. Its fault: a key whose upper hash half is 0
+    (the empty key is one) puts all k bits on bit 0 of its block.
+    """
+
+    name = "M3BL"
+    kernel_id = 3
+
+
+class M3B2(_BlockedHash):
+    """The blocked strategy to choose for new filters: M3BL with an odd multiplier seed
+    ``y = (h >> 64) | 1`` (module docstring), so ``y`` never becomes 0 and a key's bits never
+    all fall on bit 0 of its block. Same layout, sizing and statistics as :class:`M3BL`.
+    """
+
+    name = "M3B2"
+    kernel_id = 5
+    seed_bit = 1
 
 
 _REGISTRY: dict[str, Any] = {}
@@ -527,9 +578,11 @@ def registered_strategies() -> dict[str, Any]:
 
 
 register_strategy(M3KM())
+register_strategy(M3MX())
 register_strategy(M3BL())
-#: The default strategy instance (M3MX), used by every constructor unless told otherwise.
-DEFAULT_STRATEGY: HashStrategy = register_strategy(M3MX())
+register_strategy(M3B2())
+#: The default strategy instance (M3M2), used by every constructor unless told otherwise.
+DEFAULT_STRATEGY: HashStrategy = register_strategy(M3M2())
 
 
 def strategy_info(strategy: Any) -> tuple[Optional[int], int]:

@@ -6,7 +6,7 @@ body, a writable buffer), m, k, the strategy and the cell width. Two backends im
 the same functions, answer for answer and byte for byte:
 
 * ``"native"``: the compiled extension ``mmapbloom._kernels`` (MurmurHash3 and the
-  built-in strategies M3KM, M3MX and M3BL in C; batch queries release the GIL). Used for
+  built-in strategies M3KM, M3MX, M3BL, M3M2 and M3B2 in C; batch queries release the GIL). Used for
   strategies that carry a ``kernel_id`` when the extension imported and the environment
   variable ``MMAPBLOOM_PURE`` is not set to a non-empty value other than ``0``.
 * ``"python"``: the reference below, in plain Python and numpy over the strategy's own

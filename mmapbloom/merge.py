@@ -66,7 +66,7 @@ from .base import items_update
 from .errors import MergeError, OverCapacityWarning
 from .filter import BloomFilter
 from .hashing import get_strategy
-from .sizing import BloomConfig
+from .config import BloomConfig
 from .storage import DEFAULT_FILE_MODE, absolute_path, atomic_file, reserve_space
 
 __all__ = [

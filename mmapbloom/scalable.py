@@ -73,7 +73,8 @@ from .filter import BloomFilter
 from .batches import encoded_keys
 from .hashing import DEFAULT_STRATEGY, HashStrategy, encode_key, get_strategy
 from .locking import WriteLock
-from .sizing import BloomConfig, expected_fp_rate
+from .config import BloomConfig
+from .sizing import expected_fp_rate
 from .storage import absolute_path, atomic_file, fsync_directory
 
 __all__ = [
@@ -483,7 +484,8 @@ class ScalableBloomFilter:
         """
         n0, p, s, r = _check_params(capacity, fp_rate, growth, tightening)
         strat = DEFAULT_STRATEGY if strategy is None else strategy
-        BloomConfig(num_bits=1, num_hashes=1, strategy=strat)  # ConfigError for an unregistered strategy
+        # ConfigError for an unregistered strategy (one whole block: blocked strategies refuse m = 1)
+        BloomConfig(num_bits=getattr(strat, "block_bits", 0) or 1, num_hashes=1, strategy=strat)
         params = _Params(n0, p, s, r, strat.name)
         dest = _strip(path)
         parent = os.path.dirname(dest)

@@ -53,7 +53,7 @@ from scrapy.utils.request import RequestFingerprinter, RequestFingerprinterProto
 from .errors import ConfigError, ConfigMismatchError
 from .filter import BloomFilter
 from .hashing import get_strategy
-from .sizing import BloomConfig
+from .config import BloomConfig
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

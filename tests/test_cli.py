@@ -293,7 +293,7 @@ def test_info_json_and_text(tmp_path) -> None:  # type: ignore[no-untyped-def]
     proc, text = run_all((["info", path, "--json"], b""), (["info", path], b""))
     assert proc.returncode == 0, proc.stderr
     info = json.loads(proc.stdout)
-    assert (info["strategy"], info["num_bits"], info["num_hashes"], info["size_bytes"]) == ("M3MX", 9586, 7, 1223)
+    assert (info["strategy"], info["num_bits"], info["num_hashes"], info["size_bytes"]) == ("M3M2", 9586, 7, 1223)
     assert info["items_added"] in range(985, 1001)  # a few adds may set no new bit
     assert info["approx_items"] == pytest.approx(1000, rel=0.05)
     assert info["fill_ratio"] == pytest.approx(0.518, abs=0.02)  # 1 - e^(-kn/m) at capacity
@@ -302,7 +302,7 @@ def test_info_json_and_text(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert info["over_capacity"] is False
     out = text.stdout.decode()
     assert text.returncode == 0
-    for needle in ("M3MX", "9,586", "1,223 bytes (1.2 KB)", "approx items", "over design point  no"):
+    for needle in ("M3M2", "9,586", "1,223 bytes (1.2 KB)", "approx items", "over design point  no"):
         assert needle in out, out
 
 
@@ -350,7 +350,7 @@ def test_verify_good_and_each_kind_of_damage(tmp_path) -> None:  # type: ignore[
         (["verify", damaged["padding"][0]], b""),
         (["verify", good, *[p for p, _ in damaged.values()], str(tmp_path / "missing.blm"), str(tmp_path)], b""),
     )
-    assert ok.returncode == 0 and ok.stdout == f"{good}: OK (m=100, k=3, strategy M3MX, 37 bytes)\n".encode()
+    assert ok.returncode == 0 and ok.stdout == f"{good}: OK (m=100, k=3, strategy M3M2, 37 bytes)\n".encode()
     assert_one_line_error(bad_one, "FAILED", "padding", "padding.blm")
     assert everything.returncode == 2
     assert everything.stdout.decode().count(": OK") == 1

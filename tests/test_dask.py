@@ -97,6 +97,16 @@ def test_bag_and_column_on_a_local_cluster_run_on_the_workers(tmp_path: Any, cli
     assert _read(out) == expected
 
 
+@pytest.mark.parametrize("name", ["M3M2", "M3B2"])
+def test_new_strategies_build_the_single_process_bytes(tmp_path: Any, name: str) -> None:
+    """The strategy travels to the workers by name; the merged file equals a local build."""
+    cfg = BloomConfig.for_items(5000, 0.01, strategy=get_strategy(name))
+    items = _urls(5000, "s") + [""]
+    out = build(db.from_sequence(items, npartitions=3), cfg, tmp_path / f"{name}.blm")
+    assert _read(out) == _single(items, cfg).to_bytes()
+    assert _read(out)[4:8] == name.encode()
+
+
 def test_the_current_default_client_is_used(tmp_path: Any, cluster: LocalCluster) -> None:
     items = _urls(5000, "d")
     with Client(cluster) as default:  # set as the default scheduler of dask.compute

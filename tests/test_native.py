@@ -31,7 +31,8 @@ from mmapbloom.hashing import encode_key, type_name
 K = pytest.importorskip("mmapbloom._kernels")
 
 M64 = (1 << 64) - 1
-M3KM, M3MX, M3BL = 1, 2, 3
+M3KM, M3MX, M3BL, M3M2, M3B2 = 1, 2, 3, 4, 5
+BLOCKED = (M3BL, M3B2)
 GOLDEN_RATIO_64 = 0x9E3779B97F4A7C15
 ref_hash128 = functools.partial(mmh3.hash128, seed=0, x64arch=True, signed=False)
 
@@ -52,7 +53,8 @@ def fmix64(z: int) -> int:
 
 
 def ref_positions(sid: int, key: Any, m: int, k: int) -> list[int]:
-    """The three strategies, written from their definitions."""
+    """The five strategies, written from their definitions (M3M2 / M3B2: M3MX / M3BL with
+    the upper half forced odd)."""
     h = ref_hash128(as_bytes(key))
     h1, h2 = h & M64, h >> 64
     if sid == M3KM:
@@ -60,11 +62,12 @@ def ref_positions(sid: int, key: Any, m: int, k: int) -> list[int]:
             return [0] * k
         step = 1 + h2 % (m - 1)
         return [(h1 % m + i * step) % m for i in range(k)]
-    if sid == M3MX:
-        return [(fmix64((h1 + i * h2) & M64) * m) >> 64 for i in range(k)]
-    assert sid == M3BL and m % 512 == 0
+    if sid in (M3MX, M3M2):
+        step = h2 | 1 if sid == M3M2 else h2
+        return [(fmix64((h1 + i * step) & M64) * m) >> 64 for i in range(k)]
+    assert sid in BLOCKED and m % 512 == 0
     block = (h1 * (m // 512)) >> 64
-    out, y = [], h2
+    out, y = [], (h2 | 1 if sid == M3B2 else h2)
     for _ in range(k):
         y = (y * GOLDEN_RATIO_64) & M64
         out.append(block * 512 + (y >> 55))
@@ -234,7 +237,7 @@ M_ALL = [1, 2, 7, 512, 1024, 2**20, 2**33 + 17, 2**64 - 1]
 M_BLOCKED = [512, 1024, 512 * 3, 512 * 1000, 512 * 18721, 2**33, 2**64 - 512]
 
 
-@pytest.mark.parametrize("sid", [M3KM, M3MX])
+@pytest.mark.parametrize("sid", [M3KM, M3MX, M3M2])
 @pytest.mark.parametrize("m", M_ALL)
 def test_positions_match_reference(sid: int, m: int) -> None:
     rng = random.Random(m * 10 + sid)
@@ -245,18 +248,19 @@ def test_positions_match_reference(sid: int, m: int) -> None:
             assert all(0 <= p < m for p in pos)
 
 
+@pytest.mark.parametrize("sid", BLOCKED)
 @pytest.mark.parametrize("m", M_BLOCKED)
-def test_positions_blocked_match_reference(m: int) -> None:
+def test_positions_blocked_match_reference(sid: int, m: int) -> None:
     rng = random.Random(m)
     for k in range(1, 65):
         for key in random_keys(rng, 3):
-            pos = K.positions(M3BL, key, m, k)
-            assert pos == ref_positions(M3BL, key, m, k)
+            pos = K.positions(sid, key, m, k)
+            assert pos == ref_positions(sid, key, m, k)
             assert len({p // 512 for p in pos}) == 1 and all(0 <= p < m for p in pos)
 
 
 def test_positions_large_k() -> None:
-    for sid, m in ((M3KM, 1000), (M3MX, 2**40 + 3), (M3BL, 4096)):
+    for sid, m in ((M3KM, 1000), (M3MX, 2**40 + 3), (M3BL, 4096), (M3M2, 2**40 + 3), (M3B2, 4096)):
         assert K.positions(sid, b"key", m, 4096) == ref_positions(sid, b"key", m, 4096)
 
 
@@ -268,25 +272,25 @@ def test_m3km_matches_the_package() -> None:
             assert K.positions(M3KM, key, m, 9) == list(s.positions(key, 9, m))
 
 
-@pytest.mark.parametrize("name, sid, m", [("M3MX", M3MX, 9_585_059), ("M3BL", M3BL, 512 * 18721)])
+@pytest.mark.parametrize("name, sid, m", [("M3MX", M3MX, 9_585_059), ("M3BL", M3BL, 512 * 18721),
+                                          ("M3M2", M3M2, 9_585_059), ("M3B2", M3B2, 512 * 18721)])
 def test_other_strategies_match_the_package_when_registered(name: str, sid: int, m: int) -> None:
-    """Once hashing.py defines M3MX / M3BL, the kernel must agree with it."""
+    """The kernel agrees with hashing.py, and the ids agree with the module constants."""
     from mmapbloom.hashing import registered_strategies
-    strategy = registered_strategies().get(name)
-    if strategy is None:
-        pytest.skip(f"{name} not registered in this version of mmapbloom.hashing")
+    strategy = registered_strategies()[name]
+    assert strategy.kernel_id == sid == getattr(K, name)
     rng = random.Random(7)
     for key in random_keys(rng, 200):
         assert K.positions(sid, key, m, 7) == list(strategy.positions(as_bytes(key), 7, m))
 
 
 @given(key=st.one_of(st.binary(max_size=300), st.text(max_size=80)),
-       sid=st.sampled_from([M3KM, M3MX, M3BL]),
+       sid=st.sampled_from([M3KM, M3MX, M3BL, M3M2, M3B2]),
        m=st.one_of(st.integers(1, 5000), st.integers(1, 2**64 - 1), st.integers(2**63, 2**64 - 1)),
        k=st.integers(1, 64))
 @settings(max_examples=200, deadline=None)
 def test_positions_property(key: Any, sid: int, m: int, k: int) -> None:
-    if sid == M3BL:
+    if sid in BLOCKED:
         m = max(512, m - m % 512)
     try:
         key.encode("utf-8") if isinstance(key, str) else None
@@ -300,7 +304,8 @@ def test_positions_property(key: Any, sid: int, m: int, k: int) -> None:
 # ---- Bloom bodies --------------------------------------------------------------------------
 
 CONFIGS = [(M3KM, 1, 3), (M3KM, 13, 4), (M3KM, 2000, 7), (M3KM, 100, 1), (M3MX, 1, 2), (M3MX, 999, 5),
-           (M3MX, 5003, 7), (M3MX, 20011, 100), (M3BL, 512, 6), (M3BL, 2048, 8), (M3BL, 512 * 7, 3), (M3BL, 1024, 1)]
+           (M3MX, 5003, 7), (M3MX, 20011, 100), (M3BL, 512, 6), (M3BL, 2048, 8), (M3BL, 512 * 7, 3), (M3BL, 1024, 1),
+           (M3M2, 1, 2), (M3M2, 999, 5), (M3M2, 20011, 100), (M3B2, 512, 6), (M3B2, 512 * 7, 3), (M3B2, 1024, 1)]
 
 
 @pytest.mark.parametrize("sid, m, k", CONFIGS)
@@ -348,12 +353,12 @@ _key = st.one_of(st.binary(max_size=300), st.text(max_size=60),
                  st.binary(max_size=300).map(bytearray), st.binary(max_size=300).map(memoryview))
 
 
-@given(keys=st.lists(_key, max_size=60), sid=st.sampled_from([M3KM, M3MX, M3BL]), m=st.integers(1, 4000),
+@given(keys=st.lists(_key, max_size=60), sid=st.sampled_from([M3KM, M3MX, M3BL, M3M2, M3B2]), m=st.integers(1, 4000),
        k=st.integers(1, 40), width=st.sampled_from([1, 4, 8]))
 @settings(max_examples=150, deadline=None)
 def test_batches_property(keys: list[Any], sid: int, m: int, k: int, width: int) -> None:
     """Batch add then batch query, any key types and lengths, against the model."""
-    if sid == M3BL:
+    if sid in BLOCKED:
         m = max(512, m - m % 512)
     keys = keys + keys[::2]  # repeats
     model = Model(sid, m, k, width)
@@ -424,7 +429,7 @@ def test_large_sparse_body() -> None:
 
 @pytest.mark.parametrize("width", [4, 8])
 @pytest.mark.parametrize("sid, m, k", [(M3KM, 1, 3), (M3KM, 33, 4), (M3MX, 17, 5), (M3MX, 700, 7),
-                                       (M3BL, 512, 6), (M3BL, 1024, 30)])
+                                       (M3BL, 512, 6), (M3BL, 1024, 30), (M3M2, 700, 7), (M3B2, 1024, 30)])
 def test_counting_against_model(width: int, sid: int, m: int, k: int) -> None:
     rng = random.Random(width * 100 + m + sid)
     model = Model(sid, m, k, width)
@@ -522,7 +527,7 @@ def test_argument_checks() -> None:
     out = np.zeros(1, dtype=np.bool_)
     cases: list[tuple[type, str, Callable[[], Any]]] = [
         (ValueError, "strategy id 0", lambda: K.add(body, 0, 100, 3, "a")),
-        (ValueError, "strategy id 4", lambda: K.positions(4, "a", 100, 3)),
+        (ValueError, "strategy id 6", lambda: K.positions(6, "a", 100, 3)),
         (ValueError, "m must be at least 1", lambda: K.positions(M3KM, "a", 0, 3)),
         (ValueError, r"m must be in \[0, 2\*\*64\), got -1", lambda: K.positions(M3KM, "a", -1, 3)),
         (ValueError, "m must be in", lambda: K.positions(M3KM, "a", 2**64, 3)),
@@ -530,6 +535,7 @@ def test_argument_checks() -> None:
         (ValueError, "got 4097", lambda: K.add(body, M3KM, 100, 4097, "a")),
         (ValueError, "multiple of 512, got 1000", lambda: K.add(body, M3BL, 1000, 3, "a")),
         (ValueError, "multiple of 512, got 256", lambda: K.positions(M3BL, "a", 256, 3)),
+        (ValueError, "M3B2 needs m to be a positive multiple of 512, got 1000", lambda: K.positions(M3B2, "a", 1000, 3)),
         (ValueError, "body has 128 bytes, expected at least 129", lambda: K.add(body, M3KM, 1025, 3, "a")),
         (ValueError, "expected at least 129", lambda: K.contains_many(body, M3MX, 1025, 3, ["a"], out)),
         (ValueError, "body has 128 bytes, expected at least 129", lambda: K.count_add(body, 8, M3KM, 129, 3, "a")),

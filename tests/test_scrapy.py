@@ -71,7 +71,13 @@ def test_settings(tmp_path: Path) -> None:
     assert df.filter.config == BloomConfig.for_items(5000, 0.001, get_strategy("M3KM"))
     df.close("finished")
 
+    df = BloomDupeFilter.from_crawler(get_crawler(settings_dict={
+        "MMAPBLOOM_DUPEFILTER_PATH": str(tmp_path / "blocked.blm"), "MMAPBLOOM_DUPEFILTER_STRATEGY": "M3B2"}))
+    assert df.filter.config == BloomConfig.for_items(DEFAULT_CAPACITY, DEFAULT_FP_RATE, get_strategy("M3B2"))
+    df.close("finished")
+
     df = BloomDupeFilter.from_crawler(get_crawler())
+    assert df.filter.strategy.name == "M3M2"  # the package default
     temporary = df.path
     assert os.path.isfile(temporary)
     df.close("finished")

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from mmapbloom import M3KM, M3MX, BloomConfig, ConfigError
+from mmapbloom import M3KM, M3M2, M3MX, BloomConfig, ConfigError
 from mmapbloom.sizing import MAX_NUM_HASHES, approx_items, expected_fill_ratio, expected_fp_rate, observed_fp_rate
 
 
@@ -25,7 +25,7 @@ def test_sizing_table(n: float, p: float, m: int, k: int) -> None:
     c = BloomConfig.for_items(n, p)
     assert (c.num_bits, c.num_hashes) == (m, k)
     assert c.capacity == int(n) and c.fp_rate == p
-    assert c.strategy.name == "M3MX"  # the default; classic sizing
+    assert c.strategy.name == "M3M2"  # the default; classic sizing
 
 
 def test_k_never_below_one() -> None:
@@ -79,8 +79,9 @@ def test_num_hashes_above_the_supported_maximum_refused() -> None:
 
 def test_equality_ignores_capacity() -> None:
     a = BloomConfig.for_items(1000, 0.01)
-    b = BloomConfig(num_bits=9586, num_hashes=7, strategy=M3MX())
+    b = BloomConfig(num_bits=9586, num_hashes=7, strategy=M3M2())
     assert a != BloomConfig(num_bits=9586, num_hashes=7, strategy=M3KM())
+    assert a != BloomConfig(num_bits=9586, num_hashes=7, strategy=M3MX())
     assert a == b and hash(a) == hash(b)
     assert a != BloomConfig(num_bits=9587, num_hashes=7)
     assert len({a, b}) == 1
@@ -118,3 +119,12 @@ def test_strategy_must_be_the_registered_one() -> None:
     for bad in (Unregistered(), FakeM3KM()):
         with pytest.raises(ConfigError, match="register"):
             BloomConfig(num_bits=100, num_hashes=3, strategy=bad)
+
+
+def test_bloomconfig_is_still_importable_from_sizing() -> None:
+    import mmapbloom.config
+    import mmapbloom.sizing
+
+    assert mmapbloom.sizing.BloomConfig is mmapbloom.config.BloomConfig is BloomConfig
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        mmapbloom.sizing.Nope  # noqa: B018

@@ -25,7 +25,7 @@ import numpy as np
 
 import mmapbloom._kernels as K
 
-M3KM, M3MX, M3BL = 1, 2, 3
+M3KM, M3MX, M3BL, M3M2, M3B2 = 1, 2, 3, 4, 5
 
 
 def best(rounds: int, setup: Callable[[], Any], run: Callable[[Any], Any], clock: Callable[[], float] = time.thread_time) -> float:
@@ -51,9 +51,11 @@ def main() -> None:
     n = args.keys
     keys = [f"https://example.com/path/{i}/page.html" for i in range(n)]
     absent = [f"https://example.org/other/{i}/x" for i in range(n)]
-    configs = [("M3KM", M3KM, 9_585_059, 7), ("M3MX", M3MX, 9_585_059, 7), ("M3BL", M3BL, 18_722 * 512, 7)]
+    configs = [("M3KM", M3KM, 9_585_059, 7), ("M3MX", M3MX, 9_585_059, 7), ("M3BL", M3BL, 18_722 * 512, 7),
+               ("M3M2", M3M2, 9_585_059, 7), ("M3B2", M3B2, 18_722 * 512, 7)]
     if args.big:
-        configs += [("M3KM", M3KM, 479_252_953, 7), ("M3MX", M3MX, 479_252_953, 7), ("M3BL", M3BL, 936_041 * 512, 7)]
+        configs += [("M3KM", M3KM, 479_252_953, 7), ("M3MX", M3MX, 479_252_953, 7), ("M3BL", M3BL, 936_041 * 512, 7),
+                    ("M3M2", M3M2, 479_252_953, 7), ("M3B2", M3B2, 936_041 * 512, 7)]
     if args.only:
         configs = [c for c in configs if c[0] in args.only.split(",")]
     print(f"{n} keys (str, {sum(map(len, keys)) / n:.0f} bytes avg), best of {args.rounds}; ns per key")

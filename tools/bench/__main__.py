@@ -84,7 +84,7 @@ def parse_args(argv: Optional[Sequence[str]], prog: Optional[str] = None) -> arg
                    help=f"keys of the counting-filter part of a full run (default {DEFAULT_COUNTING_KEYS:,})")
     p.add_argument("--libs", default=",".join(LIB_NAMES), help=f"libraries (default all: {','.join(LIB_NAMES)})")
     p.add_argument("--strategies", default="",
-                   help="mmapbloom hash strategies to measure, each as its own row, e.g. M3KM,M3MX,M3BL "
+                   help="mmapbloom hash strategies to measure, each as its own row, e.g. M3M2,M3MX,M3B2,M3BL "
                         "(names resolved with mmapbloom.get_strategy; default: the library default only)")
     p.add_argument("--backend-label", default=None,
                    help="free text naming the mmapbloom build in the environment line "
