@@ -32,7 +32,7 @@ from .errors import (
     ReadOnlyFilterError,
 )
 from .batches import as_batch
-from .hashing import HashStrategy, strategy_info
+from .hashing import HashStrategy
 from .locking import TimedWriteLock, WriteLock
 from .config import BloomConfig
 from .sizing import (
@@ -40,6 +40,7 @@ from .sizing import (
     approx_items_blocks,
     expected_fill_ratio,
     expected_fp_rate,
+    expected_new_items,
     observed_fp_rate,
     observed_fp_rate_blocks,
 )
@@ -76,14 +77,29 @@ _CLOSED_VIEW = memoryview(b"")
 _CLOSED_VIEW.release()  # any use raises ValueError
 
 
-def design_limit(num_bits: int, num_hashes: int) -> float:
-    """The item count n past which the expected fill ratio ``1 - e^(-kn/m)`` (Bloom 1970)
-    exceeds ``OVERFILL_RATIO``: ``n > -(m / k) ln(1 - OVERFILL_RATIO)``."""
-    return -(num_bits / num_hashes) * math.log1p(-OVERFILL_RATIO)
+def design_limit(num_bits: int, num_hashes: int, capacity: Optional[int] = None) -> float:
+    """The ``items_added`` count past which a filter is over its design point.
+
+    Without a capacity: where the expected fill ratio ``1 - e^(-kn/m)`` (Bloom 1970)
+    exceeds ``OVERFILL_RATIO``, ``n > -(m / k) ln(1 - OVERFILL_RATIO)``. With the capacity
+    the config was sized for (``BloomConfig.for_items``), never below that design point:
+    when the fill at capacity passes ``OVERFILL_RATIO``, the larger of the above and the
+    expected ``items_added`` after ``capacity`` distinct
+    adds (:func:`~mmapbloom.sizing.expected_new_items`; adds that were false positives
+    set no bit and are not counted) plus 3 standard deviations of the set-bit count,
+    ``3 sqrt(m f (1 - f))`` at the fill f of that point. This matters where the design fill
+    passes ``OVERFILL_RATIO``: k = 1 at a large p, where ``p = 1 - e^(-n/m)`` by design.
+    A file opened without its config knows only m and k (first rule)."""
+    limit = -(num_bits / num_hashes) * math.log1p(-OVERFILL_RATIO)
+    fill = 0.0 if capacity is None else expected_fill_ratio(capacity, num_bits, num_hashes)
+    if capacity is not None and fill > OVERFILL_RATIO:  # designed past the usual fill
+        spread = 3 * math.sqrt(num_bits * fill * (1 - fill))
+        limit = max(limit, expected_new_items(capacity, num_bits, num_hashes) + spread)
+    return limit
 
 
 def items_update(count: int, num_bits: int, num_hashes: int, *, source: str, limit: Optional[float] = None,
-                 warn: bool = True, strategy: Any = None) -> tuple[int, Optional[str]]:
+                 warn: bool = True, strategy: Optional[HashStrategy] = None) -> tuple[int, Optional[str]]:
     """The one rule for a new value of an items counter (every writer goes through it:
     ``MappedFilter._set_items`` for adds, removes, unions and ``merge_into``, and
     ``merge_shards`` for the header of a new output).
@@ -107,7 +123,7 @@ def items_update(count: int, num_bits: int, num_hashes: int, *, source: str, lim
     count = 0 if count < 0 else _MAX_ITEMS if count > _MAX_ITEMS else count
     if not warn or count <= (design_limit(num_bits, num_hashes) if limit is None else limit):
         return count, None
-    rate = getattr(strategy, "expected_fp_rate", None) or expected_fp_rate
+    rate = expected_fp_rate if strategy is None else strategy.expected_fp_rate
     return count, (
         f"{source}: filter is past its design point: {count} items in {num_bits} cells "
         f"with k={num_hashes} gives an expected fill ratio of "
@@ -120,7 +136,7 @@ def items_update(count: int, num_bits: int, num_hashes: int, *, source: str, lim
 def deferred_signals() -> Iterator[None]:
     """Hold SIGINT, SIGTERM and SIGHUP for the duration of a batch commit (cells and items
     counter), then deliver them: an interrupt then lands between chunks, never between a
-    chunk's cells and its count, so bits and ``items_added`` always agree (issue 12).
+    chunk's cells and its count, so bits and ``items_added`` always agree.
 
     Only the main thread receives signals in Python, so elsewhere this does nothing. A
     signal that arrives inside is re-raised with ``signal.raise_signal`` once the original
@@ -236,7 +252,7 @@ class MappedFilter:
         self._kernels = kernels.bind(self._body, config.strategy, self._m, self._k, self._cell_bits)
         self._lock: WriteLock = storage.lock
         self._no_write = storage.readonly
-        self._warn_at = design_limit(self._m, self._k)
+        self._warn_at = design_limit(self._m, self._k, config.capacity)
         self._warned = False
         self._warn_msg: Optional[str] = None
         self._after_attach()
@@ -490,6 +506,13 @@ class MappedFilter:
         if msg is not None:
             warnings.warn(msg, OverCapacityWarning, stacklevel=stacklevel)
 
+    def _flush_warning_on_error(self) -> None:
+        """Emit, now, the warning recorded by a batch's committed chunks before an exception
+        ended it, so that it is not left pending for the handle's next (unrelated) add; a
+        warning turned into an error (``-W error``) never replaces the exception in flight."""
+        with contextlib.suppress(Warning):
+            self._flush_warning(stacklevel=5)
+
     def _bump_items(self, new: int) -> None:
         """Add ``new`` (may be negative) to the item count, saturating: a saturated count
         (``2**32 - 1``) never moves again. The caller holds the write lock. This and
@@ -694,6 +717,7 @@ class MappedFilter:
             result = int(np.count_nonzero(out)) if count else out
         except ValueError as exc:
             exc.committed_items = committed  # type: ignore[attr-defined]
+            self._flush_warning_on_error()
             try:
                 self._check_open()
             except FilterClosedError as closed:  # closed by another thread meanwhile
@@ -702,6 +726,7 @@ class MappedFilter:
             raise
         except BaseException as exc:  # KeyboardInterrupt: tell the caller how far it got
             exc.committed_items = committed  # type: ignore[attr-defined]
+            self._flush_warning_on_error()
             raise
         self._flush_batch_warnings(saturated)
         return result
@@ -752,9 +777,7 @@ class MappedFilter:
         ``observed_fp_rate()`` there. M3KM's floor (see :mod:`mmapbloom.hashing`) is not
         included.
         """
-        rate = getattr(self._strategy, "expected_fp_rate", None)
-        n = self.items_added
-        return rate(n, self._m, self._k) if rate is not None else expected_fp_rate(n, self._m, self._k)
+        return self._strategy.expected_fp_rate(self.items_added, self._m, self._k)
 
     def fill_ratio(self) -> float:
         """Fraction of non-zero cells, X / m, in [0, 1]; O(m) cells read."""
@@ -764,7 +787,7 @@ class MappedFilter:
         """False-positive rate implied by the cells actually set, in [0, 1]: ``(X / m)^k``
         (Bloom 1970), or for a blocked strategy the mean over blocks of ``(X_b / 512)^k``
         (Putze et al. 2007). O(m) cells read."""
-        block = strategy_info(self._strategy)[1]
+        block = self._strategy.block_bits
         if block:
             return observed_fp_rate_blocks(self._block_histogram(block), block, self._k)
         return observed_fp_rate(self.count_ones(), self._m, self._k)
@@ -773,7 +796,7 @@ class MappedFilter:
         """Estimated distinct items from the cells set: ``-(m / k) ln(1 - X / m)``
         (Swamidass and Baldi 2007), summed per block for a blocked strategy; ``math.inf``
         when every cell (of some block) is set, 0.0 (never -0.0) when empty. O(m) cells read."""
-        block = strategy_info(self._strategy)[1]
+        block = self._strategy.block_bits
         if block:
             return approx_items_blocks(self._block_histogram(block), block, self._k)
         return approx_items(self.count_ones(), self._m, self._k)
@@ -920,6 +943,50 @@ class MappedFilter:
         state = "closed" if self.closed else ("read-only" if self.readonly else "read-write")
         return (f"<{type(self).__name__} {where} m={self._m} k={self._k} "
                 f"strategy={self._strategy.name} {state}>")
+
+    # -- the interface of every filter kind (``verify.open_filter``, ``mmapbloom`` CLI) -------
+    def describe(self, *, scan: bool = True, progress: Any = False) -> dict[str, Any]:
+        """A JSON-ready record of the filter for ``mmapbloom info``: ``kind`` (the class
+        name), ``path`` (None in memory), ``strategy``, ``num_bits``, ``num_hashes``,
+        ``size_bytes``, ``items_added``, ``items_saturated``, ``expected_fill_ratio``,
+        ``expected_fp_rate``, ``over_capacity``, ``counter_bits`` and
+        ``saturated_counters`` (None for a ``BloomFilter``). With ``scan=True`` (the
+        default) every cell is read, O(m), to add ``approx_items`` (None when every cell
+        is set), ``fill_ratio`` and ``observed_fp_rate``; ``progress`` as for
+        :meth:`count_ones`. Every kind (``ScalableBloomFilter`` too) has this method.
+
+        Raises:
+            FilterClosedError; LengthMismatchError (file truncated under the handle).
+        """
+        self._check_open()
+        m, k, n = self._m, self._k, self.items_added
+        record: dict[str, Any] = {
+            "path": self._storage.path,
+            "strategy": self._strategy.name,
+            "num_bits": m,
+            "num_hashes": k,
+            "size_bytes": self.size_bytes,
+            "items_added": n,
+        }
+        if scan:
+            ones = self.count_ones(progress)  # a bar on a terminal when asked and the scan is long
+            blocked = self._strategy.block_bits != 0  # per-block statistics: their own scan
+            approx = self.approx_items() if blocked else approx_items(ones, m, k)
+            record.update(approx_items=None if math.isinf(approx) else approx, fill_ratio=ones / m)
+        record.update(expected_fill_ratio=expected_fill_ratio(n, m, k), expected_fp_rate=self.expected_fp_rate())
+        if scan:
+            record["observed_fp_rate"] = self.observed_fp_rate() if blocked else observed_fp_rate(ones, m, k)
+        record.update(items_saturated=n >= fmt.MAX_ITEMS, over_capacity=self.is_over_capacity(),
+                      kind=type(self).__name__, counter_bits=None, saturated_counters=None)
+        return record
+
+    def verify(self) -> None:
+        """:meth:`check` (header, length from ``fstat``, padding), under the name every
+        filter kind shares: for a single file the handle's mapping is the file, so this is
+        the whole check (a scalable filter's ``verify`` also re-opens each layer).
+
+        Raises as :meth:`check`."""
+        self.check()
 
 
 def _check_same(expected: BloomConfig, found: BloomConfig, path: str) -> None:

@@ -32,7 +32,7 @@ from typing import Any, Iterable, Optional
 
 import numpy as np
 
-from .hashing import encode_keys, type_name
+from .hashing import kernel_keys, type_name
 
 __all__ = ["KeysWithNulls", "as_batch", "encoded_keys", "is_arrow"]
 
@@ -92,15 +92,12 @@ def as_batch(items: Iterable[Any], native: Any, *, query: bool = False) -> Any:
 
         return KeysWithNulls(arrowc.read_keys(items))
     seq = items if type(items) is list else list(items)
-    kinds = set(map(type, seq))
-    # C-level passes only (map over a method): the common batches cost about 20 ns a key.
-    # The kernels hash a str's UTF-8 in place; non-ASCII str and other types are encoded
-    # here (bytes), so that a write batch cannot change while it is added.
-    if kinds <= {bytes} or (kinds <= {str, bytes} and all(map(str.isascii, (x for x in seq if type(x) is str)))):
+    # A query takes bytearray items in place (the kernels pin them); otherwise the one
+    # batch rule, hashing.kernel_keys (encode_key's rule; C-level passes for the common
+    # batches, about 20 ns a key).
+    if query and set(map(type, seq)) <= {str, bytes, bytearray}:
         return seq
-    if query and kinds <= {str, bytes, bytearray}:
-        return seq
-    return encode_keys(seq)
+    return kernel_keys(seq)
 
 
 def _holds_objects(items: Any) -> bool:
@@ -141,15 +138,17 @@ def _fixed(raw: np.ndarray, width: int, strip: bool, native: Any) -> Any:
     return [k.rstrip(b"\0") for k in keys] if strip else keys
 
 
-def encoded_keys(items: Iterable[Any]) -> tuple[list[bytes], Optional[np.ndarray], int]:
-    """Any batch as ``(keys, where, n)`` for code that needs bytes (the scalable filter):
-    ``keys`` the encoded non-null keys in order, ``n`` the batch's length, ``where`` None
-    when there were no nulls, else the batch positions of ``keys`` (an ``intp`` array).
-    Raises as :func:`as_batch`."""
+def encoded_keys(items: Iterable[Any]) -> tuple[list[Any], Optional[np.ndarray], int]:
+    """Any batch as a list of keys, for code that works on lists (the scalable filter):
+    ``(keys, where, n)`` with ``keys`` the non-null keys in order (as
+    :func:`~mmapbloom.hashing.kernel_keys` gives them: ASCII str and bytes), ``n`` the
+    batch's length, ``where`` None when there were no nulls, else the batch positions of
+    ``keys`` (an ``intp`` array). Columns are read by the pure reader (a Python object per
+    key). Raises as :func:`as_batch`."""
     batch = as_batch(items, None)
     if type(batch) is KeysWithNulls:
         where = np.flatnonzero(np.fromiter((k is not None for k in batch), dtype=np.bool_, count=len(batch)))
         if where.size != len(batch):
             return [batch[i] for i in where.tolist()], where, len(batch)
         return list(batch), None, len(batch)
-    return encode_keys(batch), None, len(batch)
+    return batch, None, len(batch)

@@ -16,7 +16,10 @@ whitespace is stripped, an empty line is the empty item, a last line without a n
 an item, a line that is not valid UTF-8 is kept as its bytes). With ``-0``/``--null`` items
 are separated by NUL bytes instead and nothing at all is removed, for binary-safe input
 (``find -print0``). ``check`` prints items back as the same bytes, each followed by ``\\n``
-(or NUL with ``-0``).
+(or NUL with ``-0``). ``--key KEY`` (repeatable) gives one item on the command line, as
+its bytes (``os.fsencode``), before the inputs; with ``--key`` and no INPUT, stdin is not
+read. Every input is checked (exists, not a directory, readable) before the first item is
+added; an ``add`` that fails or is interrupted part-way says how many items it committed.
 
 Output conventions: query results (``plan``, ``check``, ``info``, ``verify``) go to stdout;
 reports of the write commands (``create``, ``add``, ``merge``), progress bars (only when
@@ -26,9 +29,9 @@ stderr is a terminal), warnings and errors go to stderr.
 from __future__ import annotations
 
 import argparse
+import errno
 import itertools
 import json
-import math
 import os
 import stat
 import sys
@@ -43,12 +46,11 @@ from .errors import MmapBloomError
 from .filter import BloomFilter
 from .units import format_bytes, format_count, format_rate, parse_count, parse_fp_rate, progress_bar
 from .termination import TerminationSignal, exit_status, run_main
-from .scalable import ScalableBloomFilter, is_scalable, scalable_info, verify_scalable
-from .verify import open_any
+from .scalable import ScalableBloomFilter
+from .verify import open_filter
 from .kernels import BACKEND
-from .hashing import DEFAULT_STRATEGY, get_strategy, registered_strategies, strategy_info
+from .hashing import DEFAULT_STRATEGY, get_strategy, registered_strategies
 from .config import BloomConfig
-from .sizing import approx_items, expected_fill_ratio, observed_fp_rate
 
 __all__ = ["build_parser", "main", "merge_main"]
 
@@ -65,11 +67,16 @@ LARGE_FILE_BYTES = 10**9
 #: The one wording of the refusal to replace an existing file (create, merge).
 FORCE_HINT = "file exists (use --force to replace it)"
 
+#: ``create --scalable`` on an existing path: a directory is never replaced, so no --force.
+SCALABLE_EXISTS = "exists (a scalable filter's directory is never replaced: remove it first, or add to it)"
+
 FRAMING_HELP = (
     "key framing: one item per line; the terminating \\n or \\r\\n is removed and nothing "
     "else (no other whitespace is stripped; an empty line is the empty item; bytes that are "
     "not valid UTF-8 are kept). With -0/--null, items are separated by NUL bytes and nothing "
-    "is removed. Inputs are files, or - for stdin (the default)."
+    "is removed. Inputs are files, or - for stdin (the default unless --key is given). Every "
+    "input is checked to exist and be readable before anything is read. A --key KEY is one "
+    "item, KEY's bytes exactly (no framing; an empty KEY is the empty item)."
 )
 
 
@@ -94,33 +101,74 @@ class _Parser(argparse.ArgumentParser):
 
 # -- input framing ---------------------------------------------------------------------------
 def _split_items(stream: BinaryIO, null: bool) -> Iterator[tuple[list[bytes], int]]:
-    """Yield ``(items, bytes_consumed)`` blocks from ``stream`` with the documented framing."""
+    """Yield ``(items, bytes_consumed)`` blocks from ``stream`` with the documented framing.
+
+    Linear in the input: an item that spans blocks is kept as a list of its pieces and
+    joined once, when its terminator arrives (re-joining the pending part with each new
+    block made a 512 MiB line cost O(length^2 / READ_BYTES) copying)."""
     sep = b"\0" if null else b"\n"
-    rest = b""
+    pending: list[bytes] = []  # the pieces of an item whose terminator has not been read yet
     read = getattr(stream, "read1", stream.read)
     while True:
         block = read(READ_BYTES)
         if not block:
             break
-        data = rest + block if rest else block
-        parts = data.split(sep)
-        rest = parts.pop()
-        if parts and not null and b"\r" in data:
-            parts = [p[:-1] if p[-1:] == b"\r" else p for p in parts]
+        if sep not in block:
+            pending.append(block)
+            yield [], len(block)
+            continue
+        parts = block.split(sep)
+        tail = parts.pop()
+        if pending:
+            pending.append(parts[0])
+            parts[0] = b"".join(pending)
+        pending = [tail] if tail else []
+        if not null:  # remove one \r before each \n (a first item's \r may be in an earlier block)
+            if parts[0][-1:] == b"\r":
+                parts[0] = parts[0][:-1]
+            if b"\r" in block:
+                parts[1:] = [p[:-1] if p[-1:] == b"\r" else p for p in parts[1:]]
         yield parts, len(block)
-    if rest:
-        yield [rest], 0  # a last item without a terminator: nothing is removed
+    if pending:
+        yield [b"".join(pending)], 0  # a last item without a terminator: nothing is removed
 
 
-def _open_inputs(names: Sequence[str]) -> Iterator[BinaryIO]:
-    """Open the inputs one at a time ('-' is stdin)."""
-    for name in names or ["-"]:
+def _input_names(args: argparse.Namespace) -> list[str]:
+    """The INPUT arguments; none means stdin ('-'), unless keys were given with --key."""
+    if args.inputs:
+        return list(args.inputs)
+    return [] if args.keys else ["-"]
+
+
+def _check_inputs(names: Sequence[str]) -> None:
+    """Check, before anything is added, that every named input can be read: it exists, is
+    not a directory, and is readable (so ``add f a.txt dir`` or ``add f - /missing`` fails
+    before a single item is committed). Descriptors are not held (a shell glob may name
+    thousands of files); an input that fails later anyway (removed meanwhile, an I/O error)
+    is reported with the number of items committed (``_add``).
+
+    Raises:
+        FileNotFoundError, IsADirectoryError, PermissionError naming the input.
+    """
+    for name in names:
+        if name == "-":
+            continue
+        st = os.stat(name)  # FileNotFoundError / PermissionError, naming it
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "is a directory, not an input file", name)
+        if not os.access(name, os.R_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), name)
+
+
+def _open_inputs(names: Sequence[str]) -> Iterator[tuple[str, BinaryIO]]:
+    """Open the inputs one at a time ('-' is stdin); yield each with its name."""
+    for name in names:
         if name == "-":
             _prompt_if_terminal()
-            yield sys.stdin.buffer
+            yield "<stdin>", sys.stdin.buffer
         else:
             with open(name, "rb") as f:
-                yield f
+                yield name, f
 
 
 def _prompt_if_terminal() -> None:
@@ -138,7 +186,7 @@ def _prompt_if_terminal() -> None:
 def _input_size(names: Sequence[str]) -> Optional[int]:
     """Total bytes of the inputs if all are regular files, else None (for the progress bar)."""
     total = 0
-    for name in names or ["-"]:
+    for name in names:
         try:
             st = os.stat(name) if name != "-" else os.fstat(sys.stdin.fileno())
         except (OSError, ValueError):
@@ -149,11 +197,24 @@ def _input_size(names: Sequence[str]) -> Optional[int]:
     return total
 
 
-def _item_chunks(names: Sequence[str], null: bool, progress: Any) -> Iterator[list[bytes]]:
-    """Items of all inputs, in chunks of exactly ``CHUNK_ITEMS`` (the last may be shorter)."""
-    pending: list[bytes] = []
-    for stream in _open_inputs(names):
-        for items, nbytes in _split_items(stream, null):
+def _item_chunks(args: argparse.Namespace, progress: Any) -> Iterator[list[bytes]]:
+    """The ``--key`` keys, then the items of every input, in chunks of exactly
+    ``CHUNK_ITEMS`` (the last may be shorter). A key is its argument's bytes
+    (``os.fsencode``: undecodable bytes of the command line come back as they were), with
+    no framing and nothing removed."""
+    pending: list[bytes] = [os.fsencode(key) for key in args.keys]
+    null = args.null
+    for name, stream in _open_inputs(_input_names(args)):
+        blocks = _split_items(stream, null)
+        while True:
+            try:
+                items, nbytes = next(blocks, (None, 0))
+            except OSError as exc:  # a read error names the input, not the filter
+                if exc.filename is None:
+                    exc.filename = name
+                raise
+            if items is None:
+                break
             if progress is not None:
                 progress.update(nbytes)
             pending.extend(items)
@@ -164,8 +225,9 @@ def _item_chunks(names: Sequence[str], null: bool, progress: Any) -> Iterator[li
         yield pending
 
 
-def _progress_bar(names: Sequence[str], desc: str) -> Any:
-    return progress_bar(_input_size(names), desc)
+def _progress_bar(args: argparse.Namespace, desc: str) -> Any:
+    names = _input_names(args)
+    return progress_bar(_input_size(names), desc) if names else None
 
 
 # -- subcommands -----------------------------------------------------------------------------
@@ -218,19 +280,18 @@ def _strategy(name: str) -> Any:
     return get_strategy(name, source="--strategy")
 
 
-def _open_filter(path: str, readonly: bool) -> Any:
-    """A scalable filter (a directory with a manifest) or a file of either kind."""
-    if is_scalable(path):
-        return ScalableBloomFilter.open(path, readonly=readonly)
-    return open_any(path, readonly=readonly)
-
-
 def _create_scalable(args: argparse.Namespace) -> int:
     if args.n is None or args.p is None or args.bits is not None or args.hashes is not None:
         args.parser.error("--scalable needs -n (capacity of the first layer) and -p (compound rate), "
                           "not --bits/--hashes")
-    if args.counting:
-        args.parser.error("--scalable and --counting cannot be combined")
+    for given, option in ((args.counting, "--counting"), (args.counter_bits is not None, "--counter-bits"),
+                          (args.sparse, "--sparse")):
+        if given:  # each would otherwise be silently ignored
+            args.parser.error(f"--scalable and {option} cannot be combined (a scalable filter's layers are "
+                              "plain Bloom filters, allocated in full as they are added)")
+    if args.force:
+        args.parser.error("--scalable and --force cannot be combined: a scalable filter's directory is never "
+                          "replaced (remove it first, or add to it)")
     options: dict[str, Any] = {}
     if args.growth is not None:
         options["growth"] = args.growth
@@ -239,7 +300,7 @@ def _create_scalable(args: argparse.Namespace) -> int:
     try:
         f = ScalableBloomFilter.create(args.file, args.n, args.p, strategy=_strategy(args.strategy), **options)
     except FileExistsError as exc:
-        raise _use_force(exc, args.file) from None
+        raise FileExistsError(exc.errno, SCALABLE_EXISTS, args.file) from None
     with f:
         layer = f.layers[0]
         if not args.quiet:
@@ -284,28 +345,42 @@ def _use_force(exc: FileExistsError, path: str) -> FileExistsError:
     return FileExistsError(exc.errno, FORCE_HINT, path)
 
 
+def _committed(total: int, path: str) -> str:
+    """What an ``add`` that stopped early committed (chunks commit whole, so it is exact)."""
+    if not total:
+        return f"nothing was added to {path}"
+    return f"the first {format_count(total, 'item')} were committed to {path}; the rest were not added"
+
+
 def _add(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
+    names = _input_names(args)
+    _check_inputs(names)  # a missing or unreadable input: refused before anything is added
     total = new = 0
-    with _open_filter(args.file, readonly=False) as f:
-        bar = _progress_bar(args.inputs, "add")
+    with open_filter(args.file, readonly=False) as f:
+        bar = _progress_bar(args, "add")
         try:
-            for chunk in _item_chunks(args.inputs, args.null, bar):
+            for chunk in _item_chunks(args, bar):
                 new += int(f.update(chunk))  # one lock acquisition per chunk; signals wait for its end
                 total += len(chunk)
-        except KeyboardInterrupt as exc:
-            # Chunks commit whole (cells and items counter together), so this is exact.
+        except BaseException as exc:
+            # Chunks commit whole (cells and items counter together), so this is exact; an
+            # error while reading an input leaves committed_items unset (0 of that chunk).
             total += getattr(exc, "committed_items", 0)
-            print(f"mmapbloom add: interrupted: the first {format_count(total, 'item')} were committed to "
-                  f"{args.file}; the rest were not added", file=sys.stderr)
+            if isinstance(exc, KeyboardInterrupt):
+                print(f"mmapbloom add: interrupted: {_committed(total, args.file)}", file=sys.stderr)
+            else:
+                args.committed = _committed(total, args.file)  # appended to the error line by _call
             raise
         finally:
             if bar is not None:
                 bar.close()
     seconds = time.perf_counter() - t0
     if not args.quiet:
-        n_inputs = len(args.inputs) or 1
-        print(f"added {format_count(total, 'item')} from {format_count(n_inputs, 'input')} to {args.file} "
+        sources = [format_count(len(args.keys), "key")] if args.keys else []
+        if names:
+            sources.append(format_count(len(names), "input"))
+        print(f"added {format_count(total, 'item')} from {' and '.join(sources)} to {args.file} "
               f"in {seconds:.2f} s ({format_rate(total, seconds)}items/s): {new:,} new, "
               f"{total - new:,} already present (duplicates or false positives)", file=sys.stderr)
     return 0
@@ -316,10 +391,11 @@ def _check(args: argparse.Namespace) -> int:
     sep = b"\0" if args.null else b"\n"
     out = sys.stdout.buffer
     show = not (args.count or args.quiet)
-    with _open_filter(args.file, readonly=True) as f:
-        bar = _progress_bar(args.inputs, "check")
+    _check_inputs(_input_names(args))  # a missing input: refused before any answer is printed
+    with open_filter(args.file, readonly=True) as f:
+        bar = _progress_bar(args, "check")
         try:
-            for chunk in _item_chunks(args.inputs, args.null, bar):
+            for chunk in _item_chunks(args, bar):
                 hits = f.contains_many(chunk)
                 n_hits = int(hits.sum())
                 present += n_hits
@@ -339,107 +415,91 @@ def _check(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _info_report(f: MappedFilter) -> dict[str, Any]:
-    ones = f.count_ones(progress=True)  # a bar on a terminal when the scan is long
-    m, k, n = f.num_bits, f.num_hashes, f.items_added
-    blocked = strategy_info(f.strategy)[1] != 0  # per-block statistics need their own scan
-    approx = f.approx_items() if blocked else approx_items(ones, m, k)
-    return {
-        "path": f.path,
-        "strategy": f.strategy.name,
-        "num_bits": m,
-        "num_hashes": k,
-        "size_bytes": f.size_bytes,
-        "items_added": n,
-        "approx_items": None if math.isinf(approx) else approx,
-        "fill_ratio": ones / m,
-        "expected_fill_ratio": expected_fill_ratio(n, m, k),
-        "expected_fp_rate": f.expected_fp_rate(),
-        "observed_fp_rate": f.observed_fp_rate() if blocked else observed_fp_rate(ones, m, k),
-        "items_saturated": n >= fmt.MAX_ITEMS,
-        "over_capacity": f.is_over_capacity(),
-        "kind": type(f).__name__,
-        "counter_bits": getattr(f, "counter_bits", None),
-        "saturated_counters": f.saturated_counters(progress=True) if isinstance(f, CountingBloomFilter) else None,
-    }
+def _kind_text(record: dict[str, Any]) -> str:
+    text = "scalable filter" if record["kind"] == "scalable" else record["kind"]
+    if record.get("counter_bits"):
+        saturated = record.get("saturated_counters")
+        text += f" ({record['counter_bits']}-bit counters" + (f", {saturated:,} saturated)" if saturated is not None
+                                                              else ")")
+    if "num_layers" in record:
+        text += f", {format_count(record['num_layers'], 'layer')}"
+    return text
 
 
-def _info_scalable(args: argparse.Namespace) -> int:
-    report = scalable_info(args.file, scan=True)
-    if args.json:
-        print(json.dumps(report, indent=2, allow_nan=False))
-        return 0
-    lines = [
-        ("path", report["path"]),
-        ("kind", f"scalable filter, {format_count(report['num_layers'], 'layer')}"),
-        ("strategy", report["strategy"]),
-        ("sized for", f"{report['capacity']:,} items in the first layer, compound fp rate {report['fp_rate']:g}"),
-        ("growth / tightening", f"{report['growth']:g} / {report['tightening']:g}"),
-        ("size", f"{report['size_bytes']:,} bytes ({format_bytes(report['size_bytes'])})"),
-        ("items added", f"{report['items_added']:,}"),
-        ("approx items", f"{report['approx_items']:,.0f} (distinct, from the bits)"),
-        ("expected fp rate", f"{report['expected_fp_rate']:.4g} (compound, from items added)"),
-    ]
-    width = max(len(name) for name, _ in lines)
-    for name, value in lines:
-        print(f"{name:<{width}}  {value}")
-    print("layers:")
-    print("  #  capacity      items        m (bits)   k  target p    fill")
-    for i, layer in enumerate(report["layers"]):
-        print(f"  {i}  {layer['capacity']:>9,}  {layer['items_added']:>9,}  {layer['num_bits']:>14,}  "
-              f"{layer['num_hashes']:>2}  {layer['fp_rate']:<10.3g}  {layer['fill_ratio']:.4f}")
-    return 0
+def _info_lines(record: dict[str, Any]) -> list[tuple[str, str]]:
+    """The text of ``mmapbloom info``: one row per field the record has (every kind's
+    ``describe()``; a scalable filter's has ``capacity``, ``growth`` and ``layers``, a
+    file's ``num_bits`` and the scan's ``fill_ratio``)."""
+    layered = "layers" in record
+    rows = [("path", str(record["path"])), ("kind", _kind_text(record)), ("strategy", record["strategy"])]
+    if "capacity" in record:
+        rows.append(("sized for", f"{record['capacity']:,} items in the first layer, compound fp rate "
+                                  f"{record['fp_rate']:g}"))
+    if "growth" in record:
+        rows.append(("growth / tightening", f"{record['growth']:g} / {record['tightening']:g}"))
+    if "num_bits" in record:
+        rows += [("num_bits (m)", f"{record['num_bits']:,}"), ("num_hashes (k)", str(record["num_hashes"]))]
+    rows.append(("size" if layered else "file size",
+                 f"{record['size_bytes']:,} bytes ({format_bytes(record['size_bytes'])})"))
+    rows.append(("items added", f"{record['items_added']:,}" + (
+        " (saturated at 2^32 - 1: no longer counted; see approx items)" if record.get("items_saturated") else "")))
+    if "approx_items" in record:
+        approx = record["approx_items"]
+        rows.append(("approx items", "all bits set (unknown)" if approx is None
+                     else f"{approx:,.0f} (distinct, from the bits)"))
+    if "fill_ratio" in record:
+        rows.append(("fill ratio", f"{record['fill_ratio']:.4f} (expected {record['expected_fill_ratio']:.4f} "
+                                   "from items added)"))
+    rows.append(("expected fp rate", f"{record['expected_fp_rate']:.4g} "
+                                     f"({'compound, ' if layered else ''}from items added)"))
+    if "observed_fp_rate" in record:
+        rows.append(("observed fp rate", f"{record['observed_fp_rate']:.4g} (from the bits set)"))
+    if "over_capacity" in record:
+        rows.append(("over design point", "yes: expected fill ratio above 0.6" if record["over_capacity"] else "no"))
+    return rows
 
 
 def _info(args: argparse.Namespace) -> int:
-    if is_scalable(args.file):
-        return _info_scalable(args)
-    with open_any(args.file, readonly=True) as f:
-        report = _info_report(f)
+    with open_filter(args.file, readonly=True) as f:
+        record = f.describe(scan=True, progress=True)  # a bar on a terminal when the scan is long
     if args.json:
-        print(json.dumps(report, indent=2, allow_nan=False))
+        print(json.dumps(record, indent=2, allow_nan=False))
         return 0
-    approx = report["approx_items"]
-    lines = [
-        ("path", report["path"]),
-        ("kind", report["kind"] + (f" ({report['counter_bits']}-bit counters, {report['saturated_counters']:,} "
-                                   "saturated)" if report["counter_bits"] else "")),
-        ("strategy", report["strategy"]),
-        ("num_bits (m)", f"{report['num_bits']:,}"),
-        ("num_hashes (k)", str(report["num_hashes"])),
-        ("file size", f"{report['size_bytes']:,} bytes ({format_bytes(report['size_bytes'])})"),
-        ("items added", f"{report['items_added']:,}" + (" (saturated at 2^32 - 1: no longer counted; see approx items)"
-                                                       if report["items_saturated"] else "")),
-        ("approx items", "all bits set (unknown)" if approx is None else f"{approx:,.0f} (distinct, from the bits)"),
-        ("fill ratio", f"{report['fill_ratio']:.4f} (expected {report['expected_fill_ratio']:.4f} from items added)"),
-        ("expected fp rate", f"{report['expected_fp_rate']:.4g} (from items added)"),
-        ("observed fp rate", f"{report['observed_fp_rate']:.4g} (from the bits set)"),
-        ("over design point", "yes: expected fill ratio above 0.6" if report["over_capacity"] else "no"),
-    ]
-    width = max(len(name) for name, _ in lines)
-    for name, value in lines:
+    rows = _info_lines(record)
+    width = max(len(name) for name, _ in rows)
+    for name, value in rows:
         print(f"{name:<{width}}  {value}")
+    if "layers" in record:
+        print("layers:")
+        print("  #  capacity      items        m (bits)   k  target p    fill")
+        for i, layer in enumerate(record["layers"]):
+            fill = f"{layer['fill_ratio']:.4f}" if "fill_ratio" in layer else ""
+            print(f"  {i}  {layer['capacity']:>9,}  {layer['items_added']:>9,}  {layer['num_bits']:>14,}  "
+                  f"{layer['num_hashes']:>2}  {layer['fp_rate']:<10.3g}  {fill}".rstrip())
     return 0
 
 
-def _verify(args: argparse.Namespace) -> int:
-    from .verify import verify_file
+def _shape(record: dict[str, Any]) -> str:
+    """The one-line shape of ``mmapbloom verify``'s OK line, from ``describe(scan=False)``."""
+    if "num_bits" in record:
+        lead = f"m={record['num_bits']:,}, k={record['num_hashes']}"
+    else:
+        lead = f"{record['kind']}, {format_count(record['num_layers'], 'layer')}"
+    return f"{lead}, strategy {record['strategy']}, {record['size_bytes']:,} bytes"
 
+
+def _verify(args: argparse.Namespace) -> int:
     bad = 0
     for path in args.files:
         try:
-            f = verify_scalable(path) if is_scalable(path) else verify_file(path)
+            with open_filter(path, readonly=True) as f:
+                f.verify()
+                record = f.describe(scan=False)
         except (MmapBloomError, OSError) as exc:
             bad += 1
             print(f"mmapbloom verify: FAILED: {_describe_error(exc, path)}", file=sys.stderr)
             continue
-        with f:
-            if isinstance(f, ScalableBloomFilter):
-                print(f"{path}: OK (scalable, {format_count(f.num_layers, 'layer')}, strategy {f.strategy.name}, "
-                      f"{f.size_bytes:,} bytes)")
-            else:
-                print(f"{path}: OK (m={f.num_bits:,}, k={f.num_hashes}, strategy {f.strategy.name}, "
-                      f"{f.size_bytes:,} bytes)")
+        print(f"{path}: OK ({_shape(record)})")
     if len(args.files) > 1 and not bad:
         print(f"all {len(args.files)} files OK")
     return 2 if bad else 0
@@ -451,10 +511,6 @@ def _merge(args: argparse.Namespace) -> int:
 
     chunk = args.chunk_mib * 2**20
     progress = args.progress  # None: only when stderr is a terminal
-    for path in [args.into, *args.paths]:
-        if path is not None and is_scalable(path):
-            raise MergeError(f"{path}: a scalable filter (a directory of layers); merging scalable filters is "
-                             "not supported: merge plain BLM1 files, or add the items to one scalable filter")
     if args.into is not None:
         if args.intersection:
             raise MergeError("--intersection cannot be combined with --into: clearing bits in place would "
@@ -524,8 +580,11 @@ def _item_input_arguments(p: argparse.ArgumentParser) -> None:
     (so both frame items identically, FRAMING_HELP)."""
     p.add_argument("file")
     p.add_argument("inputs", nargs="*", default=[], metavar="INPUT",  # default: not "required" for argparse
-                   help="input files; - or none for stdin")
+                   help="input files; - for stdin (the default when no --key is given)")
     p.add_argument("-0", "--null", action="store_true", help="items are NUL-separated; nothing is removed")
+    p.add_argument("--key", dest="keys", action="append", default=[], metavar="KEY",
+                   help="an item given on the command line, as its bytes (no framing; repeatable); "
+                        "taken before the inputs, and stdin is not read unless - is given")
 
 
 def _strategy_argument(p: argparse.ArgumentParser) -> None:
@@ -654,7 +713,15 @@ def _show_warning(message: Warning | str, category: type[Warning], filename: str
 
 
 def _run(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]], prog: str) -> int:
-    return _call(parser.parse_args(argv), prog)
+    args, extra = parser.parse_known_args(argv)
+    if extra and isinstance(getattr(args, "inputs", None), list) and not any(
+            x.startswith("-") and x != "-" for x in extra):
+        # argparse matches FILE and INPUT... in one go, so INPUTs after an option
+        # (``check f.blm --key x -``) come back unmatched: they are inputs, in order.
+        args.inputs = [*args.inputs, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return _call(args, prog)
 
 
 def _call(args: argparse.Namespace, prog: str) -> int:
@@ -667,7 +734,9 @@ def _call(args: argparse.Namespace, prog: str) -> int:
     except (MmapBloomError, OSError) as exc:
         if isinstance(exc, BrokenPipeError):
             return _broken_pipe()
-        print(f"{prog}: error: {_describe_error(exc, getattr(args, 'file', None))}", file=sys.stderr)
+        committed = getattr(args, "committed", None)  # an add that stopped part-way says how far it got
+        print(f"{prog}: error: {_describe_error(exc, getattr(args, 'file', None))}"
+              + (f"; {committed}" if committed else ""), file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP (mmapbloom.termination)
         by = f" by {exc}" if isinstance(exc, TerminationSignal) else ""

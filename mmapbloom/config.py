@@ -10,13 +10,38 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Union
 
 from .errors import ConfigError, IncompatibleFiltersError
-from .hashing import DEFAULT_STRATEGY, HashStrategy, get_strategy, registered_strategies
-from .sizing import MAX_NUM_BITS, MAX_NUM_HASHES, _show, classic_size
+from .hashing import DEFAULT_STRATEGY, HashStrategy, Strategy, get_strategy, registered_as, registered_strategies
+from .sizing import MAX_NUM_BITS, MAX_NUM_HASHES, _show
 
-__all__ = ["BloomConfig"]
+__all__ = ["BloomConfig", "StrategyChoice"]
+
+#: How a caller names a strategy: a registered :class:`HashStrategy`, an instance of a
+#: registered protocol-only class, its registered name (``"M3B2"``), or None (the default).
+StrategyChoice = Union[HashStrategy, Strategy, str, None]
+
+
+def _resolve(strategy: object) -> HashStrategy:
+    """The registered :class:`HashStrategy` a caller's choice stands for.
+
+    Raises:
+        UnknownSchemeError (a ``ValueError``): an unregistered name.
+        ConfigError (a ``ValueError``): an object that is not the strategy registered under
+            its name (files name their strategy, so readers in other processes would hash
+            differently: false negatives).
+    """
+    if strategy is None:
+        return DEFAULT_STRATEGY
+    if isinstance(strategy, str):
+        return get_strategy(strategy, source="strategy=")
+    registered = registered_as(strategy)  # type: ignore[arg-type]
+    if registered is None:
+        raise ConfigError(
+            f"strategy {strategy!r} is not the one registered under its name "
+            f"(registered: {sorted(registered_strategies())}); call register_strategy() first")
+    return registered
 
 
 def _check_capacity(n: object) -> int:
@@ -92,34 +117,21 @@ class BloomConfig:
 
     num_bits: int
     num_hashes: int
-    strategy: HashStrategy = field(default=None)  # type: ignore[assignment]
+    strategy: HashStrategy = field(default=None)  # type: ignore[assignment]  # None, a name: resolved
     capacity: Optional[int] = None
     fp_rate: Optional[float] = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "num_bits", _check_int("num_bits", self.num_bits, 1, MAX_NUM_BITS))
         object.__setattr__(self, "num_hashes", _check_int("num_hashes", self.num_hashes, 1, MAX_NUM_HASHES))
-        if self.strategy is None:
-            object.__setattr__(self, "strategy", DEFAULT_STRATEGY)
-        else:
-            if isinstance(self.strategy, str):  # a registered name: strategy="M3KM"
-                object.__setattr__(self, "strategy", get_strategy(self.strategy, source="strategy="))
-            # Files name their strategy; a config must use the class registered under that
-            # name, or readers (other processes) would hash differently: false negatives.
-            registered = registered_strategies().get(getattr(self.strategy, "name", None))  # type: ignore[arg-type]
-            if registered is None or type(registered) is not type(self.strategy):
-                raise ConfigError(
-                    f"strategy {self.strategy!r} is not the one registered under its name "
-                    f"(registered: {registered!r}); call register_strategy() first")
-        check = getattr(self.strategy, "check_num_bits", None)
-        if check is not None:
-            try:
-                check(self.num_bits)
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from None
+        object.__setattr__(self, "strategy", _resolve(self.strategy))
+        try:
+            self.strategy.check_num_bits(self.num_bits)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
     @classmethod
-    def for_items(cls, capacity: float, fp_rate: float, strategy: Optional[HashStrategy] = None) -> "BloomConfig":
+    def for_items(cls, capacity: float, fp_rate: float, strategy: StrategyChoice = None) -> "BloomConfig":
         """Size a filter for ``capacity`` distinct items at false-positive rate ``fp_rate``.
 
         The strategy brings its formula: classic strategies (M3M2, M3MX, M3KM, custom ones)
@@ -148,11 +160,8 @@ class BloomConfig:
         """
         n = _check_capacity(capacity)
         p = _check_fp_rate(fp_rate)
-        chosen = DEFAULT_STRATEGY if strategy is None else strategy
-        if isinstance(chosen, str):  # a registered name: strategy="M3B2"
-            chosen = get_strategy(chosen, source="strategy=")
-        size_for = getattr(chosen, "size_for", None)
-        m, k = size_for(n, p) if size_for is not None else classic_size(n, p)
+        chosen = _resolve(strategy)
+        m, k = chosen.size_for(n, p)
         if k > MAX_NUM_HASHES:
             raise ConfigError(f"capacity {n} at fp_rate {p} needs {k} hashes, more than the maximum {MAX_NUM_HASHES}")
         return cls(num_bits=m, num_hashes=k, strategy=chosen, capacity=n, fp_rate=p)

@@ -313,4 +313,18 @@ class CountingBloomFilter(MappedFilter):
             packed = np.packbits(values != 0, bitorder="little")
             bits[c0 // 8:c0 // 8 + packed.shape[0]] = packed
         out._set_items(self.items_added)
+        # A copy of a count is no add: drop the warning _set_items may have recorded, so it
+        # is not emitted by the result's first (unrelated) add. The result warns, once, on
+        # its own first add that finds it past the design point (as a freshly opened file).
+        out._warned, out._warn_msg = False, None
         return out
+
+    # -- the interface of every filter kind ------------------------------------------------
+    def describe(self, *, scan: bool = True, progress: Any = False) -> dict[str, Any]:
+        """As :meth:`MappedFilter.describe`, with ``counter_bits`` and (with ``scan``, one
+        more O(m) read) ``saturated_counters``."""
+        record = super().describe(scan=scan, progress=progress)
+        record["counter_bits"] = self.counter_bits
+        if scan:
+            record["saturated_counters"] = self.saturated_counters(progress)
+        return record

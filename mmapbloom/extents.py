@@ -176,10 +176,9 @@ class _Reporter:
         elif progress:
             total = _allocated_estimate(fd, start, stop)
             if total > PROGRESS_MIN_BYTES and sys.stderr is not None and sys.stderr.isatty():
-                from tqdm import tqdm  # type: ignore[import-untyped]
+                from .units import progress_bar
 
-                self._bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc,
-                                 file=sys.stderr, leave=False)
+                self._bar = progress_bar(total, desc, True)
                 self.update = self._bar.update
 
     def close(self) -> None:

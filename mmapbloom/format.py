@@ -214,13 +214,11 @@ def parse_header(data: bytes, *, source: str = "<bytes>", magic: bytes = MAGIC) 
         # Every operation costs O(k): a forged k must not make each call take minutes.
         raise BadHeaderError(f"num_hashes is {k}: expected at most {MAX_NUM_HASHES} (the supported maximum)",
                              source=source, expected=f"<= {MAX_NUM_HASHES}", actual=k)
-    check = getattr(strategy, "check_num_bits", None)
-    if check is not None:
-        try:
-            check(m)
-        except ValueError as exc:
-            raise BadHeaderError(f"num_bits {m} is not valid for strategy {name}: {exc}", source=source,
-                                 expected=f"num_bits valid for {name}", actual=m) from None
+    try:
+        strategy.check_num_bits(m)
+    except ValueError as exc:
+        raise BadHeaderError(f"num_bits {m} is not valid for strategy {name}: {exc}", source=source,
+                             expected=f"num_bits valid for {name}", actual=m) from None
     if magic != COUNTING_MAGIC:
         return Header(got_magic, strategy, m, k, items)
     if len(data) < COUNTING_HEADER_SIZE:

@@ -24,7 +24,29 @@ and an absent key with a stored key's step shares most of its bits. That puts a 
 roughly 0.1/m to 2/m under the false-positive rate, whatever k is (:data:`M3KM_FP_FLOOR`);
 ``BloomConfig.for_items(..., strategy=M3KM())`` warns when asked for less.
 
-``M3MX`` (kernel id 2, the default): each probe mixed to 64 bits before reduction::
+``M3M2`` (kernel id 4, the default): M3MX (below) with an odd step::
+
+    a = h mod 2^64 ;  b = (h >> 64) | 1
+    z_i   = fmix64((a + i * b) mod 2^64)           for i = 0 .. k-1
+    pos_i = (z_i * m) >> 64
+
+``M3B2`` (kernel id 5): M3BL (below) with an odd multiplier seed::
+
+    x = h mod 2^64 ;  y = (h >> 64) | 1 ;  B = m / 512   (m a positive multiple of 512)
+    block = (x * B) >> 64
+    repeat k times:  y = (y * 0x9E3779B97F4A7C15) mod 2^64 ;  pos = block * 512 + (y >> 55)
+
+Why they exist: under M3MX and M3BL a key whose upper hash half ``h >> 64`` is 0 puts all
+k probes on one bit (M3MX: every ``a + i * b`` equals a; M3BL: y stays 0, bit 0 of the
+block), and MurmurHash3 of the empty key with seed 0 is exactly 0, so ``""`` was reported
+present in about half of all filters at capacity. An odd step is invertible modulo 2^64,
+so ``a + i * b`` takes k distinct values and fmix64 (a bijection) keeps them distinct; an
+odd y never reaches 0 and ``y * G^i`` runs through 2^62 distinct values. No key's probes
+collapse under M3M2 or M3B2; docs/FORMAT.md lists when they collapse under each released
+strategy and how likely that is.
+
+``M3MX`` (kernel id 2, the default before M3M2; readable and writable forever): each probe
+mixed to 64 bits before reduction::
 
     a = h mod 2^64 ;  b = h >> 64
     z_i   = fmix64((a + i * b) mod 2^64)           for i = 0 .. k-1
@@ -33,8 +55,10 @@ roughly 0.1/m to 2/m under the false-positive rate, whatever k is (:data:`M3KM_F
 fmix64 is MurmurHash3's 64-bit finalizer (z ^= z >> 33; z *= 0xff51afd7ed558ccd;
 z ^= z >> 33; z *= 0xc4ceb9fe1a85ec53; z ^= z >> 33, all mod 2^64), a bijection. Each probe
 depends on all 128 hash bits, there is no division, and a power-of-two m is as good as any.
+Its fault (fixed by M3M2): ``b = 0`` makes every probe ``fmix64(a)``.
 
-``M3BL`` (kernel id 3): cache-line-blocked (Putze, Sanders and Singler 2007)::
+``M3BL`` (kernel id 3; readable and writable forever, M3B2 for new filters):
+cache-line-blocked (Putze, Sanders and Singler 2007)::
 
     x = h mod 2^64 ;  y = h >> 64 ;  B = m / 512   (m must be a multiple of 512)
     block = (x * B) >> 64
@@ -80,9 +104,10 @@ __all__ = [
     "encode_keys",
     "fmix64",
     "get_strategy",
+    "kernel_keys",
     "register_strategy",
+    "registered_as",
     "registered_strategies",
-    "strategy_info",
     "type_name",
 ]
 
@@ -95,7 +120,7 @@ INT_KEY_END = 1 << 64
 
 _MASK64 = (1 << 64) - 1
 
-#: M3KM cannot deliver false-positive rates below about ``M3KM_FP_FLOOR / m`` (issue 10:
+#: M3KM cannot deliver false-positive rates below about ``M3KM_FP_FLOOR / m`` (measured
 #: floors of 0.1/m to 2/m measured over the test grid, pinned in tests/test_strategies.py).
 M3KM_FP_FLOOR = 2.0
 
@@ -126,7 +151,9 @@ def encode_key(item: object) -> bytes:
 
     Anything else raises ``TypeError``: mmapbloom never uses Python's per-process ``hash()``
     nor ``str()``; ``bool``, ``float`` and ``None`` are refused so that True and 1.0 cannot
-    alias 1.
+    alias 1. Every other encoder here (:func:`encode_keys`, :func:`kernel_keys`), the batch
+    readers (:mod:`mmapbloom.batches`, ``_columns.c``, :mod:`mmapbloom.arrowc`) and the
+    compiled kernel follow this function; tests check them against it.
 
     Raises:
         TypeError: another type (the message names it, see :func:`type_name`).
@@ -136,10 +163,12 @@ def encode_key(item: object) -> bytes:
     >>> encode_key("a"), encode_key(1), encode_key(-1) == encode_key(2**64 - 1)
     (b'a', b'\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x00', True)
     """
+    if type(item) is str:
+        return item.encode()
     if type(item) is bytes:
         return item
     if isinstance(item, str):
-        return item.encode("utf-8")
+        return str.encode(item)
     if isinstance(item, (bytes, bytearray, memoryview)):
         return bytes(item)
     if type(item) is int or (not isinstance(item, (bool, np.bool_)) and hasattr(type(item), "__index__")):
@@ -155,7 +184,7 @@ def encode_key(item: object) -> bytes:
 
 
 def encode_keys(items: Iterable[object]) -> list[bytes]:
-    """Encode many items with :func:`encode_key`; validates all of them before returning.
+    """:func:`encode_key` over a batch; every item is validated before this returns.
 
     Returns a new list of bytes in the same order. Raises as :func:`encode_key`. Batches of
     only ``str`` or only ``bytes`` are encoded by C-level ``map`` calls (no Python loop).
@@ -166,16 +195,26 @@ def encode_keys(items: Iterable[object]) -> list[bytes]:
         return list(map(str.encode, seq))
     if kinds <= {bytes}:
         return list(seq)
-    out: list[bytes] = []
-    append = out.append
-    for item in seq:
-        if type(item) is bytes:
-            append(item)
-        elif type(item) is str:
-            append(item.encode("utf-8"))
-        else:
-            append(encode_key(item))
-    return out
+    return list(map(encode_key, seq))
+
+
+def kernel_keys(items: Iterable[object]) -> list[Any]:
+    """A batch as the compiled kernel takes it, every item validated by :func:`encode_key`'s
+    rule first (so a bad item raises before a batch writer touches any cell).
+
+    ``bytes`` and ASCII ``str`` items pass through unchanged (the kernel hashes a str's UTF-8
+    bytes without a copy; an ASCII str cannot fail to encode); if any other item is present
+    the whole batch is :func:`encode_keys`' list of bytes. C-level passes only: the common
+    batches cost about 20 ns a key.
+
+    Raises:
+        as :func:`encode_key`.
+    """
+    seq = items if isinstance(items, list) else list(items)
+    kinds = set(map(type, seq))
+    if kinds <= {bytes} or (kinds <= {str, bytes} and all(map(str.isascii, (x for x in seq if type(x) is str)))):
+        return seq
+    return encode_keys(seq)
 
 
 @runtime_checkable
@@ -185,12 +224,9 @@ class Strategy(Protocol):
     ``[0, num_bits)``. It must be deterministic across machines, processes and runs, and
     stateless (thread-safe). Register an instance with :func:`register_strategy`.
 
-    Optional members, used when present (:class:`HashStrategy` provides them all):
-    ``positions_many(keys, num_hashes, num_bits)`` (``uint64`` array of shape
-    ``(len(keys), num_hashes)``), ``kernel_id`` (built-in strategies only: the compiled
-    kernel's id), ``block_bits`` (0, or the block of a blocked layout), and the statistics
-    ``expected_fp_rate(n, m, k)``, ``size_for(n, p)``, ``check_num_bits(m)``.
-    A custom strategy runs on the pure-Python path and uses the classic formulas.
+    :func:`register_strategy` wraps such an object in a :class:`HashStrategy` with the
+    classic formulas (Bloom 1970) and returns the wrapper; the package only ever handles
+    :class:`HashStrategy` objects. A custom strategy runs on the pure-Python path.
     """
 
     name: str
@@ -199,13 +235,18 @@ class Strategy(Protocol):
 
 
 class HashStrategy(abc.ABC):
-    """A convenient base class for strategies: adds :meth:`positions_many` (a loop over
-    :meth:`positions`), equality by ``name``, pickling by name, and the classic statistics
-    (Bloom 1970) that positions spread over the whole array obey.
+    """A complete strategy, as every part of the package uses it: ``name``, ``kernel_id``,
+    ``block_bits``, :meth:`positions`, :meth:`positions_many`, :meth:`check_num_bits` and the
+    statistics :meth:`expected_fp_rate` / :meth:`size_for`. Equality and pickling are by
+    ``name``. The defaults are the classic ones (Bloom 1970: positions spread over the
+    whole array) and a loop over :meth:`positions`.
 
     Subclasses set a class attribute ``name`` of exactly 4 ASCII characters and implement
     :meth:`positions`; they may override :meth:`positions_many` for speed (its answers must
-    equal :meth:`positions` key by key).
+    equal :meth:`positions` key by key). A subclass that redefines :meth:`positions` loses
+    its parent's ``kernel_id`` and numpy :meth:`positions_many` unless it sets them again
+    itself, so the compiled kernel and the numpy form never answer for different positions.
+    Instances are stateless and thread-safe.
     """
 
     name: ClassVar[str]
@@ -214,6 +255,14 @@ class HashStrategy(abc.ABC):
     #: 0: positions spread over the whole array. Otherwise all k positions of a key lie in
     #: one aligned block of this many cells, and the statistics are taken per block.
     block_bits: ClassVar[int] = 0
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "positions" in cls.__dict__:
+            if "kernel_id" not in cls.__dict__:
+                cls.kernel_id = None
+            if "positions_many" not in cls.__dict__:
+                cls.positions_many = HashStrategy.positions_many  # type: ignore[method-assign]
 
     @abc.abstractmethod
     def positions(self, key: bytes, num_hashes: int, num_bits: int) -> Sequence[int]:
@@ -332,27 +381,9 @@ class M3KM(HashStrategy):
         step = 1 + (h >> 64) % (num_bits - 1)
         return [(p + i * step) % num_bits for i in range(num_hashes)]
 
-    #: ``hash_pair(key) -> (h1, h2)``: the two 64-bit halves of the 128-bit hash, as
-    #: unsigned ints (the same values as ``hash128(..., signed=False)`` split in two);
-    #: used by the filters' per-item fast path.
-    hash_pair = staticmethod(mmh3.mmh3_x64_128_utupledigest)
-
-    def hash_pairs(self, keys: Iterable[bytes]) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
-        """``(h1, h2)`` for every key as two ``uint64`` arrays (see :func:`hash_halves`)."""
-        return hash_halves(keys)
-
     def positions_many(self, keys: Sequence[bytes], num_hashes: int, num_bits: int) -> npt.NDArray[np.uint64]:
         """Vectorised :meth:`positions` (numpy, exact 64-bit arithmetic)."""
-        if type(self).positions is not M3KM.positions:  # a subclass redefined the positions
-            return super().positions_many(keys, num_hashes, num_bits)
-        if len(keys) == 0:
-            return np.empty((0, num_hashes), dtype=np.uint64)
-        h1, h2 = self.hash_pairs(keys)
-        return self.positions_from_pairs(h1, h2, num_hashes, num_bits)
-
-    def positions_from_pairs(self, h1: npt.NDArray[np.uint64], h2: npt.NDArray[np.uint64], num_hashes: int,
-                             num_bits: int) -> npt.NDArray[np.uint64]:
-        """Positions, shape ``(n, num_hashes)``, from the hash halves of :meth:`hash_pairs`."""
+        h1, h2 = hash_halves(keys)
         n = h1.shape[0]
         m = np.uint64(num_bits)
         p0 = h1 % m
@@ -389,11 +420,8 @@ class _MixedDoubleHash(HashStrategy):
         a, b = h & _MASK64, (h >> 64) | self.step_bit
         return [(fmix64((a + i * b) & _MASK64) * num_bits) >> 64 for i in range(num_hashes)]
 
-    def positions_many(self, keys: Iterable[bytes], num_hashes: int, num_bits: int) -> npt.NDArray[np.uint64]:
-        """Vectorised :meth:`positions` (numpy, exact 64-bit arithmetic) over any iterable
-        of bytes; shape ``(number of keys, num_hashes)``."""
-        if type(self).positions is not _MixedDoubleHash.positions:  # a subclass redefined them
-            return super().positions_many(list(keys), num_hashes, num_bits)
+    def positions_many(self, keys: Sequence[bytes], num_hashes: int, num_bits: int) -> npt.NDArray[np.uint64]:
+        """Vectorised :meth:`positions` (numpy, exact 64-bit arithmetic)."""
         a, b = hash_halves(keys)
         b = b | np.uint64(self.step_bit)
         out = np.empty((a.shape[0], num_hashes), dtype=np.uint64)
@@ -459,11 +487,8 @@ class _BlockedHash(HashStrategy):
             out.append(base + (y >> 55))
         return out
 
-    def positions_many(self, keys: Iterable[bytes], num_hashes: int, num_bits: int) -> npt.NDArray[np.uint64]:
-        """Vectorised :meth:`positions` (numpy, exact 64-bit arithmetic) over any iterable
-        of bytes; shape ``(number of keys, num_hashes)``."""
-        if type(self).positions is not _BlockedHash.positions:  # a subclass redefined them
-            return super().positions_many(list(keys), num_hashes, num_bits)
+    def positions_many(self, keys: Sequence[bytes], num_hashes: int, num_bits: int) -> npt.NDArray[np.uint64]:
+        """Vectorised :meth:`positions` (numpy, exact 64-bit arithmetic)."""
         self.check_num_bits(num_bits)
         x, y = hash_halves(keys)
         base = mulhi64(x, num_bits // BLOCK_BITS) * np.uint64(BLOCK_BITS)
@@ -516,44 +541,88 @@ class M3B2(_BlockedHash):
     seed_bit = 1
 
 
-_REGISTRY: dict[str, Any] = {}
+class _ProtocolStrategy(HashStrategy):
+    """A :class:`Strategy` that does not subclass :class:`HashStrategy`, completed at
+    registration: its own ``name`` and ``positions``, the classic formulas and the loop
+    :meth:`positions_many` of :class:`HashStrategy`. ``wrapped`` is the user's object."""
+
+    def __init__(self, wrapped: Strategy) -> None:
+        self.wrapped = wrapped
+        self.name = wrapped.name  # type: ignore[misc]  # per instance: the wrapped object's name
+
+    def positions(self, key: bytes, num_hashes: int, num_bits: int) -> Sequence[int]:
+        """The wrapped object's positions of ``key``."""
+        return self.wrapped.positions(key, num_hashes, num_bits)
+
+    def __repr__(self) -> str:
+        return f"<{type(self.wrapped).__qualname__} {self.name!r} (registered strategy)>"
+
+
+def _origin(strategy: HashStrategy) -> type:
+    """The class a user registered: the wrapped object's for a protocol-only strategy."""
+    return type(strategy.wrapped) if isinstance(strategy, _ProtocolStrategy) else type(strategy)
+
+
+_REGISTRY: dict[str, HashStrategy] = {}
 _REGISTRY_LOCK = threading.Lock()
 
 
-def register_strategy(strategy: Any) -> Any:
+def register_strategy(strategy: Union[HashStrategy, Strategy]) -> HashStrategy:
     """Register a strategy instance under its ``name`` so files naming it can be opened.
 
-    Any object satisfying the :class:`Strategy` protocol registers (a 4-character ASCII
-    ``name`` and a callable ``positions``); subclassing :class:`HashStrategy` is optional.
-    Registering the same name again with an instance of the same class is a no-op.
+    A :class:`HashStrategy` is registered as it is. Any other object satisfying the
+    :class:`Strategy` protocol (a 4-character ASCII ``name`` and a callable ``positions``)
+    is wrapped in a :class:`HashStrategy` with the classic formulas (Bloom 1970), and the
+    wrapper is what is registered and returned. Registering the same name again with an
+    instance of the same class is a no-op. Thread-safe.
 
     Returns:
-        The registered instance (the first one, for a repeated registration).
+        The registered :class:`HashStrategy` (the first one, for a repeated registration).
     Raises:
         ValueError: the name is not exactly 4 ASCII characters, or the name is already
             registered to a different class.
         TypeError: ``strategy`` has no ``name`` or no callable ``positions``.
     """
-    if not isinstance(strategy, Strategy) or not callable(getattr(strategy, "positions", None)):
+    if isinstance(strategy, HashStrategy):
+        candidate = strategy
+    elif isinstance(strategy, Strategy) and callable(strategy.positions):
+        candidate = _ProtocolStrategy(strategy)
+    else:
         raise TypeError("register_strategy needs an object with a 4-character name and "
                         f"positions(key, num_hashes, num_bits), got {strategy!r}")
-    name = getattr(strategy, "name", None)
+    name: object = candidate.name
     if not isinstance(name, str) or len(name) != 4 or not name.isascii():
         raise ValueError(f"a strategy name must be exactly 4 ASCII characters, got {name!r}")
     with _REGISTRY_LOCK:
         existing = _REGISTRY.get(name)
         if existing is not None:
-            if type(existing) is type(strategy):
+            if _origin(existing) is _origin(candidate):
                 return existing
             raise ValueError(
-                f"strategy name {name!r} is already registered to {type(existing).__qualname__}, "
-                f"not {type(strategy).__qualname__}"
+                f"strategy name {name!r} is already registered to {_origin(existing).__qualname__}, "
+                f"not {_origin(candidate).__qualname__}"
             )
-        _REGISTRY[name] = strategy
-        return strategy
+        _REGISTRY[name] = candidate
+        return candidate
 
 
-def get_strategy(name: str, *, source: str = "<bytes>") -> Any:
+def registered_as(strategy: Union[HashStrategy, Strategy]) -> Optional[HashStrategy]:
+    """The registered :class:`HashStrategy` that ``strategy`` stands for, or None.
+
+    ``strategy`` stands for the registered one when it is an instance of the class
+    registered under its name (for a protocol-only strategy: of the wrapped object's
+    class). A file names its strategy, so any other object would make readers in other
+    processes hash differently (false negatives). Never raises.
+    """
+    name = getattr(strategy, "name", None)  # the one probe: an arbitrary user object
+    registered = _REGISTRY.get(name) if isinstance(name, str) else None
+    if registered is None:
+        return None
+    origin = type(strategy.wrapped) if isinstance(strategy, _ProtocolStrategy) else type(strategy)
+    return registered if origin is _origin(registered) else None
+
+
+def get_strategy(name: str, *, source: str = "<bytes>") -> HashStrategy:
     """Look up a registered strategy by its 4-character name.
 
     Raises:
@@ -571,8 +640,8 @@ def get_strategy(name: str, *, source: str = "<bytes>") -> Any:
         ) from None
 
 
-def registered_strategies() -> dict[str, Any]:
-    """A copy of the registry: name -> strategy instance."""
+def registered_strategies() -> dict[str, HashStrategy]:
+    """A copy of the registry: name -> registered strategy."""
     with _REGISTRY_LOCK:
         return dict(_REGISTRY)
 
@@ -583,10 +652,3 @@ register_strategy(M3BL())
 register_strategy(M3B2())
 #: The default strategy instance (M3M2), used by every constructor unless told otherwise.
 DEFAULT_STRATEGY: HashStrategy = register_strategy(M3M2())
-
-
-def strategy_info(strategy: Any) -> tuple[Optional[int], int]:
-    """``(kernel_id, block_bits)`` of any registered strategy: the compiled kernel's id
-    (None for a custom strategy, which runs on the pure path) and the block size of a
-    blocked layout (0: positions spread over the whole array)."""
-    return getattr(strategy, "kernel_id", None), int(getattr(strategy, "block_bits", 0) or 0)

@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .batches import KeysWithNulls
-from .hashing import M3KM, encode_key, encode_keys, strategy_info
+from .hashing import HashStrategy, encode_key, encode_keys
 
 __all__ = ["BACKEND", "Kernels", "bind", "closed", "native_module"]
 
@@ -83,7 +83,7 @@ class Kernels:
     count: Callable[[Any], int]
 
 
-def bind(body: memoryview, strategy: Any, num_bits: int, num_hashes: int, cell_bits: int = 1) -> Kernels:
+def bind(body: memoryview, strategy: HashStrategy, num_bits: int, num_hashes: int, cell_bits: int = 1) -> Kernels:
     """Bind the kernels to a cell array.
 
     Args:
@@ -93,9 +93,8 @@ def bind(body: memoryview, strategy: Any, num_bits: int, num_hashes: int, cell_b
         num_bits: m >= 1 (validated by the caller). num_hashes: 1 <= k <= MAX_NUM_HASHES.
         cell_bits: 1 (Bloom filter), 4 or 8 (counting filter).
     """
-    kernel_id, _ = strategy_info(strategy)
-    if _native is not None and kernel_id is not None:
-        return _bind_native(body, kernel_id, num_bits, num_hashes, cell_bits)
+    if _native is not None and strategy.kernel_id is not None:
+        return _bind_native(body, strategy.kernel_id, num_bits, num_hashes, cell_bits)
     return _bind_pure(body, strategy, num_bits, num_hashes, cell_bits)
 
 
@@ -159,21 +158,13 @@ def _bind_native(body: memoryview, sid: int, m: int, k: int, width: int) -> Kern
 
 
 # -- pure Python reference --------------------------------------------------------------------
-def _encode(item: Any) -> bytes:
-    return item.encode() if type(item) is str else encode_key(item)
-
-
-def _bind_pure(body: memoryview, strategy: Any, m: int, k: int, width: int) -> Kernels:
-    # With M3KM double hashing the positions repeat with a period dividing m, so the first
-    # min(k, m) positions are all the distinct ones: probing only those gives identical
-    # answers and bounds the cost when m is tiny. Other strategies are probed k times.
-    probes = min(k, m) if type(strategy) is M3KM else k
+def _bind_pure(body: memoryview, strategy: HashStrategy, m: int, k: int, width: int) -> Kernels:
     out = Kernels()
     out.backend = "python"
     if width == 1:
-        _bind_pure_bits(out, body, strategy, m, probes)
+        _bind_pure_bits(out, body, strategy, m, k)
     else:
-        _bind_pure_counters(out, body, strategy, m, probes, width)
+        _bind_pure_counters(out, body, strategy, m, k, width)
     _skip_nulls(out)
     return out
 
@@ -209,72 +200,18 @@ def _skip_nulls(out: Kernels) -> None:
     out.add_many, out.contains_many = add_many_live, contains_many_live
 
 
-def _encoded(strategy: Any, items: Sequence[Any]) -> Any:
-    """The keys of a batch for hashing: for a built-in strategy and an all-``str`` batch, a
-    lazy ``map(str.encode, ...)`` consumed inside the hashing pass (no list of encoded
-    keys; issue 11 measured the eager list at about 120 ns a key); otherwise the validated,
-    encoded list (TypeError / UnicodeEncodeError for a bad item)."""
-    if getattr(strategy, "kernel_id", None) is not None and set(map(type, items)) == {str}:
-        return _LazyStr(items)
-    return encode_keys(items)
+def _positions_many(strategy: HashStrategy, keys: Sequence[bytes], probes: int, m: int) -> npt.NDArray[np.uint64]:
+    """``strategy.positions_many`` as a ``uint64`` array of shape ``(len(keys), probes)``
+    (a custom override may return any array-like of that shape)."""
+    return np.asarray(strategy.positions_many(keys, probes, m), dtype=np.uint64).reshape(len(keys), probes)
 
 
-class _LazyStr:
-    """An all-``str`` batch that encodes its items as they are sliced and iterated."""
-
-    __slots__ = ("items",)
-
-    def __init__(self, items: Sequence[str]):
-        self.items = items
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def __getitem__(self, index: slice) -> "_LazyStr":
-        return _LazyStr(self.items[index])
-
-    def __iter__(self) -> Any:
-        return map(str.encode, self.items)
-
-
-def _positions_many(strategy: Any, keys: Any, probes: int, m: int) -> npt.NDArray[np.uint64]:
-    if isinstance(keys, _LazyStr):  # built-in strategies hash any iterable of bytes
-        return np.asarray(strategy.positions_many(keys, probes, m), dtype=np.uint64).reshape(len(keys), probes)
-    many = getattr(strategy, "positions_many", None)
-    if many is not None:
-        return np.asarray(many(keys, probes, m), dtype=np.uint64).reshape(len(keys), probes)
-    pos = np.empty((len(keys), probes), dtype=np.uint64)
-    for i, key in enumerate(keys):
-        pos[i] = strategy.positions(key, probes, m)
-    return pos
-
-
-def _bind_pure_bits(out: Kernels, body: memoryview, strategy: Any, m: int, probes: int) -> None:
+def _bind_pure_bits(out: Kernels, body: memoryview, strategy: HashStrategy, m: int, probes: int) -> None:
     positions = strategy.positions
-    krange = range(probes)
-    is_m3km = type(strategy) is M3KM
-    pair = M3KM.hash_pair
-    m1 = max(m - 1, 1)
 
     def add(item: Any) -> bool:
-        key = _encode(item)
         new = False
-        if is_m3km:  # the M3KM loop inline: p += step mod m (the fastest pure form)
-            h1, h2 = pair(key)
-            p = h1 % m
-            step = h2 % m1 + 1
-            for _ in krange:
-                i = p >> 3
-                b = 1 << (p & 7)
-                v = body[i]
-                if not v & b:
-                    body[i] = v | b
-                    new = True
-                p += step
-                if p >= m:
-                    p -= m
-            return new
-        for p in positions(key, probes, m):
+        for p in positions(encode_key(item), probes, m):
             i = p >> 3
             b = 1 << (p & 7)
             v = body[i]
@@ -284,19 +221,7 @@ def _bind_pure_bits(out: Kernels, body: memoryview, strategy: Any, m: int, probe
         return new
 
     def contains(item: Any) -> bool:
-        key = _encode(item)
-        if is_m3km:
-            h1, h2 = pair(key)
-            p = h1 % m
-            step = h2 % m1 + 1
-            for _ in krange:
-                if not body[p >> 3] & (1 << (p & 7)):
-                    return False
-                p += step
-                if p >= m:
-                    p -= m
-            return True
-        for p in positions(key, probes, m):
+        for p in positions(encode_key(item), probes, m):
             if not body[p >> 3] & (1 << (p & 7)):
                 return False
         return True
@@ -308,7 +233,7 @@ def _bind_pure_bits(out: Kernels, body: memoryview, strategy: Any, m: int, probe
         return pos, idx, masks
 
     def add_many(items: Sequence[Any]) -> tuple[npt.NDArray[np.bool_], int]:
-        keys = _encoded(strategy, items)
+        keys = encode_keys(items)
         flags = np.zeros(len(keys), dtype=np.bool_)
         bits = np.frombuffer(body, dtype=np.uint8)
         step = max(1, PURE_CHUNK_PAIRS // probes)
@@ -321,15 +246,12 @@ def _bind_pure_bits(out: Kernels, body: memoryview, strategy: Any, m: int, probe
         return flags, int(np.count_nonzero(flags))
 
     def contains_many(items: Sequence[Any]) -> npt.NDArray[np.bool_]:
-        keys = _encoded(strategy, items)
+        keys = encode_keys(items)
         flags = np.empty(len(keys), dtype=np.bool_)
         bits = np.frombuffer(body, dtype=np.uint8)
         step = max(1, PURE_CHUNK_PAIRS // probes)
         for start in range(0, len(keys), step):
             chunk = keys[start:start + step]
-            if is_m3km:
-                flags[start:start + len(chunk)] = _contains_m3km(bits, chunk, m, probes)
-                continue
             _, idx, masks = byte_masks(chunk)
             flags[start:start + len(chunk)] = (bits[idx] & masks).reshape(-1, probes).all(axis=1)
         return flags
@@ -381,32 +303,8 @@ def _test_and_set(bits: npt.NDArray[np.uint8], pos: npt.NDArray[np.uint64], idx:
     return new
 
 
-def _contains_m3km(bits: npt.NDArray[np.uint8], keys: Sequence[bytes], m_int: int, probes: int) -> npt.NDArray[np.bool_]:
-    """M3KM membership probe by probe, keeping only the keys still possibly present (the
-    vector form of the per-item early exit): an absent key usually drops out after one or
-    two probes. Positions follow the M3KM definition exactly (p += step mod m, overflow-free)."""
-    n = len(keys)
-    h1, h2 = M3KM.hash_pairs(M3KM(), keys)
-    m = np.uint64(m_int)
-    p = h1 % m
-    step = h2 % np.uint64(max(m_int - 1, 1)) + np.uint64(1)
-    alive = np.arange(n)
-    out = np.zeros(n, dtype=np.bool_)
-    for i in range(probes):
-        hit = (bits[(p >> np.uint64(3)).astype(np.intp)] >> (p & np.uint64(7)).astype(np.uint8)) & np.uint8(1)
-        if not hit.all():
-            keep = hit.astype(np.bool_)
-            alive, p, step = alive[keep], p[keep], step[keep]
-            if alive.size == 0:
-                return out
-        if i + 1 < probes:
-            gap = m - step  # p + step >= m  <=>  p >= m - step (no 64-bit overflow)
-            p = np.where(p >= gap, p - gap, p + step)
-    out[alive] = True
-    return out
-
-
-def _bind_pure_counters(out: Kernels, body: memoryview, strategy: Any, m: int, probes: int, width: int) -> None:
+def _bind_pure_counters(out: Kernels, body: memoryview, strategy: HashStrategy, m: int, probes: int,
+                        width: int) -> None:
     positions = strategy.positions
     top = (1 << width) - 1
 
@@ -426,7 +324,7 @@ def _bind_pure_counters(out: Kernels, body: memoryview, strategy: Any, m: int, p
             body[i] = (body[i] & (0xF0 >> shift)) | (v << shift)
 
     def cells_of(item: Any) -> list[int]:
-        return sorted(set(positions(_encode(item), probes, m)))
+        return sorted(set(positions(encode_key(item), probes, m)))
 
     def add(item: Any) -> Tuple[bool, bool]:
         new = saturated = False
@@ -457,7 +355,7 @@ def _bind_pure_counters(out: Kernels, body: memoryview, strategy: Any, m: int, p
 
     def count(item: Any) -> int:
         low = top
-        for c in positions(_encode(item), probes, m):
+        for c in positions(encode_key(item), probes, m):
             v = get(c)
             if v == 0:
                 return 0
@@ -466,13 +364,13 @@ def _bind_pure_counters(out: Kernels, body: memoryview, strategy: Any, m: int, p
         return low
 
     def contains(item: Any) -> bool:
-        for c in positions(_encode(item), probes, m):
+        for c in positions(encode_key(item), probes, m):
             if not get(c):
                 return False
         return True
 
     def add_many(items: Sequence[Any]) -> tuple[npt.NDArray[np.bool_], int, bool]:
-        keys = _encoded(strategy, items)
+        keys = encode_keys(items)
         flags = np.zeros(len(keys), dtype=np.bool_)
         cells = np.frombuffer(body, dtype=np.uint8)
         saturated = False
@@ -485,7 +383,7 @@ def _bind_pure_counters(out: Kernels, body: memoryview, strategy: Any, m: int, p
         return flags, int(np.count_nonzero(flags)), saturated
 
     def contains_many(items: Sequence[Any]) -> npt.NDArray[np.bool_]:
-        keys = _encoded(strategy, items)
+        keys = encode_keys(items)
         flags = np.empty(len(keys), dtype=np.bool_)
         cells = np.frombuffer(body, dtype=np.uint8)
         step = max(1, PURE_CHUNK_PAIRS // probes)

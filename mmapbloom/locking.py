@@ -25,7 +25,7 @@ its first write, as before, and the holder's lock lives as long as the child.)
 
 On POSIX, when portalocker's locker is ``fcntl.flock``, the hot path calls
 ``fcntl.flock`` directly: the same primitive, without portalocker's per-call validation
-(about 1 us per lock/unlock pair instead of about 7 us, measured in issue 5). Elsewhere
+(about 1 us per lock/unlock pair instead of about 7 us, measured). Elsewhere
 (Windows) ``portalocker.lock`` is used as is. The hot path first tries a non-blocking
 ``flock``; only when the lock is taken it goes to the slow path below.
 
@@ -90,7 +90,7 @@ def _unlock_flock_gil_released(fd: int) -> None:
 
 # Python's fcntl.flock releases the GIL on every call, even a non-blocking one, so next to a
 # CPU-busy thread each lock pair waits for a GIL switch interval (measured: 43-150 us instead
-# of 1 us, issue 11). The compiled kernel's flock_try / flock_unlock keep the GIL for the
+# of 1 us). The compiled kernel's flock_try / flock_unlock keep the GIL for the
 # non-blocking attempt and the unlock; only a real wait (the slow path) releases it.
 _native_kernels = native_module()
 if _DIRECT_FLOCK and _native_kernels is not None:

@@ -67,6 +67,7 @@ from .errors import MergeError, OverCapacityWarning
 from .filter import BloomFilter
 from .hashing import get_strategy
 from .config import BloomConfig
+from .scalable import is_scalable
 from .storage import DEFAULT_FILE_MODE, absolute_path, atomic_file, reserve_space
 
 __all__ = [
@@ -217,11 +218,19 @@ def _read_shard_header(fd: int, path: str) -> tuple[fmt.Header, os.stat_result]:
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         if stat.S_ISDIR(st.st_mode):
+            _refuse_scalable(path)
             raise IsADirectoryError(errno.EISDIR, "is a directory, not a filter file", path)
         raise OSError(errno.EINVAL, "not a regular file", path)
     # The one image validator of every reader (format.validate_image): two small preads.
     header = fmt.validate_image(lambda offset, count: os.pread(fd, count, offset), st.st_size, source=path)
     return header, st
+
+
+def _refuse_scalable(path: str) -> None:
+    """MergeError for a scalable filter's directory (as shard or ``merge_into`` target)."""
+    if is_scalable(path):
+        raise MergeError(f"{path}: a scalable filter (a directory of layers); merging scalable filters is not "
+                         "supported: merge plain BLM1 files, or add the items to one scalable filter", path=path)
 
 
 def _open_shard(path: str) -> int:
@@ -254,8 +263,9 @@ def inspect_shards(paths: Sequence[PathLike]) -> list[ShardInfo]:
         One :class:`ShardInfo` per path, in order.
 
     Raises:
-        MergeError: no paths, or one file named twice (same device and inode, so hard
-            links and different spellings of a path count as the same file).
+        MergeError: no paths, one file named twice (same device and inode, so hard
+            links and different spellings of a path count as the same file), or a
+            scalable filter's directory (not mergeable).
         IncompatibleFiltersError: a shard's num_bits, num_hashes or strategy differs from the
             first shard's; the message names the file, the field and both values.
         FormatError subclasses: a damaged shard (the message names the file).
@@ -480,8 +490,9 @@ def merge_into(target: PathLike, shards: Sequence[PathLike], *, chunk_bytes: int
         call, after the lock is released).
 
     Raises:
-        MergeError: the target is among the shards (it would count its items twice), or a
-            shard changed during the merge.
+        MergeError: the target is among the shards (it would count its items twice), the
+            target or a shard is a scalable filter's directory, or a shard changed during
+            the merge.
         IncompatibleFiltersError: a shard differs from the target (num_bits, num_hashes or
             strategy); nothing is changed.
         FormatError, OSError: a damaged or unreadable target or shard; nothing is changed.
@@ -490,6 +501,7 @@ def merge_into(target: PathLike, shards: Sequence[PathLike], *, chunk_bytes: int
     chunk = _check_chunk_bytes(chunk_bytes)
     if not shards:
         raise MergeError("no shards to merge")
+    _refuse_scalable(os.fspath(target))
     with BloomFilter.open(target) as f:
         tpath = f.path or absolute_path(target)
         tfd = f._file_descriptor()  # the handle's protected storage interface (base.py)

@@ -74,7 +74,6 @@ from .batches import encoded_keys
 from .hashing import DEFAULT_STRATEGY, HashStrategy, encode_key, get_strategy
 from .locking import WriteLock
 from .config import BloomConfig
-from .sizing import expected_fp_rate
 from .storage import absolute_path, atomic_file, fsync_directory
 
 __all__ = [
@@ -193,10 +192,10 @@ class _Params:
         n = self.layer_capacity(i)
         base = BloomConfig.for_items(n, p_i, strategy)
         k = base.num_hashes
-        if getattr(strategy, "block_bits", 0) or _layer_rate(strategy, n, base.num_bits, k) <= p_i:
+        if strategy.block_bits or strategy.expected_fp_rate(n, base.num_bits, k) <= p_i:
             return base  # a blocked strategy's own sizing already meets p_i (whole blocks)
         m = max(base.num_bits, math.ceil(-k * n / math.log1p(-p_i ** (1.0 / k))))
-        while _layer_rate(strategy, n, m, k) > p_i:  # float rounding at the boundary
+        while strategy.expected_fp_rate(n, m, k) > p_i:  # float rounding at the boundary
             m += 1
         return BloomConfig(num_bits=m, num_hashes=k, strategy=strategy, capacity=n, fp_rate=p_i)
 
@@ -204,13 +203,6 @@ class _Params:
         cfg = self.layer_config(i, strategy)
         return {"index": i, "file": layer_name(i), "capacity": self.layer_capacity(i),
                 "fp_rate": self.layer_fp_rate(i), "num_bits": cfg.num_bits, "num_hashes": cfg.num_hashes}
-
-
-def _layer_rate(strategy: HashStrategy, n: int, m: int, k: int) -> float:
-    """The strategy's expected-rate formula when it has one, else Bloom's
-    ``(1 - e^(-k n / m))^k``."""
-    formula = getattr(strategy, "expected_fp_rate", None)
-    return float(formula(n, m, k)) if formula is not None else expected_fp_rate(n, m, k)
 
 
 def _check_params(capacity: object, fp_rate: object, growth: object, tightening: object) -> tuple[int, float, Union[int, float], float]:
@@ -485,7 +477,7 @@ class ScalableBloomFilter:
         n0, p, s, r = _check_params(capacity, fp_rate, growth, tightening)
         strat = DEFAULT_STRATEGY if strategy is None else strategy
         # ConfigError for an unregistered strategy (one whole block: blocked strategies refuse m = 1)
-        BloomConfig(num_bits=getattr(strat, "block_bits", 0) or 1, num_hashes=1, strategy=strat)
+        strat = BloomConfig(num_bits=max(1, strat.block_bits), num_hashes=1, strategy=strat).strategy
         params = _Params(n0, p, s, r, strat.name)
         dest = _strip(path)
         parent = os.path.dirname(dest)
@@ -749,7 +741,7 @@ class ScalableBloomFilter:
         """
         if self._no_write:
             self._refuse_write()
-        key = item.encode() if type(item) is str else encode_key(item)
+        key = encode_key(item)
         seen = self._layers
         try:
             if not _NATIVE_LITTLE or self._word[0] != len(seen):  # inlined _current()
@@ -801,7 +793,7 @@ class ScalableBloomFilter:
                 total += self._update_locked(chunk)
         return total
 
-    def _update_locked(self, keys: list[bytes]) -> int:
+    def _update_locked(self, keys: list[Any]) -> int:
         layers = self._current()
         cand = self._absent(keys, layers[:-1])
         new = 0
@@ -822,7 +814,7 @@ class ScalableBloomFilter:
         return new
 
     @staticmethod
-    def _absent(keys: list[bytes], layers: list[BloomFilter]) -> list[bytes]:
+    def _absent(keys: list[Any], layers: list[BloomFilter]) -> list[Any]:
         for layer in layers:
             if not keys:
                 break
@@ -849,7 +841,7 @@ class ScalableBloomFilter:
         stops at the first that reports it. Takes no lock.
 
         Raises TypeError, FilterClosedError."""
-        key = item.encode() if type(item) is str else encode_key(item)
+        key = encode_key(item)
         layers = self._layers
         try:
             if not _NATIVE_LITTLE or self._word[0] != len(layers):  # inlined _current()
@@ -1133,6 +1125,23 @@ class ScalableBloomFilter:
         n = len(self._layers)
         return (f"<ScalableBloomFilter {self._path} n0={self._params.capacity} p={self._params.fp_rate} "
                 f"s={self._params.growth} r={self._params.tightening} layers={n} {state}>")
+
+    # -- the interface of every filter kind (``verify.open_filter``, ``mmapbloom`` CLI) -------
+    def describe(self, *, scan: bool = True, progress: Any = False) -> dict[str, Any]:
+        """:meth:`info` under the name every filter kind shares (``BloomFilter.describe``):
+        ``kind`` is ``"scalable"``, with one record per layer in ``layers``. ``progress``
+        is accepted for the common signature and not used (layers are scanned whole).
+
+        Raises:
+            FilterClosedError, and as :meth:`check` for a damaged directory.
+        """
+        record = self.info(scan=scan)
+        # JSON has no infinity: an estimate from a layer with every bit set is unknown (None),
+        # as in BloomFilter.describe.
+        for entry in [record, *record["layers"]]:
+            if entry.get("approx_items") == float("inf"):
+                entry["approx_items"] = None
+        return record
 
 
 # -- helpers for the CLI ----------------------------------------------------------------------

@@ -186,7 +186,9 @@ class BloomDupeFilter(BaseDupeFilter):
         self.logdupes = True
         self.logger = logger
         try:
-            config = BloomConfig.for_items(capacity, fp_rate, get_strategy(strategy) if strategy else None)
+            # The error names the setting a user sets (not "<bytes>", the lookup's default).
+            chosen = get_strategy(strategy, source="MMAPBLOOM_DUPEFILTER_STRATEGY") if strategy else None
+            config = BloomConfig.for_items(capacity, fp_rate, chosen)
         except ConfigError as exc:
             raise ConfigError(f"MMAPBLOOM_DUPEFILTER_CAPACITY={capacity!r}, MMAPBLOOM_DUPEFILTER_FP_RATE={fp_rate!r}:"
                               f" {exc}") from exc

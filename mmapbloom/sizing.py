@@ -39,6 +39,7 @@ __all__ = [
     "classic_size",
     "expected_fill_ratio",
     "expected_fp_rate",
+    "expected_new_items",
     "observed_fp_rate",
     "observed_fp_rate_blocks",
 ]
@@ -48,7 +49,7 @@ MAX_NUM_BITS = 2**64 - 1
 #: The largest supported num_hashes k. The header field is 32 bits wide, but every
 #: operation costs O(k) (and a counting filter O(k) memory), so a forged header could make
 #: each call take minutes; ``for_items`` never needs more than about 1,100 (k = log2(1/p)
-#: at the smallest double p). Configs and files above it are refused (issue 12).
+#: at the smallest double p). Configs and files above it are refused.
 MAX_NUM_HASHES = 4096
 
 _LN2_SQUARED = math.log(2) ** 2
@@ -80,6 +81,27 @@ def expected_fp_rate(num_items: float, num_bits: int, num_hashes: int) -> float:
     return expected_fill_ratio(num_items, num_bits, num_hashes) ** num_hashes
 
 
+def expected_new_items(num_items: float, num_bits: int, num_hashes: int) -> float:
+    """Expected count of adds that set at least one new bit (what a filter's ``items_added``
+    counts) among ``num_items`` distinct adds: ``n - integral_0^n (1 - e^(-k x / m))^k dx``,
+    each add being a false positive with the rate of the filter before it (Bloom 1970).
+    Closed form for k = 1: ``m (1 - e^(-n / m))`` (the expected set bits); otherwise
+    Simpson's rule on 256 intervals (relative error far below 1e-6 here). O(1).
+    """
+    n, m, k = float(num_items), num_bits, num_hashes
+    if n <= 0:
+        return 0.0
+    if k == 1:
+        return -m * math.expm1(-n / m)
+    steps = 256
+    h = n / steps
+    total = 0.0
+    for i in range(steps + 1):
+        weight = 1 if i in (0, steps) else 4 if i % 2 else 2
+        total += weight * expected_fp_rate(i * h, m, k)
+    return n - total * h / 3
+
+
 def observed_fp_rate(ones: int, num_bits: int, num_hashes: int) -> float:
     """False-positive rate implied by the bits actually set: ``(X / m)^k``.
 
@@ -106,6 +128,11 @@ def classic_size(capacity: int, fp_rate: float) -> tuple[int, int]:
     """``(m, k)`` for n = ``capacity`` at p = ``fp_rate``: ``m = ceil(-n ln p / (ln 2)^2)``,
     ``k = max(1, round((m / n) ln 2))`` (Bloom 1970; Broder and Mitzenmacher 2004).
 
+    When k rounds to 1 (p above about 0.35), m is sized for k = 1 instead, where
+    ``p = 1 - e^(-n/m)`` exactly: ``m = ceil(-n / ln(1 - p))``. (The first formula assumes
+    the real-valued optimum k; with k = 1 it undersizes m: p = 0.9 would get a rate of
+    0.98 at n.)
+
     Raises:
         ConfigError: m would not fit the 64-bit header field (the message shows it).
 
@@ -121,9 +148,12 @@ def classic_size(capacity: int, fp_rate: float) -> tuple[int, int]:
         need = f"{m_float:.4g} bits" if math.isfinite(m_float) else "more bits than a float can count"
         raise ConfigError(f"capacity {_show(n)} at fp_rate {p} needs {need}, more than the maximum {MAX_NUM_BITS:,} bits")
     m = math.ceil(m_float)
+    k = max(1, round(m / n * math.log(2)))
+    if k == 1:
+        m = math.ceil(-n / math.log1p(-p))
     if m > MAX_NUM_BITS:
         raise ConfigError(f"capacity {n} at fp_rate {p} needs {m} bits, more than the maximum {MAX_NUM_BITS}")
-    return m, max(1, round(m / n * math.log(2)))
+    return m, k
 
 
 def _poisson_terms(lam: float) -> "list[tuple[int, float]]":

@@ -3,6 +3,7 @@ progress-bar helper (tqdm) used by the command line and the merge tools."""
 
 from __future__ import annotations
 
+import functools
 import sys
 from fractions import Fraction
 from typing import Any, Optional
@@ -107,11 +108,26 @@ def format_count(count: int, noun: str) -> str:
 
 def progress_bar(total: Optional[int], desc: str, enabled: Optional[bool] = None) -> Any:
     """A tqdm bar over bytes on stderr, or None. ``enabled=None`` shows it only when stderr
-    is a terminal. The caller calls ``update(n)`` and ``close()`` on it."""
+    is a terminal. The caller calls ``update(n)`` and ``close()`` on it.
+
+    The bar starts no thread: tqdm's monitor thread, once started, runs until the process
+    ends, and a later ``os.fork()`` of the then multi-threaded process is unsafe (Python
+    3.12+ warns). These bars are updated after every chunk, so they do not need it."""
     if enabled is None:
         enabled = sys.stderr.isatty()
     if not enabled:
         return None
+    return _bar_class()(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, file=sys.stderr,
+                        leave=False)
+
+
+@functools.lru_cache(maxsize=1)
+def _bar_class() -> Any:
+    """tqdm's bar class with its monitor thread off (for our bars only; other tqdm bars
+    in the process keep tqdm's settings). tqdm is imported here, on first use."""
     from tqdm import tqdm  # type: ignore[import-untyped]
 
-    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, file=sys.stderr, leave=False)
+    class _Bar(tqdm):  # type: ignore[misc]
+        monitor_interval = 0
+
+    return _Bar

@@ -1,15 +1,63 @@
-"""Verification: check a filter file without trusting its header (like ``zip -T``)."""
+"""Opening a filter of any kind by what is on disk, and verification without trusting the
+header (like ``zip -T``)."""
 
 from __future__ import annotations
 
 import os
-from typing import Union
+from typing import Any, Iterable, Protocol, Union
+
+import numpy as np
+import numpy.typing as npt
 
 from .base import MappedFilter
 from .counting import CountingBloomFilter
 from .filter import BloomFilter
+from .errors import ManifestError
+from .scalable import LOCK_NAME, MANIFEST_NAME, ScalableBloomFilter
 
-__all__ = ["open_any", "verify_file"]
+__all__ = ["AnyFilter", "open_any", "open_filter", "verify_file"]
+
+
+class AnyFilter(Protocol):
+    """What every filter kind offers (``BloomFilter``, ``CountingBloomFilter``,
+    ``ScalableBloomFilter``), and all the ``mmapbloom`` command line uses: batch add and
+    query, a JSON-ready record, the checks, and the handle's lifecycle. See each class
+    for the costs, errors and concurrency guarantees."""
+
+    @property
+    def path(self) -> Any: ...
+    def update(self, items: Iterable[Any]) -> int: ...
+    def contains_many(self, items: Iterable[Any]) -> npt.NDArray[np.bool_]: ...
+    def describe(self, *, scan: bool = True, progress: Any = False) -> dict[str, Any]: ...
+    def check(self) -> None: ...
+    def verify(self) -> None: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Any: ...
+    def __exit__(self, *exc: object) -> None: ...
+
+
+def open_filter(path: Union[str, "os.PathLike[str]"], readonly: bool = False) -> AnyFilter:
+    """Open a filter of any kind: a directory is a scalable filter
+    (:meth:`ScalableBloomFilter.open`), a file a ``BloomFilter`` or ``CountingBloomFilter``
+    chosen by its magic (:func:`open_any`).
+
+    Args:
+        path: a filter file, or a scalable filter's directory.
+        readonly: open for queries only.
+
+    Raises:
+        ManifestError: ``path`` is a directory that is not a scalable filter's (no
+            manifest and no lock file), or as :meth:`ScalableBloomFilter.open` for a
+            damaged one (a missing or damaged lock file or manifest).
+        As :func:`open_any` for anything else (``FileNotFoundError``, ``BadMagicError``, ...).
+    """
+    if os.path.isdir(path):
+        names = (MANIFEST_NAME, LOCK_NAME)
+        if not any(os.path.lexists(os.path.join(path, name)) for name in names):
+            raise ManifestError(f"a directory, and not a scalable filter's (it has no {' and no '.join(names)})",
+                                source=os.fspath(path), expected=names, actual=None)
+        return ScalableBloomFilter.open(path, readonly=readonly)
+    return open_any(path, readonly=readonly)
 
 
 def open_any(path: Union[str, "os.PathLike[str]"], readonly: bool = False) -> MappedFilter:

@@ -73,3 +73,14 @@ def run_on_terminal(argv: list[str], env: dict[str, str], timeout: float = 60) -
 # The slow tier (real processes, real servers, signals, crashes and the stress suite) is
 # marked in each of its files with ``pytestmark = pytest.mark.slow``, so renaming a file
 # never moves it between tiers. ``pytest -m 'not slow'`` runs the unit tier without them.
+
+
+@pytest.fixture(autouse=True)
+def no_tqdm_thread_left() -> Any:
+    """No test leaves tqdm's monitor thread running: a later test that forks would do so
+    in a multi-threaded process (a DeprecationWarning on Python 3.12+, and unsafe)."""
+    yield
+    import threading
+
+    left = [t.name for t in threading.enumerate() if type(t).__module__.startswith("tqdm")]
+    assert not left, f"tqdm threads left running: {left}"

@@ -1,4 +1,5 @@
-"""Hashing: golden positions of M3KM (part of the file format), encoding, the registry."""
+"""Hashing: golden positions of M3KM (part of the file format), the one key-encoding rule, the
+registry and complete strategies."""
 
 from __future__ import annotations
 
@@ -134,7 +135,140 @@ def test_custom_strategy_round_trip(tmp_path) -> None:  # type: ignore[no-untype
 @given(key=st.binary(max_size=30), m=st.integers(1, 64), extra=st.integers(0, 200))
 def test_positions_repeat_with_period_m(key: bytes, m: int, extra: int) -> None:
     """Double-hashing positions repeat with a period dividing m, so probing min(k, m)
-    of them (what the filters do for M3KM) tests exactly the same bits as all k."""
+    of them tests exactly the same bits as all k (a property of M3KM's definition)."""
     s = M3KM()
     k = m + extra
     assert set(s.positions(key, k, m)) == set(s.positions(key, min(k, m), m))
+
+
+# -- the one key-encoding rule -----------------------------------------------------------------
+_ITEM = st.one_of(st.text(max_size=30), st.binary(max_size=30), st.binary(max_size=30).map(bytearray),
+                  st.binary(max_size=30).map(memoryview))
+
+
+@given(items=st.lists(_ITEM, max_size=20))
+@settings(max_examples=200, deadline=None)
+def test_every_encoder_follows_encode_key(items: list) -> None:  # type: ignore[type-arg]
+    """encode_keys, kernel_keys and the compiled kernel hash exactly encode_key's bytes."""
+    from mmapbloom.hashing import encode_keys, kernel_keys
+    from mmapbloom.kernels import native_module
+
+    try:
+        expected = [encode_key(x) for x in items]
+    except UnicodeEncodeError:
+        with pytest.raises(UnicodeEncodeError):
+            encode_keys(items)
+        with pytest.raises(UnicodeEncodeError):
+            kernel_keys(items)
+        return
+    assert encode_keys(items) == expected
+    passed = kernel_keys(items)
+    assert [encode_key(x) for x in passed] == expected
+    assert all(type(x) is bytes or (type(x) is str and x.isascii()) for x in passed)
+    native = native_module()
+    if native is not None:
+        assert [native.hash128(x) for x in passed] == [mmh3.hash128(e, seed=0, x64arch=True, signed=False)
+                                                       for e in expected]
+
+
+def test_kernel_keys_refuse_a_bad_item_before_returning() -> None:
+    from mmapbloom.hashing import kernel_keys
+
+    for bad in (["a", 3], ["a", "\ud800"], [None]):
+        with pytest.raises((TypeError, UnicodeEncodeError)):
+            kernel_keys(bad)
+    ascii_batch = ["a", b"b", "c"]
+    assert kernel_keys(ascii_batch) is ascii_batch  # no copy on the common path
+
+
+# -- complete strategies -------------------------------------------------------------------------
+class ProtocolOnly:
+    """A strategy that does not subclass HashStrategy: only a name and positions."""
+
+    name = "PROT"
+
+    def positions(self, key: bytes, num_hashes: int, num_bits: int) -> list[int]:
+        return [(sum(key) * 31 + i * 7) % num_bits for i in range(num_hashes)]
+
+
+def test_a_protocol_only_strategy_is_completed_at_registration() -> None:
+    from mmapbloom.sizing import classic_size, expected_fp_rate
+
+    registered = register_strategy(ProtocolOnly())
+    assert isinstance(registered, HashStrategy) and registered.name == "PROT"
+    assert register_strategy(ProtocolOnly()) is registered and get_strategy("PROT") is registered
+    assert (registered.kernel_id, registered.block_bits) == (None, 0)
+    assert list(registered.positions(b"ab", 3, 100)) == ProtocolOnly().positions(b"ab", 3, 100)
+    assert registered.positions_many([b"ab", b"c"], 3, 100).tolist() == [ProtocolOnly().positions(b"ab", 3, 100),
+                                                                         ProtocolOnly().positions(b"c", 3, 100)]
+    assert registered.expected_fp_rate(100, 1000, 4) == expected_fp_rate(100, 1000, 4)
+    assert registered.size_for(1000, 0.01) == classic_size(1000, 0.01)
+    registered.check_num_bits(1)  # classic: every m accepted
+    # A fresh instance of the registered class stands for the registered strategy.
+    assert BloomConfig(num_bits=100, num_hashes=3, strategy=ProtocolOnly()).strategy is registered
+    assert BloomConfig.for_items(1000, 0.01, strategy=ProtocolOnly()).strategy is registered
+
+    class Impostor:
+        name = "PROT"
+
+        def positions(self, key: bytes, num_hashes: int, num_bits: int) -> list[int]:
+            return [0] * num_hashes
+
+    from mmapbloom import ConfigError
+
+    with pytest.raises(ConfigError, match="not the one registered"):
+        BloomConfig(num_bits=100, num_hashes=3, strategy=Impostor())
+    with pytest.raises(ValueError, match="already registered to ProtocolOnly"):
+        register_strategy(Impostor())
+
+
+def test_a_subclass_with_its_own_positions_leaves_the_compiled_kernel() -> None:
+    """A subclass of a built-in that redefines positions gets no kernel id and the loop
+    positions_many, so no path answers with the parent's positions."""
+
+    class Shifted(M3KM):
+        name = "SHFT"
+
+        def positions(self, key: bytes, num_hashes: int, num_bits: int) -> list[int]:
+            return [(p + 1) % num_bits for p in super().positions(key, num_hashes, num_bits)]
+
+    class Renamed(M3KM):
+        name = "RNMD"
+
+    assert Shifted.kernel_id is None and Shifted.positions_many is HashStrategy.positions_many
+    assert Renamed.kernel_id == M3KM.kernel_id and Renamed.positions_many is M3KM.positions_many
+    strategy = register_strategy(Shifted())
+    f = BloomFilter(BloomConfig(num_bits=64, num_hashes=3, strategy=strategy))
+    f.update(["a", "b"])
+    expected = bytearray(8)
+    for key in (b"a", b"b"):
+        for p in strategy.positions(key, 3, 64):
+            expected[p >> 3] |= 1 << (p & 7)
+    assert f.to_bytes()[24:] == bytes(expected)
+
+
+def test_registry_api_is_typed() -> None:
+    import typing
+
+    from mmapbloom import hashing
+
+    for fn in (hashing.get_strategy, hashing.register_strategy, hashing.registered_strategies):
+        hints = typing.get_type_hints(fn)
+        assert typing.Any not in (hints["return"], *typing.get_args(hints["return"])), fn
+    assert typing.get_type_hints(hashing.get_strategy)["return"] is HashStrategy
+
+
+def test_no_module_probes_a_strategy() -> None:
+    """Strategies are complete, so the package reads their members directly: the only
+    getattr on a strategy is the registry's look-up of an arbitrary object's name."""
+    import re
+    from pathlib import Path
+
+    import mmapbloom
+
+    probes = []
+    for path in sorted(Path(mmapbloom.__file__).parent.glob("*.py")):
+        for line in path.read_text().splitlines():
+            if re.search(r"getattr\(\s*(self\.)?_?strat", line) or "strategy_info(" in line:
+                probes.append(f"{path.name}: {line.strip()}")
+    assert probes == ['hashing.py: name = getattr(strategy, "name", None)  # the one probe: an arbitrary user object']

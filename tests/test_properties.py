@@ -120,10 +120,11 @@ def test_add_many_across_chunks(monkeypatch) -> None:  # type: ignore[no-untyped
 
 
 @given(key=st.binary(max_size=64))
-def test_hash_pair_is_hash128_split(key: bytes) -> None:
+def test_hash_halves_is_hash128_split(key: bytes) -> None:
     import mmh3
 
-    from mmapbloom import M3KM
+    from mmapbloom.hashing import hash_halves
 
     h = mmh3.hash128(key, seed=0, x64arch=True, signed=False)
-    assert M3KM.hash_pair(key) == (h % 2**64, h >> 64)
+    low, high = hash_halves([key, b"other"])
+    assert (int(low[0]), int(high[0])) == (h % 2**64, h >> 64)

@@ -89,8 +89,11 @@ def test_settings(tmp_path: Path) -> None:
                 {"MMAPBLOOM_DUPEFILTER_FP_RATE": True}):
         with pytest.raises(ConfigError, match=re.escape(str(next(iter(bad.values()))))):
             BloomDupeFilter.from_crawler(get_crawler(settings_dict=bad))
-    with pytest.raises(UnknownSchemeError):
+    with pytest.raises(UnknownSchemeError) as unknown:
         BloomDupeFilter.from_crawler(get_crawler(settings_dict={"MMAPBLOOM_DUPEFILTER_STRATEGY": "NOPE"}))
+    # The message names the setting to change, the value and the registered names.
+    assert str(unknown.value).startswith("MMAPBLOOM_DUPEFILTER_STRATEGY: unknown hash strategy 'NOPE'")
+    assert "<bytes>" not in str(unknown.value) and "M3MX" in str(unknown.value)
 
 
 def test_same_decisions_as_the_default_filter() -> None:

@@ -128,3 +128,57 @@ def test_bloomconfig_is_still_importable_from_sizing() -> None:
     assert mmapbloom.sizing.BloomConfig is mmapbloom.config.BloomConfig is BloomConfig
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         mmapbloom.sizing.Nope  # noqa: B018
+
+
+# -- large p: k = 1 -----------------------------------------------------------------------------
+@pytest.mark.parametrize("p, m", [(0.36, 2241), (0.4, 1958), (0.5, 1443), (0.9, 435), (0.95, 334), (0.999, 145)])
+def test_k1_is_sized_for_k1(p: float, m: int) -> None:
+    """When k rounds to 1, m = ceil(-n / ln(1 - p)), so that p = 1 - e^(-n/m) holds at n."""
+    c = BloomConfig.for_items(1000, p)
+    assert (c.num_bits, c.num_hashes) == (m, 1) == (math.ceil(-1000 / math.log1p(-p)), 1)
+    assert expected_fp_rate(1000, c.num_bits, 1) <= p < expected_fp_rate(1000, c.num_bits - 1, 1)
+
+
+@pytest.mark.parametrize("p, low, high", [(0.9, 0.85, 0.92), (0.95, 0.92, 0.965)])
+def test_large_p_measures_about_p(p: float, low: float, high: float) -> None:
+    """Before: for_items(1000, 0.9) measured 0.977 and for_items(1000, 0.95) answered present
+    for every query (m = 107). With k = 1 the rate is the fill X/m, which is about p."""
+    from mmapbloom import BloomFilter
+
+    f = BloomFilter(BloomConfig.for_items(1000, p))
+    f.update([f"in-{i}" for i in range(1000)])
+    measured = float(f.contains_many([f"out-{i}" for i in range(100_000)]).mean())
+    assert low < measured < high
+    assert measured == pytest.approx(f.count_ones() / f.num_bits, abs=0.005)
+
+
+def test_large_p_filter_does_not_warn_before_its_design_point() -> None:
+    """for_items(1000, 0.9) used to warn after 215 new items; now not before 1,000 adds
+    (per item or batch), and still once well past them."""
+    import warnings
+
+    from mmapbloom import BloomFilter, OverCapacityWarning
+
+    config = BloomConfig.for_items(1000, 0.9)
+    keys = [f"k{i}" for i in range(1000)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", OverCapacityWarning)
+        one = BloomFilter(config)
+        for key in keys:
+            one.add(key)
+        batch = BloomFilter(config)
+        batch.update(keys)
+        assert not one.is_over_capacity() and not batch.is_over_capacity()
+    with pytest.warns(OverCapacityWarning, match="past its design point"):
+        batch.update([f"more-{i}" for i in range(3000)])
+    assert batch.is_over_capacity()
+
+
+def test_expected_new_items() -> None:
+    from mmapbloom.sizing import expected_new_items
+
+    assert expected_new_items(1000, 435, 1) == pytest.approx(435 * (1 - math.exp(-1000 / 435)))
+    for n, m, k in ((1000, 2186, 2), (500, 1000, 3), (1000, 9586, 7)):
+        brute = sum(1 - expected_fp_rate(i, m, k) for i in range(n))  # add i sees i items before it
+        assert expected_new_items(n, m, k) == pytest.approx(brute, rel=2e-3)
+    assert expected_new_items(0, 100, 3) == 0.0

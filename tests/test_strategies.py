@@ -452,3 +452,36 @@ def test_new_strategies_in_scalable_and_counting_filters(tmp_path: Path, name: s
     if "" in old:  # M3MX: "" lies on one bit; k475 happens to set it (the reported fault)
         old.remove("")
         assert "k475" not in old
+
+
+# A 16-byte key computed by inverting MurmurHash3 x64 128 (seed 0; a bijection for a fixed
+# 16-byte length) so that its upper hash half is 0 (docs/FORMAT.md, "Chosen keys").
+CRAFTED_ZERO_STEP = bytes.fromhex("37f868c74aa19eba85fde84fe2c6c740")
+
+
+def test_collapse_cases_of_the_released_strategies() -> None:
+    """The cases of docs/FORMAT.md: a zero upper half collapses M3MX / M3BL to one probe;
+    v2 = 63 leaves two M3MX probes and one M3BL bit; M3KM's period is m / gcd(step, m)."""
+    h = mmh3.hash128(CRAFTED_ZERO_STEP, seed=0, x64arch=True, signed=False)
+    assert h >> 64 == 0 and h & M64 == 12345
+    assert len(set(M3MX().positions(CRAFTED_ZERO_STEP, 16, 2**40))) == 1
+    assert len(set(M3BL().positions(CRAFTED_ZERO_STEP, 16, 512 * 1000))) == 1
+    assert len(set(M3M2().positions(CRAFTED_ZERO_STEP, 16, 2**40))) == 16
+    assert len(set(M3B2().positions(CRAFTED_ZERO_STEP, 16, 512 * 1000))) > 12  # 16 in 512, as random
+
+    def mx_probes(a: int, b: int, k: int) -> int:  # distinct pre-reduction probes of M3MX
+        return len({(a + i * b) % 2**64 for i in range(k)})
+
+    def bl_probes(y: int, k: int) -> int:  # distinct positions of M3BL inside the block
+        out = set()
+        for _ in range(k):
+            y = y * 0x9E3779B97F4A7C15 % 2**64
+            out.add(y >> 55)
+        return len(out)
+
+    assert [mx_probes(7, b, 16) for b in (0, 2**63, 2**62, 2**61, 2**60, 1)] == [1, 2, 4, 8, 16, 16]
+    assert [bl_probes(y, 16) for y in (0, 2**62, 2**63, 3 * 2**62, 2**61, 2**60, 2**59)] == [1, 1, 1, 1, 2, 4, 8]
+    # M3KM: m = 2^20 has periods 2 and 4 below k = 7 (phi(2) + phi(4) = 3 steps of 2^20 - 1).
+    m = 2**20
+    short = [s for s in (m // 2, m // 4, 3 * m // 4, m // 8, 1) if m // math.gcd(s, m) < 7]
+    assert short == [m // 2, m // 4, 3 * m // 4]
