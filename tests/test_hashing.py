@@ -143,7 +143,8 @@ def test_positions_repeat_with_period_m(key: bytes, m: int, extra: int) -> None:
 
 # -- the one key-encoding rule -----------------------------------------------------------------
 _ITEM = st.one_of(st.text(max_size=30), st.binary(max_size=30), st.binary(max_size=30).map(bytearray),
-                  st.binary(max_size=30).map(memoryview))
+                  st.binary(max_size=30).map(memoryview), st.binary(max_size=30).map(lambda b: memoryview(b)[::2]),
+                  st.integers(-(2**63), 2**64 - 1), st.integers(-(2**63), 2**63 - 1).map(np.int64))
 
 
 @given(items=st.lists(_ITEM, max_size=20))
@@ -174,8 +175,8 @@ def test_every_encoder_follows_encode_key(items: list) -> None:  # type: ignore[
 def test_kernel_keys_refuse_a_bad_item_before_returning() -> None:
     from mmapbloom.hashing import kernel_keys
 
-    for bad in (["a", 3], ["a", "\ud800"], [None]):
-        with pytest.raises((TypeError, UnicodeEncodeError)):
+    for bad in (["a", 3.0], ["a", "\ud800"], [None], ["a", True], ["a", 2**64]):
+        with pytest.raises((TypeError, UnicodeEncodeError, OverflowError)):
             kernel_keys(bad)
     ascii_batch = ["a", b"b", "c"]
     assert kernel_keys(ascii_batch) is ascii_batch  # no copy on the common path
