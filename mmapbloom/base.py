@@ -33,6 +33,7 @@ from .errors import (
 )
 from .batches import as_batch
 from .hashing import HashStrategy
+from .lifecycle import Lifecycle
 from .locking import TimedWriteLock, WriteLock
 from .config import BloomConfig
 from .sizing import (
@@ -167,7 +168,7 @@ def deferred_signals() -> Iterator[None]:
 _DEFERRED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
-class MappedFilter:
+class MappedFilter(Lifecycle):
     """Base of the filter kinds: an image (header + cells) in memory or in a shared file,
     and the interface both kinds share.
 
@@ -902,19 +903,6 @@ class MappedFilter:
     def _drop_views(self) -> None:
         self._release_views()
         self._items.release()
-
-    def __enter__(self: F) -> F:
-        self._check_open()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001  (a finalizer must not raise)
-            pass
 
     def __reduce__(self) -> tuple[Any, ...]:
         """A file-backed filter pickles as its absolute path and mode (the receiver opens

@@ -64,13 +64,14 @@ worker processes too (e.g. by importing the module that registers it in a worker
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib
 import importlib.util
 import itertools
 import os
+import re
 import shutil
-import tempfile
 import uuid
 from typing import Any, Iterable, Optional, Union
 
@@ -78,7 +79,8 @@ from .filter import BloomFilter
 from .hashing import get_strategy
 from .merge import DEFAULT_CHUNK_BYTES, merge_into, merge_shards
 from .config import BloomConfig
-from .storage import absolute_path
+from .errors import NoSpaceError
+from .storage import absolute_path, publish_file, temporary_directory, temporary_path
 
 __all__ = ["SHARD_CHUNK_ITEMS", "build", "build_shards"]
 
@@ -173,21 +175,49 @@ def _chunks(partition: Any) -> Iterable[Any]:
 
 
 def _build_shard(partition: Any, shape: tuple[int, int, str], path: str, overwrite: bool, index: int) -> str:
-    """Worker side: write one partition to a new shard file and return its path."""
+    """Worker side: write one partition to a shard file and return its path.
+
+    The shard is built under a temporary name ``.mmapbloom-<pid>-<random>.tmp`` in the
+    shard directory and published at ``path`` (``link``, or an atomic ``rename`` with
+    ``overwrite``) only after its last chunk is added and msynced, so a worker killed
+    midway (OOM, SIGKILL, ``os._exit``) never leaves a partial file under a shard's name,
+    and the retry that Dask schedules starts clean. The temporary carries the filter's
+    ``flock`` while it is built (:func:`~mmapbloom.storage.remove_stale_temporaries`
+    leaves it alone, even from another host); a dead worker's leftover is removed by
+    the next create or merge in that directory once its pid is gone, and by
+    :func:`build` with its whole shard directory."""
     config = BloomConfig(num_bits=shape[0], num_hashes=shape[1], strategy=get_strategy(shape[2]))
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with BloomFilter.create(path, config, overwrite=overwrite) as f:
-        try:
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    if not overwrite and os.path.lexists(path):  # fail before the work, not after it
+        raise FileExistsError(errno.EEXIST, "shard file exists (pass overwrite=True to replace it)", path)
+    tmp = temporary_path(directory)
+    try:
+        with BloomFilter.create(tmp, config) as f, f.write_lock():
             for chunk in _chunks(partition):
                 f.update(chunk)
             f.flush()  # msync: a merger on another host of a shared file system sees the bits
-        except BaseException as exc:
-            os.unlink(path)  # never leave a partial shard that a later merge could take as whole
-            if isinstance(exc, TypeError):
-                raise TypeError(f"partition {index}: {exc} (items must be str, bytes-like or int; a column "
-                                "of another type must be converted first, e.g. series.astype(str))") from exc
-            raise
+            publish_file(tmp, path, replace=overwrite)
+    except BaseException as exc:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)  # never leave a partial shard behind
+        if isinstance(exc, TypeError):
+            raise TypeError(f"partition {index}: {exc} (items must be str, bytes-like or int; a column "
+                            "of another type must be converted first, e.g. series.astype(str))") from exc
+        if isinstance(exc, OSError) and tmp in str(exc):
+            raise _renamed(exc, tmp, path) from None
+        raise
     return path
+
+
+def _renamed(exc: OSError, old: str, new: str) -> OSError:
+    """``exc`` with every mention of the internal path ``old`` replaced by ``new``."""
+    if isinstance(exc, NoSpaceError):
+        return NoSpaceError(str(exc).replace(old, new), path=new, needed=exc.needed, available=exc.available)
+    if exc.errno is None:
+        return exc
+    text = str(exc.strerror).replace(old, new)
+    return type(exc)(exc.errno, text, new)
 
 
 def _shape(config: BloomConfig) -> tuple[int, int, str]:
@@ -300,17 +330,40 @@ def build(collection: Any, config: BloomConfig, path: PathLike, *, client: Any =
     elif not overwrite and os.path.lexists(dest):
         raise FileExistsError(errno.EEXIST, "file exists (pass overwrite=True to replace it)", dest)
     directory = os.path.dirname(dest) or "."
-    shards_dir = tempfile.mkdtemp(prefix=".mmapbloom-shards-", dir=directory)
+    shards_dir = ""
     try:
-        shards = build_shards(collection, config, shards_dir, client=client)
-        if not shards:  # a collection without partitions: an empty filter (or no change)
-            if not into:
-                BloomFilter.create(dest, config, overwrite=overwrite).close()
-        elif into:
-            merge_into(dest, shards, chunk_bytes=chunk_bytes, progress=progress)
-        else:
-            merge_shards(dest, shards, replace=overwrite, chunk_bytes=chunk_bytes, progress=progress)
-    finally:
-        shutil.rmtree(shards_dir, ignore_errors=True)
+        with temporary_directory(directory) as (shards_dir, _):
+            try:
+                # overwrite=True: a retried task whose first attempt died after publishing
+                # replaces that (identical) shard instead of failing.
+                shards = build_shards(collection, config, shards_dir, client=client, overwrite=True)
+                if not shards:  # a collection without partitions: an empty filter (or no change)
+                    if not into:
+                        BloomFilter.create(dest, config, overwrite=overwrite).close()
+                elif into:
+                    merge_into(dest, shards, chunk_bytes=chunk_bytes, progress=progress)
+                else:
+                    merge_shards(dest, shards, replace=overwrite, chunk_bytes=chunk_bytes, progress=progress)
+            finally:
+                shutil.rmtree(shards_dir, ignore_errors=True)
+    except OSError as exc:
+        # The shard directory is internal: name the output the user asked for.
+        if os.path.join(directory, ".mmapbloom-") in str(exc) or (shards_dir and shards_dir in str(exc)):
+            raise _about_output(exc, dest) from None
+        raise
     return dest
 
+
+def _about_output(exc: OSError, dest: str) -> OSError:
+    """``exc``, met in the internal shard directory, reworded to name ``dest``."""
+    internal = re.compile(re.escape(os.path.join(os.path.dirname(dest) or ".", "")) + r"\.mmapbloom-[0-9]+-[0-9a-f]+\.tmp/?")
+    if isinstance(exc, NoSpaceError):
+        text = internal.sub("", str(exc))
+        return NoSpaceError(f"{dest}: {text} (building the shards in a temporary directory next to it)", path=dest,
+                            needed=exc.needed, available=exc.available)
+    if exc.errno is None:
+        return exc
+    shard = internal.sub("", str(exc.filename)) if exc.filename else ""
+    what = f"{shard}, " if shard else ""
+    return type(exc)(exc.errno, f"{internal.sub('', str(exc.strerror))} ({what}building the shards in a temporary "
+                     "directory next to it)", dest)

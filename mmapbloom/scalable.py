@@ -15,21 +15,26 @@ around 0.8 to 0.9 for better average space use over a wide range of growth; r = 
 the first layers small). Each layer's m is the smallest that keeps its expected rate at
 capacity at or below p_i (rounding k alone can leave it slightly above).
 
-On disk (documented exactly in docs/SCALABLE.md): a directory holding
+On disk (the format and the growth rule live in :mod:`mmapbloom.scalable_format`,
+documented exactly in docs/SCALABLE.md): a directory holding
 
 * ``layer-0000.blm``, ``layer-0001.blm``, ...: one ordinary BLM1 file per layer, each
   openable with :meth:`BloomFilter.open <mmapbloom.BloomFilter.open>`;
 * ``manifest.json``: the parameters and the shape of every layer, replaced atomically
   (temporary file, fsync, rename, directory fsync) each time a layer is added;
 * ``lock``: 16 bytes; every writer holds an exclusive ``flock`` on it (the directory-wide
-  write lock), and its word at offset 8 is the *committed* layer count. Every handle maps
-  it and compares the word with its own layer count at each operation (one memory load),
+  write lock), and its word at offset 8 is the *committed* layer count. Every handle reads
+  that word (one ``pread``) at each operation and compares it with its own layer count,
   so layers added by other processes are seen at O(1) cost, with no directory listing.
+  The word is never read through a mapping: a lock file truncated by another program is
+  reported (ManifestError), not a SIGBUS.
 
 Growth is crash-safe: under the write lock the writer creates the whole layer file
 (atomically), publishes the manifest that lists it, and only then stores the new count in
 the lock word; a process killed before that store leaves an uncommitted layer that every
-handle ignores and the next writer replaces.
+handle ignores and the next writer replaces. New layers and manifests take the permission
+bits (and group) of the directory's existing files, not the growing process's umask, so a
+directory shared by several users stays usable by all of them.
 
 Merging scalable filters is not supported (layers of two filters hold different items at
 different sizes; a merge would have to re-add items it does not have).
@@ -40,41 +45,52 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
-import functools
-import json
-import math
-import mmap
-import numbers
 import os
-import secrets
 import shutil
 import stat
-import struct
-import sys
 import threading
 import weakref
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Union
 
 import numpy as np
 import numpy.typing as npt
 
-from . import format as fmt
+from .base import deferred_signals
 from .errors import (
-    ConfigError,
     ConfigMismatchError,
     FilterClosedError,
     LayerMismatchError,
     ManifestError,
     MissingLayerError,
+    MmapBloomError,
+    NoSpaceError,
     ReadOnlyFilterError,
 )
 from .filter import BloomFilter
 from .batches import encoded_keys
-from .hashing import DEFAULT_STRATEGY, HashStrategy, encode_key, get_strategy
+from .hashing import DEFAULT_STRATEGY, HashStrategy, encode_key
+from .lifecycle import Lifecycle
 from .locking import WriteLock
-from .config import BloomConfig
-from .storage import absolute_path, atomic_file, fsync_directory
+from .scalable_format import (
+    COUNT_OFFSET,
+    DEFAULT_GROWTH,
+    DEFAULT_TIGHTENING,
+    LOCK_NAME,
+    LOCK_SIZE,
+    MANIFEST_NAME,
+    GrowthRule,
+    check_layer_shape,
+    check_lock_image,
+    check_params,
+    layer_name,
+    lock_image,
+    read_count,
+    read_manifest,
+    store_count,
+    validate_directory,
+    write_manifest,
+)
+from .storage import absolute_path, atomic_file, fsync_directory, temporary_directory
 
 __all__ = [
     "DEFAULT_GROWTH",
@@ -89,33 +105,8 @@ __all__ = [
     "verify_scalable",
 ]
 
-#: Default growth factor s: layer i holds ``n0 * s**i`` items.
-DEFAULT_GROWTH = 2
-#: Default tightening ratio r: layer i's error target is ``p * (1 - r) * r**i``.
-DEFAULT_TIGHTENING = 0.5
-
-MANIFEST_NAME = "manifest.json"
-LOCK_NAME = "lock"
-MANIFEST_FORMAT = "mmapbloom-scalable"
-MANIFEST_VERSION = 1
-
-#: The lock file: magic, version, committed layer count, reserved (all u32 little-endian
-#: after the magic).
-LOCK_MAGIC = b"BLSL"
-LOCK_VERSION = 1
-_LOCK = struct.Struct("<4sIII")
-LOCK_SIZE = _LOCK.size  # 16
-_COUNT_OFFSET = 8
-
-#: A layer's items-added field saturates here (BLM1 header, u32).
-_MAX_ITEMS = fmt.MAX_ITEMS
-#: A manifest larger than this is refused before it is read (it lists a few hundred bytes
-#: per layer).
-_MAX_MANIFEST_BYTES = 1 << 24
 #: Keys per write-lock hold in :meth:`ScalableBloomFilter.update`.
 _CHUNK = 1 << 16
-
-_NATIVE_LITTLE = sys.byteorder == "little"
 
 PathLike = Union[str, "os.PathLike[str]"]
 Item = Union[str, bytes, bytearray, memoryview]
@@ -140,90 +131,8 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def layer_name(index: int) -> str:
-    """The file name of layer ``index`` (0-based): ``layer-0000.blm``, ``layer-0001.blm``,
-    ... (at least four digits; ``layer-10000.blm`` after ``layer-9999.blm``)."""
-    return f"layer-{index:04d}.blm"
-
-
-def _swap32(value: int) -> int:
-    return int.from_bytes(value.to_bytes(4, "little"), "big")
-
-
-# -- parameters and the growth rule ---------------------------------------------------------
-@dataclass(frozen=True)
-class _Params:
-    capacity: int
-    fp_rate: float
-    growth: Union[int, float]
-    tightening: float
-    strategy: str
-
-    def layer_capacity(self, i: int) -> int:
-        """``n0 * s**i``, exact for an integer s, else rounded up."""
-        if isinstance(self.growth, int):
-            return int(self.capacity * self.growth ** i)
-        return math.ceil(self.capacity * self.growth ** i)
-
-    @functools.lru_cache(maxsize=256)  # noqa: B019  (frozen, hashable, few instances)
-    def layer_limit(self, i: int) -> int:
-        """The item count at which layer i is full: ``min(n_i, 2**32 - 1)`` (the BLM1
-        items field saturates at 2**32 - 1)."""
-        return min(self.layer_capacity(i), _MAX_ITEMS)
-
-    def layer_fp_rate(self, i: int) -> float:
-        """``p0 * r**i`` with ``p0 = p * (1 - r)``."""
-        return self.fp_rate * (1.0 - self.tightening) * self.tightening ** i
-
-    @functools.lru_cache(maxsize=1024)  # noqa: B019  (frozen, hashable, few instances)
-    def layer_config(self, i: int, strategy: HashStrategy) -> BloomConfig:
-        """Layer i's shape: k from :meth:`BloomConfig.for_items` (``round((m/n) ln 2)``),
-        and m the smallest number of bits, at least for_items' m, whose expected rate at
-        capacity ``(1 - e^(-k n / m))^k`` is <= p_i, i.e. ``m >= -k n / ln(1 - p_i^(1/k))``.
-        (Rounding k alone leaves the rate up to 0.3% above p_i, which would let the sum
-        of the layers' rates pass p.) A blocked strategy (``block_bits`` set) keeps
-        for_items' shape: its own sizing already meets p_i in whole blocks. Cached, so the
-        shape and any sizing warning of the strategy come once per process and layer.
-        Raises ConfigError when it does not fit BLM1 (m >= 2**64) or p_i underflows to 0
-        (not cached: raised again on every call)."""
-        p_i = self.layer_fp_rate(i)
-        if not p_i > 0.0:
-            raise ConfigError(f"layer {i}: error target p0 * r**i underflowed to {p_i!r}; the filter cannot grow further")
-        n = self.layer_capacity(i)
-        base = BloomConfig.for_items(n, p_i, strategy)
-        k = base.num_hashes
-        if strategy.block_bits or strategy.expected_fp_rate(n, base.num_bits, k) <= p_i:
-            return base  # a blocked strategy's own sizing already meets p_i (whole blocks)
-        m = max(base.num_bits, math.ceil(-k * n / math.log1p(-p_i ** (1.0 / k))))
-        while strategy.expected_fp_rate(n, m, k) > p_i:  # float rounding at the boundary
-            m += 1
-        return BloomConfig(num_bits=m, num_hashes=k, strategy=strategy, capacity=n, fp_rate=p_i)
-
-    def layer_entry(self, i: int, strategy: HashStrategy) -> dict[str, Any]:
-        cfg = self.layer_config(i, strategy)
-        return {"index": i, "file": layer_name(i), "capacity": self.layer_capacity(i),
-                "fp_rate": self.layer_fp_rate(i), "num_bits": cfg.num_bits, "num_hashes": cfg.num_hashes}
-
-
-def _check_params(capacity: object, fp_rate: object, growth: object, tightening: object) -> tuple[int, float, Union[int, float], float]:
-    # Capacity and fp_rate are checked exactly as BloomConfig.for_items checks them.
-    probe = BloomConfig.for_items(capacity, fp_rate)  # type: ignore[arg-type]
-    assert probe.capacity is not None and probe.fp_rate is not None
-    try:
-        gf = float(growth) if isinstance(growth, numbers.Real) and not isinstance(growth, bool) else math.nan
-    except OverflowError:
-        gf = math.inf
-    if not (math.isfinite(gf) and gf > 1.0):
-        raise ConfigError(f"growth must be a finite number greater than 1, got {growth!r}")
-    g: Union[int, float] = int(gf) if gf.is_integer() else gf
-    tf = float(tightening) if isinstance(tightening, numbers.Real) and not isinstance(tightening, bool) else math.nan
-    if not 0.0 < tf < 1.0:
-        raise ConfigError(f"tightening must be strictly between 0 and 1, got {tightening!r}")
-    return probe.capacity, probe.fp_rate, g, tf
-
-
 # -- the per-layer record ---------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class LayerInfo:
     """The shape and fill of one layer (a snapshot; :attr:`ScalableBloomFilter.layers`).
 
@@ -250,143 +159,35 @@ class LayerInfo:
     size_bytes: int
 
 
-# -- manifest and lock file -------------------------------------------------------------------
-def _manifest_bytes(params: _Params, count: int, strategy: HashStrategy) -> bytes:
-    doc = {
-        "format": MANIFEST_FORMAT,
-        "version": MANIFEST_VERSION,
-        "strategy": params.strategy,
-        "capacity": params.capacity,
-        "fp_rate": params.fp_rate,
-        "growth": params.growth,
-        "tightening": params.tightening,
-        "layers": [params.layer_entry(i, strategy) for i in range(count)],
-    }
-    return (json.dumps(doc, indent=1) + "\n").encode("ascii")
-
-
-def _write_manifest(directory: str, params: _Params, count: int, strategy: HashStrategy) -> None:
-    """Replace ``manifest.json`` atomically: temporary file, fsync, rename, directory fsync."""
-    data = _manifest_bytes(params, count, strategy)
-    with atomic_file(os.path.join(directory, MANIFEST_NAME), replace=True) as fd:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-
-
-def _manifest_field(doc: dict[str, Any], name: str, kind: Any, source: str) -> Any:
-    if name not in doc:
-        raise ManifestError(f"manifest has no field {name!r}", source=source, expected=name, actual=sorted(doc))
-    value = doc[name]
-    if isinstance(value, bool) or not isinstance(value, kind):
-        raise ManifestError(f"manifest field {name!r} has type {type(value).__name__}, expected {kind}",
-                            source=source, expected=kind, actual=value)
-    return value
-
-
-def _read_manifest(directory: str) -> tuple[_Params, HashStrategy, list[dict[str, Any]]]:
-    """Read and validate ``manifest.json``: every field present and typed, the parameters
-    valid, and every listed layer entry equal to the shape the growth rule gives.
-
-    Raises ManifestError (also for a missing manifest), UnknownStrategyError."""
-    source = os.path.join(directory, MANIFEST_NAME)
-    try:
-        fd = os.open(source, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
-        raise ManifestError("the manifest is missing (not a scalable filter directory, or damaged)",
-                            source=source, expected=MANIFEST_NAME, actual=None) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ManifestError("the manifest is not a regular file", source=source, expected="regular file",
-                                actual=stat.filemode(st.st_mode))
-        if st.st_size > _MAX_MANIFEST_BYTES:
-            raise ManifestError(f"the manifest is {st.st_size} bytes, more than {_MAX_MANIFEST_BYTES}",
-                                source=source, expected=_MAX_MANIFEST_BYTES, actual=st.st_size)
-        chunks = []
-        while True:
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
-    raw = b"".join(chunks)
-    try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise ManifestError(f"the manifest is not valid JSON ({exc})", source=source, expected="JSON object",
-                            actual=raw[:40]) from None
-    if not isinstance(doc, dict):
-        raise ManifestError("the manifest is not a JSON object", source=source, expected="object",
-                            actual=type(doc).__name__)
-    fmt_name = _manifest_field(doc, "format", str, source)
-    if fmt_name != MANIFEST_FORMAT:
-        raise ManifestError(f"manifest format is {fmt_name!r}, expected {MANIFEST_FORMAT!r}", source=source,
-                            expected=MANIFEST_FORMAT, actual=fmt_name)
-    version = _manifest_field(doc, "version", int, source)
-    if version != MANIFEST_VERSION:
-        raise ManifestError(f"manifest version is {version}, expected {MANIFEST_VERSION}", source=source,
-                            expected=MANIFEST_VERSION, actual=version)
-    strategy_name = _manifest_field(doc, "strategy", str, source)
-    strategy = get_strategy(strategy_name, source=source)
-    try:
-        capacity, fp_rate, growth, tightening = _check_params(
-            _manifest_field(doc, "capacity", int, source), _manifest_field(doc, "fp_rate", (int, float), source),
-            _manifest_field(doc, "growth", (int, float), source),
-            _manifest_field(doc, "tightening", (int, float), source))
-    except ConfigError as exc:
-        raise ManifestError(f"invalid parameters: {exc}", source=source, expected="valid parameters",
-                            actual=str(exc)) from None
-    params = _Params(capacity, fp_rate, growth, tightening, strategy_name)
-    layers = _manifest_field(doc, "layers", list, source)
-    for i, entry in enumerate(layers):
-        if not isinstance(entry, dict):
-            raise ManifestError(f"layer entry {i} is not an object", source=source, expected="object",
-                                actual=entry)
-        try:
-            want = params.layer_entry(i, strategy)
-        except ConfigError as exc:
-            raise ManifestError(f"layer {i} cannot exist: {exc}", source=source, expected=None, actual=entry) from None
-        for key, value in want.items():
-            got = entry.get(key)
-            same = (isinstance(got, (int, float)) and not isinstance(got, bool)
-                    and math.isclose(got, value, rel_tol=1e-12)) if key == "fp_rate" else got == value
-            if not same:
-                raise ManifestError(f"layer {i}: {key} is {got!r}, expected {value!r} from the growth rule",
-                                    source=source, expected=value, actual=got)
-    return params, strategy, layers
-
-
-def _lock_image(count: int) -> bytes:
-    return _LOCK.pack(LOCK_MAGIC, LOCK_VERSION, count, 0)
-
-
-def _check_lock_image(head: bytes, size: int, source: str) -> int:
-    """Validate the lock file's 16 bytes; return the committed layer count."""
-    if size != LOCK_SIZE or len(head) != LOCK_SIZE:
-        raise ManifestError(f"lock file is {size} bytes, expected {LOCK_SIZE}", source=source,
-                            expected=LOCK_SIZE, actual=size)
-    magic, version, count, reserved = _LOCK.unpack(head)
-    if magic != LOCK_MAGIC:
-        raise ManifestError(f"lock file magic is {magic!r}, expected {LOCK_MAGIC!r}", source=source,
-                            expected=LOCK_MAGIC, actual=magic)
-    if version != LOCK_VERSION:
-        raise ManifestError(f"lock file version is {version}, expected {LOCK_VERSION}", source=source,
-                            expected=LOCK_VERSION, actual=version)
-    if reserved != 0:
-        raise ManifestError(f"lock file reserved word is {reserved}, expected 0", source=source, expected=0,
-                            actual=reserved)
-    if count < 1:
-        raise ManifestError(f"committed layer count is {count}, expected at least 1", source=source,
-                            expected=">= 1", actual=count)
-    return int(count)
-
-
 def _strip(path: PathLike) -> str:
     p = absolute_path(path)
     stripped = p.rstrip("/")
     return stripped or p
+
+
+def _packed(count: int) -> bytes:
+    return count.to_bytes(4, "little")
+
+
+def _about_destination(exc: BaseException, tmp: str, dest: str) -> BaseException:
+    """An error met while building the directory under its temporary name ``tmp``,
+    reworded to name ``dest`` (the user's path), never the internal temporary."""
+    if isinstance(exc, NoSpaceError):
+        return NoSpaceError(str(exc).replace(tmp, dest), path=(exc.path or dest).replace(tmp, dest),
+                            needed=exc.needed, available=exc.available)
+    if isinstance(exc, OSError) and not isinstance(exc, MmapBloomError) and exc.errno is not None:
+        names = [n for n in (exc.filename, exc.filename2) if n is not None]
+        if not any(tmp in str(n) for n in names) and tmp not in str(exc.strerror):
+            return exc
+        if exc.errno == errno.ENOSPC:
+            return NoSpaceError(f"{dest}: no space left on device while creating it", path=dest)
+        parent = os.path.dirname(dest) or "."
+        detail = {errno.ENOENT: f" (directory {parent} does not exist)",
+                  errno.ENOTDIR: f" ({parent} is not a directory)",
+                  errno.EACCES: f" (creating a directory in {parent})",
+                  errno.EROFS: f" (creating a directory in {parent})"}.get(exc.errno, "")
+        return type(exc)(exc.errno, f"{exc.strerror}{detail}", dest)
+    return exc
 
 
 def is_scalable(path: PathLike) -> bool:
@@ -397,8 +198,16 @@ def is_scalable(path: PathLike) -> bool:
     return os.path.isdir(p) and os.path.isfile(os.path.join(p, MANIFEST_NAME))
 
 
+def _file_mode(mode: Optional[int]) -> Optional[int]:
+    if mode is None:
+        return None
+    if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o777:
+        raise TypeError(f"mode must be permission bits (an int in [0, 0o777]) or None, got {mode!r}")
+    return mode
+
+
 # -- the filter -------------------------------------------------------------------------------
-class ScalableBloomFilter:
+class ScalableBloomFilter(Lifecycle):
     """A scalable Bloom filter (Almeida et al. 2007) stored in a directory of BLM1 layers.
 
     Construct with :meth:`create`, :meth:`open` or :meth:`open_or_create`. Layer i holds
@@ -415,11 +224,15 @@ class ScalableBloomFilter:
     Concurrency: writers (``add``, ``update``) hold one directory-wide write lock: a
     re-entrant thread lock plus an exclusive ``flock`` on the directory's ``lock`` file
     (the package's :class:`~mmapbloom.locking.WriteLock`). Readers take no lock. Each
-    operation first compares the committed layer count (a word of the mapped ``lock``
-    file) with the handle's; when another process added a layer the handle opens it then.
-    Fork-safe: a child that inherits a handle locks through its own open file description
-    of the lock file (the parent's flock never admits it). Not safe on file systems whose
-    ``flock`` is not coherent (NFS).
+    operation first compares the committed layer count (a ``pread`` of the ``lock``
+    file's count word) with the handle's; when another process added a layer the handle
+    opens it then. Fork-safe: a child that inherits a handle locks through its own open
+    file description of the lock file (the parent's flock never admits it). Not safe on
+    file systems whose ``flock`` is not coherent (NFS).
+
+    Sharing between users: layers older than the newest are opened read-only (they are
+    never written again), and a layer this user may not write is opened read-only too, so
+    a handle that only queries never needs write access to any layer.
 
     >>> import tempfile, os
     >>> d = tempfile.mkdtemp()
@@ -428,21 +241,22 @@ class ScalableBloomFilter:
     (True, False, True, False)
     """
 
-    __slots__ = ("_path", "_params", "_strategy", "_readonly", "_no_write", "_closed", "_lock", "_lock_fd",
-                 "_lock_mm", "_word", "_layers", "_inodes", "_reload_lock", "__weakref__")
+    __slots__ = ("_path", "_lock_path", "_params", "_strategy", "_readonly", "_no_write", "_closed", "_lock",
+                 "_lock_fd", "_seen", "_layers", "_inodes", "_retired", "_reload_lock", "__weakref__")
 
     _path: str
-    _params: _Params
+    _lock_path: str
+    _params: GrowthRule
     _strategy: HashStrategy
     _readonly: bool
     _no_write: bool
     _closed: bool
     _lock: WriteLock
     _lock_fd: int
-    _lock_mm: mmap.mmap
-    _word: memoryview
+    _seen: bytes  # the count word's bytes for len(_layers)
     _layers: list[BloomFilter]
     _inodes: list[tuple[int, int]]
+    _retired: list[BloomFilter]  # read-only layer handles replaced by writable ones
     _reload_lock: threading.Lock
 
     # -- construction ------------------------------------------------------------------------
@@ -451,13 +265,16 @@ class ScalableBloomFilter:
 
     @classmethod
     def create(cls, path: PathLike, capacity: int, fp_rate: float, *, growth: Union[int, float] = DEFAULT_GROWTH,
-               tightening: float = DEFAULT_TIGHTENING, strategy: Optional[HashStrategy] = None) -> "ScalableBloomFilter":
+               tightening: float = DEFAULT_TIGHTENING, strategy: Optional[HashStrategy] = None,
+               mode: Optional[int] = None) -> "ScalableBloomFilter":
         """Create a new scalable filter directory with its first layer, and open it read-write.
 
         The whole directory (layer 0, manifest, lock file) is built under a temporary name
-        next to ``path`` and renamed into place, so other processes never see a partial
-        filter; of several processes creating the same path, one wins and the others get
-        FileExistsError.
+        ``.mmapbloom-<pid>-<random>.tmp`` next to ``path`` and renamed into place, so other
+        processes never see a partial filter; of several processes creating the same path,
+        one wins and the others get FileExistsError. A creator killed midway (SIGKILL)
+        leaves that temporary behind; the next create or merge in the same directory
+        removes it once the creator's pid is gone (as for plain filter files).
 
         Args:
             path: the directory to create; it must not exist.
@@ -466,41 +283,66 @@ class ScalableBloomFilter:
             growth: s > 1, each layer holds s times the items of the previous (default 2).
             tightening: r in (0, 1), each layer's error target is r times the previous
                 (default 0.5).
-            strategy: hash strategy of every layer (default: the package default). Stored
-                by name in the manifest and in every layer header.
+            strategy: hash strategy of every layer (default: the package default; the
+                blocked strategies work too). Stored by name in the manifest and in every
+                layer header.
+            mode: exact permission bits (e.g. ``0o664``) for every file of the directory,
+                not masked by the umask; the directory gets them plus ``x`` where ``r``
+                is set. Layers added later copy the bits of the existing layer 0, so a
+                directory shared by a group stays writable by the group whoever grows
+                it. None (default): the umask's, as ``open()``.
 
         Raises:
-            ConfigError: a parameter out of range.
+            ConfigError: a parameter out of range, or a growth rule that cannot grow (a
+                tightening so small that a later layer's error target underflows, or a
+                layer beyond BLM1's limits): the message names the layer and the item
+                count where the filter would stop.
             FileExistsError: ``path`` exists.
-            OSError: the parent directory is missing or not writable, the disk is full.
+            NoSpaceError: the disk is full.
+            OSError: the parent directory is missing or not writable. Errors name
+                ``path``, never the temporary.
         """
-        n0, p, s, r = _check_params(capacity, fp_rate, growth, tightening)
+        n0, p, s, r = check_params(capacity, fp_rate, growth, tightening)
+        file_mode = _file_mode(mode)
         strat = DEFAULT_STRATEGY if strategy is None else strategy
-        # ConfigError for an unregistered strategy (one whole block: blocked strategies refuse m = 1)
-        strat = BloomConfig(num_bits=max(1, strat.block_bits), num_hashes=1, strategy=strat).strategy
-        params = _Params(n0, p, s, r, strat.name)
+        params = GrowthRule(n0, p, s, r, strat.name)
+        params.check_growth(strat)  # ConfigError (also an unregistered strategy) before any file
         dest = _strip(path)
-        parent = os.path.dirname(dest)
+        parent = os.path.dirname(dest) or "."
         if os.path.lexists(dest):
             raise FileExistsError(errno.EEXIST, "file exists", dest)
-        tmp = os.path.join(parent, f".mmapbloom-{secrets.token_hex(8)}.tmp")
-        os.mkdir(tmp, 0o777)
+        tmp = ""
         try:
-            BloomFilter.create(os.path.join(tmp, layer_name(0)), params.layer_config(0, strat)).close()
-            _write_manifest(tmp, params, 1, strat)
-            with atomic_file(os.path.join(tmp, LOCK_NAME), replace=False) as fd:
-                os.write(fd, _lock_image(1))
-            fsync_directory(tmp)
-            try:
-                os.rename(tmp, dest)
-            except OSError as exc:
-                if exc.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR):
-                    raise FileExistsError(errno.EEXIST, "file exists", dest) from None
+            with temporary_directory(parent) as (tmp, _):
+                try:
+                    layer0 = os.path.join(tmp, layer_name(0))
+                    BloomFilter.create(layer0, params.layer_config(0, strat)).close()
+                    if file_mode is not None:
+                        os.chmod(layer0, file_mode)
+                    write_manifest(tmp, params, 1, strat, mode=file_mode)
+                    with atomic_file(os.path.join(tmp, LOCK_NAME), replace=False) as fd:
+                        if file_mode is not None:
+                            os.fchmod(fd, file_mode)
+                        os.write(fd, lock_image(1))
+                    if file_mode is not None:  # keep a setgid bit inherited from a shared parent
+                        inherited = stat.S_IMODE(os.stat(tmp).st_mode) & stat.S_ISGID
+                        os.chmod(tmp, file_mode | ((file_mode & 0o444) >> 2) | inherited)
+                    fsync_directory(tmp)
+                    try:
+                        os.rename(tmp, dest)
+                    except OSError as exc:
+                        if exc.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR):
+                            raise FileExistsError(errno.EEXIST, "file exists", dest) from None
+                        raise
+                except BaseException:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    raise
+        except OSError as exc:
+            renamed = _about_destination(exc, tmp or os.path.join(parent, ".mmapbloom-"), dest)
+            if renamed is exc:
                 raise
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        fsync_directory(parent or ".")
+            raise renamed from None
+        fsync_directory(parent)
         return cls.open(dest)
 
     @classmethod
@@ -530,9 +372,11 @@ class ScalableBloomFilter:
         self._no_write = self._readonly
         self._closed = False
         self._layers = []
+        self._seen = _packed(0)
         self._inodes = []
+        self._retired = []
         self._reload_lock = threading.Lock()
-        lock_path = os.path.join(dest, LOCK_NAME)
+        lock_path = self._lock_path = os.path.join(dest, LOCK_NAME)
         flags = (os.O_RDONLY if readonly else os.O_RDWR) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
         try:
             fd = os.open(lock_path, flags)
@@ -543,20 +387,15 @@ class ScalableBloomFilter:
             if not stat.S_ISREG(lst.st_mode):
                 raise ManifestError("the lock file is not a regular file", source=lock_path,
                                     expected="regular file", actual=stat.filemode(lst.st_mode))
-            _check_lock_image(os.pread(fd, LOCK_SIZE, 0), lst.st_size, lock_path)
-            mm = mmap.mmap(fd, LOCK_SIZE, access=mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE)
+            count = check_lock_image(os.pread(fd, LOCK_SIZE, 0), lst.st_size, lock_path)
         except BaseException:
             os.close(fd)
             raise
         self._lock_fd = fd
-        self._lock_mm = mm
-        word = memoryview(mm)[_COUNT_OFFSET:_COUNT_OFFSET + 4].cast("I")
-        assert word.itemsize == 4
-        self._word = word
         self._lock = WriteLock(fd, lock_path)
         try:
-            count = self._load_count()  # the count first, the manifest second (see _reload)
-            self._params, self._strategy, _ = _read_manifest(dest)
+            # The count first, the manifest second (see _reload).
+            self._params, self._strategy, _ = read_manifest(dest)
             self._reload(count)
         except BaseException:
             self._close_files()
@@ -567,23 +406,24 @@ class ScalableBloomFilter:
     @classmethod
     def open_or_create(cls, path: PathLike, capacity: int, fp_rate: float, *,
                        growth: Union[int, float] = DEFAULT_GROWTH, tightening: float = DEFAULT_TIGHTENING,
-                       strategy: Optional[HashStrategy] = None) -> "ScalableBloomFilter":
-        """Open ``path`` if it exists, else create it with these parameters; safe when many
-        processes race on the same new path (one directory is created, all open it).
+                       strategy: Optional[HashStrategy] = None, mode: Optional[int] = None) -> "ScalableBloomFilter":
+        """Open ``path`` if it exists, else create it with these parameters (``mode`` as in
+        :meth:`create`); safe when many processes race on the same new path (one
+        directory is created, all open it).
 
         Raises:
             ConfigMismatchError: the existing filter's capacity, fp_rate, growth,
                 tightening or strategy differ (the message names the field and both values).
             And whatever :meth:`open` and :meth:`create` raise.
         """
-        n0, p, s, r = _check_params(capacity, fp_rate, growth, tightening)
+        n0, p, s, r = check_params(capacity, fp_rate, growth, tightening)
         strategy_name = (DEFAULT_STRATEGY if strategy is None else strategy).name
         for _ in range(100):
             try:
                 f = cls.open(path)
             except FileNotFoundError:
                 try:
-                    return cls.create(path, n0, p, growth=s, tightening=r, strategy=strategy)
+                    return cls.create(path, n0, p, growth=s, tightening=r, strategy=strategy, mode=mode)
                 except FileExistsError:
                     continue
             try:
@@ -600,22 +440,21 @@ class ScalableBloomFilter:
         raise FileExistsError(f"{path}: directory keeps appearing and disappearing")  # pragma: no cover
 
     # -- layer bookkeeping ------------------------------------------------------------------
-    def _load_count(self) -> int:
-        value: int = self._word[0]
-        return value if _NATIVE_LITTLE else _swap32(value)
-
-    def _store_count(self, count: int) -> None:
-        self._word[0] = count if _NATIVE_LITTLE else _swap32(count)
+    def _read_count(self) -> int:
+        try:
+            return read_count(self._lock_fd, self._lock_path)
+        except OSError:  # EBADF: closed by another thread
+            self._check_open()
+            raise
 
     def _current(self) -> list[BloomFilter]:
         """The layer handles, after opening any layer another process committed. O(1)
-        when nothing changed: one load of the mapped count word."""
+        when nothing changed: one ``pread`` of the count word.
+
+        Raises ManifestError (the lock file was truncated or damaged), FilterClosedError."""
+        self._check_open()
         layers = self._layers
-        try:
-            count = self._load_count()
-        except ValueError:  # the word view was released: closed
-            self._check_open()
-            raise
+        count = self._read_count()
         if count == len(layers):
             return layers
         return self._reload(count)
@@ -628,24 +467,21 @@ class ScalableBloomFilter:
             layers = self._layers
             if count == len(layers):
                 return layers
-            lock_path = os.path.join(self._path, LOCK_NAME)
             if count < len(layers):
-                raise ManifestError(f"the committed layer count went back from {len(layers)} to {count}",
-                                    source=lock_path, expected=f">= {len(layers)}", actual=count)
-            params, _, entries = _read_manifest(self._path)
-            if params != self._params:
-                raise ManifestError(f"the manifest's parameters changed under the handle: {params} != {self._params}",
-                                    source=os.path.join(self._path, MANIFEST_NAME), expected=self._params,
-                                    actual=params)
-            if len(entries) < count:
-                raise ManifestError(f"the manifest lists {len(entries)} layers, the lock file commits {count}",
-                                    source=os.path.join(self._path, MANIFEST_NAME), expected=count,
-                                    actual=len(entries))
+                # The word only grows: read it again in case a read raced a store.
+                count = self._read_count()
+                if count == len(layers):
+                    return layers
+                if count < len(layers):
+                    raise ManifestError(f"the committed layer count went back from {len(layers)} to {count}",
+                                        source=self._lock_path, expected=f">= {len(layers)}", actual=count)
+            entries = validate_directory(self._path, self._params, count)
             new = list(layers)
             inodes = list(self._inodes)
             try:
                 for i in range(len(layers), count):
-                    layer, ino = self._open_layer(i, entries[i], count)
+                    # Only the newest layer is ever written: older ones are opened read-only.
+                    layer, ino = self._open_layer(i, entries[i], count, writable=i == count - 1)
                     new.append(layer)
                     inodes.append(ino)
             except BaseException:
@@ -654,70 +490,109 @@ class ScalableBloomFilter:
                 raise
             self._inodes = inodes
             self._layers = new
+            self._seen = _packed(len(new))
             return new
 
     def _layer_path(self, i: int) -> str:
         return os.path.join(self._path, layer_name(i))
 
-    def _open_layer(self, i: int, entry: dict[str, Any], count: int) -> tuple[BloomFilter, tuple[int, int]]:
+    def _open_layer(self, i: int, entry: dict[str, Any], count: int, *,
+                    writable: bool) -> tuple[BloomFilter, tuple[int, int]]:
+        """Open layer ``i``; read-write only if ``writable`` on a read-write handle and this
+        user may write it (else read-only: queries never need write access)."""
         path = self._layer_path(i)
         try:
-            layer = BloomFilter.open(path, readonly=self._readonly)
+            if writable and not self._readonly:
+                try:
+                    layer = BloomFilter.open(path)
+                except PermissionError:
+                    layer = BloomFilter.open(path, readonly=True)
+            else:
+                layer = BloomFilter.open(path, readonly=True)
         except FileNotFoundError:
             raise MissingLayerError(f"layer {i} of {count} committed layers is missing", source=path,
                                     expected=count, actual=i) from None
         try:
-            self._check_shape(i, layer, entry)
+            check_layer_shape(self._params, self._strategy, i, layer.config, path)
             st = os.stat(path)
         except BaseException:
             layer.close()
             raise
         return layer, (st.st_dev, st.st_ino)
 
-    def _check_shape(self, i: int, layer: BloomFilter, entry: dict[str, Any]) -> None:
-        # The manifest's entries were checked against the growth rule when it was read, so
-        # the rule's config is the manifest's; compared by the one shape comparison.
-        diff = self._params.layer_config(i, self._strategy).difference(layer.config)
-        if diff is not None:
-            field, want, got = diff
-            raise LayerMismatchError(f"layer {i} has {field} {got!r}, the manifest says {want!r}",
-                                     source=self._layer_path(i), expected=want, actual=got)
+    def _writable_newest(self, layers: list[BloomFilter]) -> list[BloomFilter]:
+        """``layers`` with the newest one open read-write: it was opened read-only when this
+        user could not write it; try again (its mode may have changed). The caller holds
+        the write lock. Raises PermissionError naming the layer."""
+        last = len(layers) - 1
+        if not layers[last].readonly:
+            return layers
+        path = self._layer_path(last)
+        try:
+            layer = BloomFilter.open(path)
+        except PermissionError as exc:
+            st = os.stat(path)
+            raise PermissionError(exc.errno, f"{exc.strerror}: the newest layer (mode {stat.filemode(st.st_mode)}, "
+                                  f"owner uid {st.st_uid}, gid {st.st_gid}) is not writable by this user, so "
+                                  "items cannot be added (queries work)", path) from None
+        with self._reload_lock:
+            self._retired.append(layers[last])  # other threads may still be querying it
+            new = layers[:last] + [layer]
+            if self._layers is layers:
+                self._layers = new
+        return new
 
     def _full(self, i: int, layer: BloomFilter) -> bool:
         return layer.items_added >= self._params.layer_limit(i)
 
+    def _shared_mode(self) -> tuple[Optional[int], Optional[int]]:
+        """The permission bits and group of layer 0, which every new file copies."""
+        try:
+            st = os.stat(self._layer_path(0))
+        except OSError:
+            return None, None
+        return stat.S_IMODE(st.st_mode) & 0o777, st.st_gid
+
     def _grow(self, layers: list[BloomFilter]) -> list[BloomFilter]:
         """Add layer ``len(layers)``; the caller holds the write lock and ``layers`` is
         current. Order: layer file (complete, atomically published; an uncommitted
-        leftover of a killed writer is replaced), manifest (atomic replace), count word
-        (the commit point), msync of the lock file."""
+        leftover of a killed writer is replaced) with layer 0's mode and group, manifest
+        (atomic replace, same mode), count word (the commit point, fsynced)."""
         i = len(layers)
         cfg = self._params.layer_config(i, self._strategy)  # ConfigError before any change
-        layer = BloomFilter.create(self._layer_path(i), cfg, overwrite=True)
+        mode, gid = self._shared_mode()
+        path = self._layer_path(i)
+        layer = BloomFilter.create(path, cfg, overwrite=True)
         try:
+            if mode is not None:
+                # Not the grower's umask: another user sharing the directory must be able to
+                # open the layer as it opens layer 0. Done before the commit, under the lock.
+                os.chmod(path, mode)
+                if gid is not None and gid != os.getegid():
+                    with contextlib.suppress(OSError):  # allowed only for a group of ours
+                        os.chown(path, -1, gid)
+                        os.chmod(path, mode)  # chown clears setgid bits on some systems
             if _GROW_HOOK is not None:
                 _GROW_HOOK("layer-created", i)
-            _write_manifest(self._path, self._params, i + 1, self._strategy)
+            write_manifest(self._path, self._params, i + 1, self._strategy, mode=mode)
             if _GROW_HOOK is not None:
                 _GROW_HOOK("manifest-published", i)
-            st = os.stat(self._layer_path(i))
+            st = os.stat(path)
             with self._reload_lock:
-                self._store_count(i + 1)
-                self._lock_mm.flush()
+                store_count(self._lock_fd, i + 1)
                 self._inodes = self._inodes + [(st.st_dev, st.st_ino)]
                 self._layers = new = layers + [layer]
+                self._seen = _packed(i + 1)
         except BaseException:
             layer.close()
             raise
         return new
 
     # -- guards -------------------------------------------------------------------------------
-    def _check_open(self) -> None:
-        if self._closed:
-            raise FilterClosedError(f"{self._path}: filter is closed")
-
     def _refuse_write(self) -> None:
         self._check_open()
+        if not self._readonly:  # a writable handle refuses writes only while close() runs
+            raise FilterClosedError(f"{self._path}: filter is closed")
         raise ReadOnlyFilterError(f"{self._path}: filter was opened read-only; writes are refused")
 
     # -- writes -------------------------------------------------------------------------------
@@ -743,17 +618,11 @@ class ScalableBloomFilter:
             self._refuse_write()
         key = encode_key(item)
         seen = self._layers
-        try:
-            if not _NATIVE_LITTLE or self._word[0] != len(seen):  # inlined _current()
-                seen = self._current()
-        except ValueError:  # the word view was released: closed
-            self._check_open()
-            raise
-        for layer in reversed(seen):  # duplicates: no lock (bits are never cleared)
+        for layer in reversed(seen):  # duplicates: no lock, no system call (bits are never cleared)
             if layer.might_contain(key):
                 return False
         with self._lock:
-            layers = self._current()
+            layers = self._current()  # layers committed by others since: one pread
             last = len(layers) - 1
             # Layers older than the newest one seen above were already frozen (only the
             # newest layer is ever written) and said no: ask only the ones since.
@@ -765,8 +634,7 @@ class ScalableBloomFilter:
                 if newest.might_contain(key):
                     return False
                 layers = self._grow(layers)
-                newest = layers[-1]
-            return newest.add(key)
+            return self._writable_newest(layers)[-1].add(key)
 
     def update(self, items: Iterable[Item]) -> int:
         """Add many items; return how many were new. Equivalent to calling :meth:`add` on
@@ -776,51 +644,75 @@ class ScalableBloomFilter:
 
         Every item is validated before anything is written. The write lock is taken once
         per chunk of 65,536 items, so other writers may interleave between chunks (each
-        chunk is atomic).
+        chunk is atomic unless a growth inside it fails). SIGINT, SIGTERM and SIGHUP
+        arriving during a chunk's commit are delivered after it. The same contract as
+        :meth:`BloomFilter.update <mmapbloom.BloomFilter.update>`: any exception leaving
+        this method (a failed growth: disk full, a layer beyond BLM1's limits; a
+        KeyboardInterrupt) carries ``committed_items``, how many leading items were
+        committed (each of them added or already present; the rest were not added).
 
         Raises:
-            TypeError, ReadOnlyFilterError, FilterClosedError, ConfigError, OSError: as
-                :meth:`add`.
+            TypeError, UnicodeEncodeError: a bad item (nothing changed).
+            ReadOnlyFilterError, FilterClosedError.
+            ConfigError: the next layer would not fit BLM1.
+            NoSpaceError: the disk is full at a growth. OSError: other OS errors.
         """
         if self._no_write:
             self._refuse_write()
         self._check_open()
-        keys = encoded_keys(items)[0]  # nulls of a column are never added
-        total = 0
-        for start in range(0, len(keys), _CHUNK):
-            chunk = keys[start:start + _CHUNK]
-            with self._lock:
-                total += self._update_locked(chunk)
+        start = 0
+        progress = [0]  # index, in the chunk at ``start``, of the first item not yet committed
+        try:
+            keys = encoded_keys(items)[0]  # nulls of a column are never added
+            total = 0
+            for start in range(0, len(keys), _CHUNK):
+                progress[0] = 0
+                with self._lock, deferred_signals():
+                    total += self._update_locked(keys[start:start + _CHUNK], progress)
+        except BaseException as exc:
+            exc.committed_items = start + progress[0]  # type: ignore[attr-defined]
+            raise
         return total
 
-    def _update_locked(self, keys: list[Any]) -> int:
+    def _update_locked(self, keys: list[Any], progress: list[int]) -> int:
         layers = self._current()
-        cand = self._absent(keys, layers[:-1])
+        todo = self._absent(keys, list(range(len(keys))), layers[:-1])
         new = 0
-        while cand:
+        while todo:
+            progress[0] = todo[0]
             last = len(layers) - 1
             newest = layers[last]
             if self._full(last, newest):
-                cand = self._absent(cand, [newest])  # it becomes an older layer
-                if not cand:
+                todo = self._absent(keys, todo, [newest])  # it becomes an older layer
+                if not todo:
                     break
+                progress[0] = todo[0]
                 layers = self._grow(layers)
                 continue
+            layers = self._writable_newest(layers)
+            newest = layers[last]
             # At most `room` of them can be new, so the layer never passes its capacity and
             # items fill it in order, exactly as sequential adds would.
             room = self._params.layer_limit(last) - newest.items_added
-            part, cand = cand[:room], cand[room:]
-            new += int(np.count_nonzero(newest.add_many(part)))
+            part, todo = todo[:room], todo[room:]
+            try:
+                new += int(np.count_nonzero(newest.add_many([keys[i] for i in part])))
+            except BaseException as exc:
+                done = getattr(exc, "committed_items", 0)
+                progress[0] = part[done] if done < len(part) else (todo[0] if todo else len(keys))
+                raise
+        progress[0] = len(keys)
         return new
 
     @staticmethod
-    def _absent(keys: list[Any], layers: list[BloomFilter]) -> list[Any]:
+    def _absent(keys: list[Any], todo: list[int], layers: list[BloomFilter]) -> list[int]:
+        """The indices of ``todo`` (ascending) whose key no layer of ``layers`` reports."""
         for layer in layers:
-            if not keys:
+            if not todo:
                 break
-            hit = layer.contains_many(keys)
-            keys = [k for k, h in zip(keys, hit.tolist()) if not h]
-        return keys
+            hit = layer.contains_many([keys[i] for i in todo])
+            todo = [i for i, h in zip(todo, hit.tolist()) if not h]
+        return todo
 
     def write_lock(self) -> WriteLock:
         """The directory-wide write lock, as a context manager, for loops of :meth:`add`
@@ -840,16 +732,27 @@ class ScalableBloomFilter:
         the layers newest first (the newest holds about half of the items for s = 2) and
         stops at the first that reports it. Takes no lock.
 
-        Raises TypeError, FilterClosedError."""
+        Cost: a hash and a few reads per layer asked; a negative answer adds one
+        ``pread`` of the lock file's count word (a positive one needs none: bits are never
+        cleared, so the layers already open suffice to say yes).
+
+        Raises TypeError, FilterClosedError, ManifestError (the lock file was truncated
+        or damaged under the handle)."""
         key = encode_key(item)
         layers = self._layers
+        for layer in reversed(layers):
+            if layer.might_contain(key):
+                return True
+        # "No" must include the layers other processes committed since: one pread. An add
+        # that returned before this call began went to a layer below the count read here.
         try:
-            if not _NATIVE_LITTLE or self._word[0] != len(layers):  # inlined _current()
-                layers = self._current()
-        except ValueError:  # the word view was released: closed
+            same = os.pread(self._lock_fd, 4, COUNT_OFFSET) == self._seen and self._layers is layers
+        except OSError:  # EBADF: closed
             self._check_open()
             raise
-        for layer in reversed(layers):
+        if same:
+            return False
+        for layer in reversed(self._current()[len(layers):]):
             if layer.might_contain(key):
                 return True
         return False
@@ -1008,24 +911,17 @@ class ScalableBloomFilter:
         """
         self._check_open()
         layers = self._current()
-        lock_path = os.path.join(self._path, LOCK_NAME)
+        lock_path = self._lock_path
         try:
             lst = os.stat(lock_path)
         except FileNotFoundError:
             raise ManifestError("the lock file is missing", source=lock_path, expected=LOCK_NAME, actual=None) from None
-        count = _check_lock_image(bytes(self._lock_mm[:LOCK_SIZE]), lst.st_size, lock_path)
         mine = os.fstat(self._lock_fd)
+        count = check_lock_image(os.pread(self._lock_fd, LOCK_SIZE, 0), mine.st_size, lock_path)
         if (lst.st_dev, lst.st_ino) != (mine.st_dev, mine.st_ino):
             raise ManifestError("the lock file was replaced since the handle opened it", source=lock_path,
                                 expected=(mine.st_dev, mine.st_ino), actual=(lst.st_dev, lst.st_ino))
-        params, _, entries = _read_manifest(self._path)
-        manifest = os.path.join(self._path, MANIFEST_NAME)
-        if params != self._params:
-            raise ManifestError(f"the manifest's parameters changed under the handle: {params} != {self._params}",
-                                source=manifest, expected=self._params, actual=params)
-        if len(entries) < count:
-            raise ManifestError(f"the manifest lists {len(entries)} layers, the lock file commits {count}",
-                                source=manifest, expected=count, actual=len(entries))
+        validate_directory(self._path, self._params, count)
         for i, layer in enumerate(layers):
             path = self._layer_path(i)
             try:
@@ -1036,7 +932,7 @@ class ScalableBloomFilter:
             if (st.st_dev, st.st_ino) != self._inodes[i]:
                 raise LayerMismatchError(f"layer {i} was replaced since the handle opened it", source=path,
                                          expected=self._inodes[i], actual=(st.st_dev, st.st_ino))
-            self._check_shape(i, layer, entries[i])
+            check_layer_shape(self._params, self._strategy, i, layer.config, path)
             layer.check()
 
     def verify(self) -> None:
@@ -1046,26 +942,17 @@ class ScalableBloomFilter:
 
         Raises as :meth:`check`."""
         self.check()
-        params, _, entries = _read_manifest(self._path)
         for i in range(len(self._current())):
-            fresh, _ = self._open_layer_readonly(i, entries[i])
+            path = self._layer_path(i)
             try:
+                fresh = BloomFilter.open(path, readonly=True)
+            except FileNotFoundError:
+                raise MissingLayerError(f"layer {i} is missing", source=path, expected=i + 1, actual=i) from None
+            try:
+                check_layer_shape(self._params, self._strategy, i, fresh.config, path)
                 fresh.check()
             finally:
                 fresh.close()
-
-    def _open_layer_readonly(self, i: int, entry: dict[str, Any]) -> tuple[BloomFilter, None]:
-        path = self._layer_path(i)
-        try:
-            layer = BloomFilter.open(path, readonly=True)
-        except FileNotFoundError:
-            raise MissingLayerError(f"layer {i} is missing", source=path, expected=i + 1, actual=i) from None
-        try:
-            self._check_shape(i, layer, entry)
-        except BaseException:
-            layer.close()
-            raise
-        return layer, None
 
     # -- lifecycle ----------------------------------------------------------------------------
     def flush(self) -> None:
@@ -1073,46 +960,38 @@ class ScalableBloomFilter:
         survives power loss (writes already survive the process being killed)."""
         self._check_open()
         for layer in self._current():
-            layer.flush()
+            if not layer.readonly:
+                layer.flush()
         if not self._readonly:
-            self._lock_mm.flush()
+            os.fsync(self._lock_fd)
 
     def close(self) -> None:
         """Close every layer and the lock file (idempotent). Waits for this handle's writes
         in flight in other threads; later use raises FilterClosedError. Does not flush."""
-        if self._closed:
-            return
-        with self._lock.thread_lock:
-            if self._closed:
-                return
-            self._closed = True
-            self._no_write = True
-            self._close_files()
+        Lifecycle.close(self)
+
+    def _describe(self) -> str:
+        return self._path
+
+    def _close_lock(self) -> Any:
+        return self._lock.thread_lock
+
+    def _release(self) -> None:
+        self._no_write = True  # writes then report FilterClosedError before touching the lock
+        self._closed = True
+        self._close_files()
 
     def _close_files(self) -> None:
         _LIVE.discard(self)
         self._closed = True
         if hasattr(self, "_lock"):
             self._lock.close()
-        for layer in self._layers:
+        for layer in self._layers + self._retired:
             layer.close()
         self._layers = []
-        with contextlib.suppress(Exception):
-            self._word.release()
-        with contextlib.suppress(BufferError):
-            self._lock_mm.close()
-        os.close(self._lock_fd)
-
-    def __enter__(self) -> "ScalableBloomFilter":
-        self._check_open()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            self.close()
+        self._retired = []
+        fd, self._lock_fd = self._lock_fd, -1  # a later pread fails (EBADF), never reads a reused fd
+        os.close(fd)
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickles as the directory path and mode: the receiver opens the same directory

@@ -40,6 +40,7 @@ import mmap
 import os
 import re
 import secrets
+import shutil
 import stat
 import warnings
 from typing import Callable, Iterator, Optional, Union
@@ -68,7 +69,10 @@ __all__ = [
     "Storage",
     "atomic_file",
     "fsync_directory",
+    "publish_file",
     "remove_stale_temporaries",
+    "temporary_directory",
+    "temporary_path",
 ]
 
 #: Files are created with this mode, masked by the process umask (like ``open()``).
@@ -297,11 +301,14 @@ def file_system_type(fd: int) -> Optional[str]:
 
 
 def _free_bytes(fd: int) -> int:
-    """Bytes this process may still allocate on ``fd``'s file system (root may use the
-    blocks reserved for it)."""
+    """Bytes free for an unprivileged process on ``fd``'s file system: ``f_bavail *
+    f_frsize``. The blocks reserved for root (``f_bfree - f_bavail``, 5% of an ext4 disk by
+    default) are never counted, even for root: a filter sized into them is one that the
+    same job run as an ordinary user (or another process filling the disk) cannot write,
+    and reporting them as free overstated the room (240.4 GB "free" where 78.7 GB were
+    usable)."""
     vfs = os.fstatvfs(fd)
-    blocks = vfs.f_bfree if hasattr(os, "geteuid") and os.geteuid() == 0 else vfs.f_bavail
-    return blocks * vfs.f_frsize
+    return vfs.f_bavail * vfs.f_frsize
 
 
 def check_backing(fd: int, path: str, size: int, *, readonly: bool) -> None:
@@ -410,11 +417,49 @@ def _temp_name(directory: str) -> str:
     return os.path.join(directory, f".mmapbloom-{os.getpid()}-{secrets.token_hex(8)}.tmp")
 
 
+def temporary_path(directory: str) -> str:
+    """A fresh name ``.mmapbloom-<pid>-<random>.tmp`` in ``directory`` for a file built
+    there and published under its real name when complete (:func:`publish_file`). The
+    builder must hold an exclusive ``flock`` on it while it builds (a filter handle's
+    ``write_lock()`` does), or :func:`remove_stale_temporaries` in another pid namespace
+    could take it for a dead process's leftover."""
+    return _temp_name(directory)
+
+
 _STALE_TEMP = re.compile(r"\.mmapbloom-([0-9]{1,10})-[0-9a-f]{16}\.tmp\Z")
 
 
+@contextlib.contextmanager
+def temporary_directory(directory: str) -> Iterator[tuple[str, int]]:
+    """A new empty directory ``.mmapbloom-<pid>-<random>.tmp`` in ``directory``, for
+    building a tree that is published by renaming it (a scalable filter) or that is
+    removed at the end (Dask shards). Yields ``(path, fd)``: the directory carries an
+    exclusive ``flock`` on ``fd`` until the block ends, so :func:`remove_stale_temporaries`
+    leaves it alone while its builder lives (even one in another pid namespace), and
+    removes it, whole, once the builder is gone (SIGKILL, power loss). Stale temporaries
+    of ``directory`` are removed first. The caller removes the directory itself on error
+    (or renames it away); the descriptor is closed when the block ends.
+
+    Raises OSError (from ``mkdir``: the parent is missing or not writable)."""
+    remove_stale_temporaries(directory)
+    path = _temp_name(directory)
+    os.mkdir(path, 0o777)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    except BaseException:
+        os.rmdir(path)
+        raise
+    try:
+        _try_flock(fd)
+        yield path, fd
+    finally:
+        os.close(fd)
+
+
 def _pid_alive(pid: int) -> bool:
-    """Whether a process ``pid`` exists (any owner). Unknown counts as alive."""
+    """Whether a process ``pid`` exists (any owner) and is not a zombie (a killed process
+    its parent has not reaped yet: it holds no lock and will never finish its file).
+    Unknown counts as alive."""
     if pid <= 0:
         return True
     try:
@@ -423,7 +468,12 @@ def _pid_alive(pid: int) -> bool:
         return False
     except (PermissionError, OverflowError, OSError):
         return True  # exists but is someone else's, or cannot be asked: leave its file alone
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            state = fh.read().rpartition(b")")[2].split()[:1]
+    except OSError:
+        return True
+    return state != [b"Z"]
 
 
 def remove_stale_temporaries(directory: str) -> list[str]:
@@ -431,8 +481,9 @@ def remove_stale_temporaries(directory: str) -> list[str]:
     merges killed with SIGKILL (or by power loss) left in ``directory``; return their paths.
 
     A temporary is removed only when all of these hold: its name carries a pid, no process
-    with that pid exists, it is a regular file (never followed through a symlink), and no
-    one holds the ``flock`` every writer keeps on its temporary while it builds it (so a
+    with that pid exists, it is a regular file or a directory (never followed through a
+    symlink; a directory of :func:`temporary_directory` is removed with its contents), and
+    no one holds the ``flock`` every writer keeps on its temporary while it builds it (so a
     live writer in another pid namespace sharing the directory is never touched either).
     Temporaries of live processes, of other programs, and of older versions (no pid in the
     name) are left alone. Errors (permissions, races with another cleaner) are ignored.
@@ -455,11 +506,15 @@ def remove_stale_temporaries(directory: str) -> list[str]:
             continue  # a symlink (ELOOP), gone already, or not ours to open
         try:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or not _try_flock(fd):
+            is_dir = stat.S_ISDIR(st.st_mode)
+            if not (stat.S_ISREG(st.st_mode) or is_dir) or not _try_flock(fd):
                 continue
             now = os.lstat(path)
             if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
-                os.unlink(path)
+                if is_dir:
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    os.unlink(path)
                 removed.append(path)
         except OSError:
             continue
@@ -512,12 +567,36 @@ def _publish(tmp: str, dest: str, *, replace: bool) -> None:
         os.rename(tmp, dest)  # pragma: no cover
 
 
+def publish_file(tmp: str, dest: str, *, replace: bool) -> None:
+    """Publish a complete file built at ``tmp`` (same directory) under ``dest``, then
+    remove the name ``tmp`` and fsync the directory: ``link`` (an existing ``dest`` is
+    never replaced: FileExistsError) or, with ``replace``, an atomic ``rename``. The caller
+    has fsynced (or msynced) the file. Readers of ``dest`` see nothing or the whole file.
+
+    Raises FileExistsError, OSError."""
+    _publish(tmp, dest, replace=replace)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)  # after link(); rename already removed it
+    fsync_directory(os.path.dirname(dest) or ".")
+
+
 def _about_destination(exc: OSError, tmp: str, dest: str, directory: str) -> OSError:
     """An OS error met while building ``tmp`` for ``dest``, reworded to name ``dest`` (the
     user's file), never the internal temporary; errors of the package, and errors that
     name another file (a shard), are returned unchanged."""
     if isinstance(exc, (NoSpaceError, FileExistsError)) or exc.errno is None:
         return exc
+    if exc.errno == errno.ENOSPC:  # full disk (or no inode) while writing: the package's error
+        free: Optional[int] = None
+        detail = ""
+        try:
+            vfs = os.statvfs(directory or ".")
+            free = vfs.f_bavail * vfs.f_frsize
+            detail = "; no free inode" if vfs.f_files and not vfs.f_favail else f"; {free:,} bytes free"
+        except OSError:  # pragma: no cover
+            pass
+        return NoSpaceError(f"{dest}: {exc.strerror or 'No space left on device'} (while writing it{detail})",
+                            path=dest, available=free)
     if exc.filename not in (None, tmp) or exc.filename2 not in (None, tmp, dest):
         return exc
     if exc.filename is None and exc.filename2 is None:

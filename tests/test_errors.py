@@ -117,9 +117,10 @@ def test_verify_and_info_name_the_file_on_a_bare_os_error(tmp_path: Any, monkeyp
 
 # -- too large: say so first, refuse before allocating ----------------------------------------------
 def _free(directory: Any) -> int:
-    """Bytes this process may allocate there (root may use the reserved blocks too)."""
+    """Bytes an unprivileged process may allocate there (what the free-space check counts,
+    even for root: never the blocks reserved for root)."""
     v = os.statvfs(directory)
-    return (v.f_bfree if os.geteuid() == 0 else v.f_bavail) * v.f_frsize
+    return v.f_bavail * v.f_frsize
 
 
 def test_create_that_cannot_fit_is_refused_before_allocating(tmp_path: Any) -> None:

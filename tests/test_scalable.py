@@ -16,6 +16,7 @@ import signal
 import struct
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -30,7 +31,8 @@ from mmapbloom import (
     ScalableBloomFilter,
     get_strategy,
 )
-from mmapbloom import scalable
+from mmapbloom import DEFAULT_STRATEGY, scalable
+from mmapbloom import scalable_format as sf
 from mmapbloom.sizing import expected_fp_rate
 from mmapbloom.errors import FormatError, LayerMismatchError, ManifestError, MissingLayerError
 from tests import scalable_workers
@@ -54,6 +56,20 @@ def run_calls(calls):  # type: ignore[no-untyped-def]
         p.join(60)
         assert p.exitcode == 0
     return [results[i] for i in range(len(procs))]
+
+
+def make_unchecked(path: Any, capacity: int, fp_rate: float, *, growth: Any = 2, tightening: float = 0.5,
+                   strategy: Any = None) -> ScalableBloomFilter:
+    """A scalable directory built from the format module alone, without the create-time
+    check of the growth rule (as an older version made them), opened read-write."""
+    strat = strategy or DEFAULT_STRATEGY
+    rule = sf.GrowthRule(capacity, fp_rate, growth, tightening, strat.name)
+    os.mkdir(path)
+    BloomFilter.create(os.path.join(path, sf.layer_name(0)), rule.layer_config(0, strat)).close()
+    sf.write_manifest(str(path), rule, 1, strat)
+    with open(os.path.join(path, sf.LOCK_NAME), "wb") as fh:
+        fh.write(sf.lock_image(1))
+    return ScalableBloomFilter.open(path)
 
 
 def layer_bytes(path: str) -> list[bytes]:
@@ -604,8 +620,15 @@ def test_failed_growth_adds_nothing(tmp_path, monkeypatch) -> None:  # type: ign
     f.close()
 
 
+def test_a_layer_too_large_for_blm1_is_refused_at_create(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ConfigError, match=r"layer 1 \(after 10 items\)"):
+        ScalableBloomFilter.create(tmp_path / "s", 10, 0.01, growth=10**18)  # layer 1: about 10^20 bits
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_layer_too_large_for_blm1_is_refused_before_writing(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    f = ScalableBloomFilter.create(tmp_path / "s", 10, 0.01, growth=10**18)
+    # A directory that an older version created without checking its growth rule.
+    f = make_unchecked(tmp_path / "s", 10, 0.01, growth=10**18)
     f.update(urls(10))
     with pytest.raises(ConfigError):
         f.add("eleven")  # layer 1 would need about 10^20 bits
