@@ -108,6 +108,8 @@ def _holds_objects(items: Any) -> bool:
 def _numpy_batch(arr: np.ndarray, native: Any, query: bool) -> Any:
     if arr.ndim != 1:
         raise TypeError(f"a numpy batch must be 1-dimensional, got shape {arr.shape}")
+    if isinstance(arr, np.ma.MaskedArray):  # its tolist() has None for a masked element
+        return as_batch(arr.tolist(), native, query=query)
     kind = arr.dtype.kind
     if kind in "iu":
         wide = np.ascontiguousarray(arr, dtype="<i8" if kind == "i" else "<u8")

@@ -93,6 +93,16 @@ def test_numpy_text_arrays_equal_their_tolist(make: Callable[[], Any]) -> None:
         check_same_as_list(arr, arr.tolist(), make)
 
 
+def test_numpy_masked_array_is_its_tolist() -> None:
+    """A masked array is taken as its tolist(): unmasked values are keys, a masked one is
+    None there, so it is refused like a None item (not hashed as the hidden value)."""
+    f = BloomFilter(CFG)
+    assert f.update(np.ma.array([1, 2], mask=[False, False])) == 2
+    with pytest.raises(TypeError, match="NoneType"):
+        f.update(np.ma.array([3, 4], mask=[False, True]))
+    assert 4 not in f and 3 not in f
+
+
 def test_numpy_refused_dtypes() -> None:
     f = BloomFilter(CFG)
     for arr, text in ((np.array([1.5]), "dtype float64"), (np.array([True]), "dtype bool"),
