@@ -52,8 +52,8 @@ setup(
     ext_modules=[
         Extension(
             "mmapbloom._kernels",
-            sources=["mmapbloom/_kernels.c", "mmapbloom/_murmur3.c"],
-            depends=["mmapbloom/_murmur3.h", "mmapbloom/_keys.h"],
+            sources=["mmapbloom/_kernels.c", "mmapbloom/_murmur3.c", "mmapbloom/_columns.c"],
+            depends=["mmapbloom/_murmur3.h", "mmapbloom/_keys.h", "mmapbloom/_columns.h"],
             optional=True,
             extra_compile_args=[] if os.name == "nt" else _GCC_LIKE_FLAGS,
         )

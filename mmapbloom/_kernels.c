@@ -44,6 +44,7 @@
 #include <sys/file.h>
 #endif
 
+#include "_columns.h"   /* the Column type (key columns read in place); includes _keys.h */
 #include "_keys.h"
 #include "_murmur3.h"
 
@@ -405,7 +406,11 @@ static void stage_query(const uint8_t *body, int width, const geom *g, const key
 {
     const unsigned head = g->k < QUERY_PREFETCH ? g->k : QUERY_PREFETCH;
     unsigned i;
-    hash_key(key, h);
+    if (key->ptr != NULL) {
+        hash_key(key, h);
+    } else {   /* a null key (a Column's): answered 0 by query_run; any valid positions do */
+        h[0] = h[1] = 0;
+    }
     positions_n(g, h, row, 0, head);
     for (i = 0; i < head; i++)
         PREFETCH_R(body + byte_of(width, row[i]));
@@ -458,8 +463,6 @@ static void query_run(const uint8_t *body, int width, const geom *g, const keyre
 /* ===================================================================================== */
 /* 2. CPython binding                                                                    */
 /* ===================================================================================== */
-
-#define KEY_TYPES_MSG "items must be str, bytes, bytearray or memoryview, got %.200s"
 
 static int check_nargs(const char *name, Py_ssize_t nargs, Py_ssize_t want)
 {
@@ -559,6 +562,73 @@ static int get_body(PyObject *obj, int writable, uint64_t m, int width, Py_buffe
     return 0;
 }
 
+/* mmapbloom.hashing.encode_key(o): the one key-encoding rule (and its error messages),
+ * used for every key this binding does not resolve in place.  New reference or NULL. */
+static PyObject *encode_key_py(PyObject *o)
+{
+    PyObject *mod = PyImport_ImportModule("mmapbloom.hashing"), *fn, *res;
+    if (mod == NULL)
+        return NULL;
+    fn = PyObject_GetAttrString(mod, "encode_key");
+    Py_DECREF(mod);
+    if (fn == NULL)
+        return NULL;
+    res = PyObject_CallFunctionObjArgs(fn, o, NULL);
+    Py_DECREF(fn);
+    return res;
+}
+
+/* A key that resolve_key does not take in place: raise encode_key's error for it (or, for
+ * a key that encode_key accepts, say that batches must be encoded first: the Python layer
+ * does that, see mmapbloom.batches). */
+static int key_not_fast(PyObject *o)
+{
+    PyObject *enc = encode_key_py(o);
+    if (enc == NULL)
+        return -1;
+    Py_DECREF(enc);
+    PyErr_Format(PyExc_TypeError, "batch keys must be str or contiguous bytes-like (encode the others with "
+                 "mmapbloom.hashing.encode_key first), got %.200s", Py_TYPE(o)->tp_name);
+    return -1;
+}
+
+/* 1 for the keys resolve_key takes in place: str, bytes, bytearray, C-contiguous memoryview. */
+static int is_fast_key(PyObject *o)
+{
+    return PyUnicode_Check(o) || PyBytes_Check(o) || PyByteArray_Check(o) ||
+           (PyMemoryView_Check(o) && PyBuffer_IsContiguous(PyMemoryView_GET_BUFFER(o), 'C'));
+}
+
+/* An exact int key -> its 8 little-endian bytes (value mod 2^64); out of [-2^63, 2^64):
+ * encode_key's OverflowError. */
+static int int_key_bytes(PyObject *o, uint8_t b[8])
+{
+    int overflow, i;
+    uint64_t u;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow == 0) {
+        u = (uint64_t)v;
+    } else {
+        unsigned long long w = overflow > 0 ? PyLong_AsUnsignedLongLong(o) : (unsigned long long)-1;
+        if (overflow < 0 || (w == (unsigned long long)-1 && PyErr_Occurred())) {
+            PyObject *enc;
+            PyErr_Clear();
+            enc = encode_key_py(o);   /* raises the OverflowError naming the value */
+            if (enc == NULL)
+                return -1;
+            Py_DECREF(enc);
+            PyErr_Format(PyExc_OverflowError, "integer key out of range: %R", o);
+            return -1;
+        }
+        u = (uint64_t)w;
+    }
+    for (i = 0; i < 8; i++, u >>= 8)
+        b[i] = (uint8_t)(u & 0xFF);
+    return 0;
+}
+
 /* The bytes of one key.  Returns -1 with an exception set, 0 (no buffer taken) or 1 (a
  * buffer was taken into *view: release it when done with r).  A str gives its UTF-8
  * bytes, cached inside the str object by CPython (no copy for ASCII strings); lone
@@ -585,7 +655,7 @@ static int resolve_key(PyObject *o, keyref *r, Py_buffer *view)
         r->len = PyBytes_GET_SIZE(o);
         return 0;
     }
-    if (PyByteArray_Check(o) || PyMemoryView_Check(o)) {
+    if (PyByteArray_Check(o) || (PyMemoryView_Check(o) && PyBuffer_IsContiguous(PyMemoryView_GET_BUFFER(o), 'C'))) {
         /* PyBUF_SIMPLE: C-contiguous bytes (BufferError otherwise).  The export also keeps
          * a bytearray from being resized while we hold it. */
         if (PyObject_GetBuffer(o, view, PyBUF_SIMPLE) < 0)
@@ -594,22 +664,50 @@ static int resolve_key(PyObject *o, keyref *r, Py_buffer *view)
         r->len = view->len;
         return 1;
     }
-    PyErr_Format(PyExc_TypeError, KEY_TYPES_MSG, Py_TYPE(o)->tp_name);
-    return -1;
+    return key_not_fast(o);
 }
 
-/* Validate a key and hash it. */
+/* Validate a key and hash it: str and contiguous bytes-likes in place, an exact int in
+ * [-2^63, 2^64) as its 8 little-endian bytes, anything else through encode_key_py (the
+ * one rule, in Python, with its messages). */
 static int hash_object(PyObject *o, uint64_t h[2])
 {
     keyref r;
     Py_buffer view;
-    const int got = resolve_key(o, &r, &view);
-    if (got < 0)
-        return -1;
-    hash_key(&r, h);
-    if (got)
-        PyBuffer_Release(&view);
-    return 0;
+    int got;
+    if (PyLong_CheckExact(o)) {
+        uint8_t b[8];
+        if (int_key_bytes(o, b) < 0)
+            return -1;
+        r.ptr = (const char *)b;
+        r.len = 8;
+        hash_key(&r, h);
+        return 0;
+    }
+    if (is_fast_key(o)) {
+        got = resolve_key(o, &r, &view);
+        if (got < 0)
+            return -1;
+        hash_key(&r, h);
+        if (got)
+            PyBuffer_Release(&view);
+        return 0;
+    }
+    {
+        PyObject *enc = encode_key_py(o);
+        if (enc == NULL)
+            return -1;
+        if (!PyBytes_Check(enc)) {
+            Py_DECREF(enc);
+            PyErr_SetString(PyExc_TypeError, "mmapbloom.hashing.encode_key must return bytes");
+            return -1;
+        }
+        r.ptr = PyBytes_AS_STRING(enc);
+        r.len = PyBytes_GET_SIZE(enc);
+        hash_key(&r, h);
+        Py_DECREF(enc);
+        return 0;
+    }
 }
 
 /* keys -> a new reference to a tuple (a list is copied, so it cannot change under us). */
@@ -682,8 +780,9 @@ static int item_begin(item_call *c, PyObject *const *args, int counting, int wri
 PyDoc_STRVAR(hash128_doc,
 "hash128($module, key)\n--\n\n"
 "Returns int.  MurmurHash3_x64_128 of key (seed 0) as an unsigned 128-bit int h1 | h2 << 64, equal to\n"
-"mmh3.hash128(key, seed=0, x64arch=True, signed=False).  key: str (its UTF-8 bytes) or a\n"
-"C-contiguous bytes, bytearray or memoryview.  TypeError for other types,\n"
+"mmh3.hash128(key, seed=0, x64arch=True, signed=False).  key: str (its UTF-8 bytes), bytes-like, or an\n"
+"int (8 bytes little-endian of its value mod 2^64): the rule of mmapbloom.hashing.encode_key, which\n"
+"is called for every key not resolved here (its TypeError / OverflowError messages),\n"
 "UnicodeEncodeError for a str with lone surrogates.");
 
 static PyObject *k_hash128(PyObject *module, PyObject *key)
@@ -1667,15 +1766,9 @@ static int h_lock(Handle *h)
 /* A key's positions into pos (k values; pos has SMALL_K room, else heap in *heap). */
 static uint64_t *h_positions(Handle *h, PyObject *key, uint64_t *small)
 {
-    keyref r;
-    Py_buffer view;
     uint64_t hv[2], *pos = small;
-    const int got = resolve_key(key, &r, &view);
-    if (got < 0)
+    if (hash_object(key, hv) < 0)   /* the one key rule: str, bytes-like, int, else encode_key */
         return NULL;
-    hash_key(&r, hv);
-    if (got)
-        PyBuffer_Release(&view);
     if (h->g.k > SMALL_K && (pos = PyMem_Malloc(h->g.k * sizeof *pos)) == NULL) {
         PyErr_NoMemory();
         return NULL;
@@ -1756,18 +1849,13 @@ static int h_contains_int(Handle *h, PyObject *key)
 {
     const unsigned k = h->g.k, head = k < QUERY_PREFETCH ? k : QUERY_PREFETCH;
     uint64_t hv[2], small[SMALL_K], *pos = small;
-    keyref r;
-    Py_buffer view;
-    int got, present;
+    int present;
     if (h->closed) {
         h_refuse(h, 0);
         return -1;
     }
-    if ((got = resolve_key(key, &r, &view)) < 0)
+    if (hash_object(key, hv) < 0)   /* the one key rule: str, bytes-like, int, else encode_key */
         return -1;
-    hash_key(&r, hv);
-    if (got)
-        PyBuffer_Release(&view);
     /* Lazily: the head positions first; an absent key usually stops there. */
     positions_n(&h->g, hv, pos, 0, head);
     if (!probe_range(h->body, h->width, pos, 0, head))
@@ -1815,11 +1903,17 @@ static PyObject *h_count(Handle *h, PyObject *key)
 
 /* ---- batches over resolved keys ------------------------------------------------------- */
 
-/* A batch's keys, resolved once: refs[i] is key i's bytes, every object pinned (the tuple
- * holds references; bytearray / memoryview keys hold buffer exports) until keys_end. */
+/* A batch's keys.  From a Python sequence they are resolved once: refs[i] is key i's
+ * bytes, every object pinned (the tuple holds references; bytearray / memoryview keys hold
+ * buffer exports) until keys_end.  From a Column (see _columns.h; it pins its numpy / Arrow
+ * buffers and is referenced until keys_end) they are read in place one chunk at a time by
+ * keys_chunk, into refs (room for HANDLE_CHUNK_KEYS keys) and scratch (8 bytes a key, for
+ * integer keys); a null key has ptr == NULL: never added, never found. */
 typedef struct {
     PyObject *tuple;
+    PyObject *column;
     mb_key *refs;
+    char *scratch;
     Py_buffer *views;
     Py_ssize_t n, nviews;
 } keyset;
@@ -1830,10 +1924,50 @@ static void keys_end(keyset *ks)
         PyBuffer_Release(&ks->views[--ks->nviews]);
     PyMem_Free(ks->views);
     PyMem_Free(ks->refs);
+    PyMem_Free(ks->scratch);
     Py_XDECREF(ks->tuple);
+    Py_XDECREF(ks->column);
     ks->views = NULL;
     ks->refs = NULL;
+    ks->scratch = NULL;
     ks->tuple = NULL;
+    ks->column = NULL;
+}
+
+/* The keys [start, start + c) of the batch (c <= HANDLE_CHUNK_KEYS for a column): a column
+ * chunk is filled now (no GIL needed, never fails), valid until the next call. */
+static const mb_key *keys_chunk(keyset *ks, Py_ssize_t start, Py_ssize_t c)
+{
+    if (ks->column == NULL)
+        return ks->refs + start;
+    if (c > 0)
+        mb_column_fill(ks->column, start, c, ks->refs, ks->scratch);
+    return ks->refs;
+}
+
+static int keys_from_python(keyset *ks, PyObject *keys);
+
+/* Any batch: a Column (read in place by chunks) or a Python iterable (keys_from_python). */
+static int keys_begin(keyset *ks, PyObject *keys)
+{
+    Py_ssize_t room;
+    if (!mb_column_check(keys))
+        return keys_from_python(ks, keys);
+    ks->tuple = NULL;
+    ks->views = NULL;
+    ks->nviews = 0;
+    Py_INCREF(keys);
+    ks->column = keys;
+    ks->n = mb_column_len(keys);
+    room = ks->n < HANDLE_CHUNK_KEYS ? (ks->n ? ks->n : 1) : HANDLE_CHUNK_KEYS;
+    ks->refs = PyMem_Malloc((size_t)room * sizeof *ks->refs);
+    ks->scratch = PyMem_Malloc((size_t)room * 8);
+    if (ks->refs == NULL || ks->scratch == NULL) {
+        keys_end(ks);
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
 }
 
 /* Resolve a Python iterable of keys (validating every one: TypeError, UnicodeEncodeError,
@@ -1845,6 +1979,8 @@ static int keys_from_python(keyset *ks, PyObject *keys)
     ks->refs = NULL;
     ks->views = NULL;
     ks->nviews = 0;
+    ks->column = NULL;
+    ks->scratch = NULL;
     if (PyTuple_CheckExact(keys)) {
         Py_INCREF(keys);
         ks->tuple = keys;
@@ -1948,8 +2084,9 @@ static void note_committed(Py_ssize_t committed)
  * large k), each hashed outside the lock (GIL released for large chunks), then committed
  * under one lock acquisition with one bump of the items word.  out (n bytes) or NULL.
  * Returns the number of new keys, or -1 with an exception carrying committed_items. */
-static Py_ssize_t h_add_keys(Handle *h, const mb_key *refs, Py_ssize_t n, uint8_t *out)
+static Py_ssize_t h_add_keys(Handle *h, keyset *ks, uint8_t *out)
 {
+    const Py_ssize_t n = ks->n;
     const unsigned k = h->g.k;
     Py_ssize_t chunk = STAGE_POSITIONS / k, start, total = 0, committed = 0;
     uint64_t *rows;
@@ -1969,15 +2106,18 @@ static Py_ssize_t h_add_keys(Handle *h, const mb_key *refs, Py_ssize_t n, uint8_
     h->busy++;
     for (start = 0; start < n; start += chunk) {
         const Py_ssize_t c = n - start < chunk ? n - start : chunk;
+        const mb_key *refs;
         Py_ssize_t fresh;
         int state, o;
         uint32_t s = 0;
         if (c >= GIL_MIN_KEYS) {
             Py_BEGIN_ALLOW_THREADS
-            stage_rows(&h->g, refs + start, (size_t)c, rows);
+            refs = keys_chunk(ks, start, c);
+            stage_rows(&h->g, refs, (size_t)c, rows);
             Py_END_ALLOW_THREADS
         } else {
-            stage_rows(&h->g, refs + start, (size_t)c, rows);
+            refs = keys_chunk(ks, start, c);
+            stage_rows(&h->g, refs, (size_t)c, rows);
         }
         if (h->closed) {
             h_refuse(h, 0);
@@ -1986,7 +2126,7 @@ static Py_ssize_t h_add_keys(Handle *h, const mb_key *refs, Py_ssize_t n, uint8_
         state = h_lock(h);
         if (state < 0)
             goto fail;
-        fresh = commit_rows(h, refs + start, (size_t)c, rows, out ? out + start : NULL, &sat);
+        fresh = commit_rows(h, refs, (size_t)c, rows, out ? out + start : NULL, &sat);
         o = fresh ? items_bump(h, fresh, &s) : 0;
         if (o) {
             over = 1;
@@ -2054,7 +2194,7 @@ static PyObject *h_add_many(Handle *h, PyObject *const *args, Py_ssize_t nargs)
         return PyErr_Format(PyExc_TypeError, "add_many() takes 1 or 2 arguments (%zd given)", nargs);
     if (h->closed || !h->writable)
         return h_refuse(h, 1);
-    if (keys_from_python(&ks, args[0]) < 0)
+    if (keys_begin(&ks, args[0]) < 0)
         return NULL;
     if (nargs == 2 && args[1] != Py_None) {
         if (get_out(args[1], ks.n, &out) < 0) {
@@ -2063,7 +2203,7 @@ static PyObject *h_add_many(Handle *h, PyObject *const *args, Py_ssize_t nargs)
         }
         have_out = 1;
     }
-    fresh = h_add_keys(h, ks.refs, ks.n, have_out ? out.buf : NULL);
+    fresh = h_add_keys(h, &ks, have_out ? out.buf : NULL);
     if (have_out)
         PyBuffer_Release(&out);
     keys_end(&ks);
@@ -2076,6 +2216,18 @@ PyDoc_STRVAR(h_contains_many_doc,
 "No lock; the keys are resolved and pinned first, then hashing and probing run without the\n"
 "GIL (from 256 keys on).");
 
+/* query_run over a batch: at once for resolved Python keys, chunk by chunk for a Column.
+ * Needs no GIL. */
+static void query_keys(Handle *h, keyset *ks, uint64_t *ring, uint8_t *out)
+{
+    const Py_ssize_t n = ks->n, step = ks->column != NULL ? HANDLE_CHUNK_KEYS : (n ? n : 1);
+    Py_ssize_t start;
+    for (start = 0; start < n; start += step) {
+        const Py_ssize_t c = n - start < step ? n - start : step;
+        query_run(h->body, h->width, &h->g, keys_chunk(ks, start, c), (size_t)c, ring, out + start);
+    }
+}
+
 static PyObject *h_contains_many(Handle *h, PyObject *const *args, Py_ssize_t nargs)
 {
     keyset ks;
@@ -2085,7 +2237,7 @@ static PyObject *h_contains_many(Handle *h, PyObject *const *args, Py_ssize_t na
         return PyErr_Format(PyExc_TypeError, "contains_many() takes 2 arguments (%zd given)", nargs);
     if (h->closed)
         return h_refuse(h, 0);
-    if (keys_from_python(&ks, args[0]) < 0)
+    if (keys_begin(&ks, args[0]) < 0)
         return NULL;
     if (get_out(args[1], ks.n, &out) < 0) {
         keys_end(&ks);
@@ -2100,10 +2252,10 @@ static PyObject *h_contains_many(Handle *h, PyObject *const *args, Py_ssize_t na
     h->busy++;
     if (ks.n >= GIL_MIN_KEYS) {
         Py_BEGIN_ALLOW_THREADS
-        query_run(h->body, h->width, &h->g, ks.refs, (size_t)ks.n, ring, out.buf);
+        query_keys(h, &ks, ring, out.buf);
         Py_END_ALLOW_THREADS
     } else {
-        query_run(h->body, h->width, &h->g, ks.refs, (size_t)ks.n, ring, out.buf);
+        query_keys(h, &ks, ring, out.buf);
     }
     h_leave(h);
     PyMem_Free(ring);
@@ -2235,7 +2387,8 @@ static PyObject *fb_handle(FilterBase *self)
 
 PyDoc_STRVAR(fb_add_doc,
 "add(item, /)\n--\n\n"
-"Add one item (str, hashed as UTF-8, or bytes-like); return True if it was new (some bit\n"
+"Add one item (str, hashed as UTF-8, bytes-like, or int: mmapbloom.hashing.encode_key's\n"
+"rule); return True if it was new (some bit\n"
 "was 0; for a counting filter, some counter was 0).\n\n"
 "An atomic test-and-set across threads and processes: when several add the same new item\n"
 "at once, exactly one gets True.  Cost: one hash and k cell operations under the write\n"
@@ -2275,11 +2428,12 @@ static int fb_contains_int(FilterBase *self, PyObject *key)
 
 PyDoc_STRVAR(fb_might_contain_doc,
 "might_contain(item, /)\n--\n\n"
-"True if item (str or bytes-like) may have been added; False only if it certainly was not\n"
+"True if item (str, bytes-like or int) may have been added; False only if it certainly was not\n"
 "(no false negatives).  Same as `item in f`.  Takes no lock; computes positions lazily and\n"
 "stops at the first zero cell: one hash and at most k cell reads (fewer for most absent\n"
 "items).\n\n"
-"Raises TypeError (an item that is not str or bytes-like), FilterClosedError.");
+"Raises TypeError (an item of another type, bool, float, None), OverflowError (an int outside\n"
+"[-2**63, 2**64)), FilterClosedError.");
 
 static PyObject *fb_might_contain(FilterBase *self, PyObject *key)
 {
@@ -2365,7 +2519,8 @@ static int kernel_exec(PyObject *module)
     }
     if (PyModule_AddIntConstant(module, "M3KM", S_M3KM) < 0 || PyModule_AddIntConstant(module, "M3MX", S_M3MX) < 0 ||
         PyModule_AddIntConstant(module, "M3BL", S_M3BL) < 0 || PyModule_AddIntConstant(module, "M3M2", S_M3M2) < 0 ||
-        PyModule_AddIntConstant(module, "M3B2", S_M3B2) < 0 || PyModule_AddIntConstant(module, "MAX_K", MAX_K) < 0)
+        PyModule_AddIntConstant(module, "M3B2", S_M3B2) < 0 || PyModule_AddIntConstant(module, "MAX_K", MAX_K) < 0 ||
+        mb_columns_init(module) < 0)
         return -1;
     return 0;
 }

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import format as fmt
+from . import kernels
 from .errors import (
     BadHeaderError,
     ConfigMismatchError,
@@ -24,6 +25,7 @@ from .errors import (
     IncompatibleFiltersError,
     ReadOnlyFilterError,
 )
+from .batches import as_batch
 from .config import BloomConfig
 from .handle import CHUNK_KEYS, FilterBase, attach
 from .hashing import HashStrategy
@@ -426,36 +428,51 @@ class MappedFilter(FilterBase, Lifecycle):
         KeyboardInterrupt, say) carries ``committed_items``: how many leading items were
         committed.
 
+        ``items``: any batch of :mod:`mmapbloom.batches`: an iterable of items, a numpy
+        array or an Arrow column (read in place, GIL released; a null is never added and
+        answers False).
+
         Raises:
-            TypeError, UnicodeEncodeError: a bad item (nothing changed).
+            TypeError, UnicodeEncodeError, OverflowError: a bad item, an unsupported
+                numpy dtype or Arrow type, or a str / bytes given as the batch (nothing
+                changed).
             ReadOnlyFilterError, FilterClosedError, LengthMismatchError (file truncated).
         """
         self._check_writable()
-        seq = items if isinstance(items, (list, tuple)) else list(items)
-        out = np.zeros(len(seq), dtype=np.bool_)
+        batch = as_batch(items, self._native())
+        out = np.zeros(len(batch), dtype=np.bool_)
         self._storage.check_size()  # a truncated file: LengthMismatchError, not SIGBUS
-        self._h.add_many(seq, out)
+        self._h.add_many(batch, out)
         return out
 
     def update(self, items: Iterable[Any]) -> int:
         """Add many items; return how many were new (as :meth:`add_many`, summed; the same
         guarantees and errors)."""
         self._check_writable()
+        batch = as_batch(items, self._native())
         self._storage.check_size()  # a truncated file: LengthMismatchError, not SIGBUS
-        return self._h.add_many(items)  # type: ignore[no-any-return]
+        return self._h.add_many(batch)  # type: ignore[no-any-return]
+
+    def _native(self) -> Any:
+        """The compiled module when this filter's handle is native, else None (the form
+        :func:`~mmapbloom.batches.as_batch` gives a batch depends on it: a ``Column`` for
+        the native handle, lists for the pure one)."""
+        return kernels.native_module() if self._h.backend == "native" else None
 
     def contains_many(self, items: Iterable[Any]) -> npt.NDArray[np.bool_]:
         """Batch :meth:`might_contain`: a ``bool`` array of shape ``(len(items),)`` with
         exactly the per-item answers. Takes no lock; on the native backend the GIL is
         released while keys are hashed and probed, so threads query in parallel.
+        ``items``: any batch of :mod:`mmapbloom.batches` (an Arrow null answers False).
 
         Raises TypeError (bad item; every item is checked), FilterClosedError,
         LengthMismatchError (the file was truncated under the handle).
         """
-        seq = items if isinstance(items, (list, tuple)) else list(items)
-        out = np.zeros(len(seq), dtype=np.bool_)
+        self._check_open()
+        batch = as_batch(items, self._native(), query=True)
+        out = np.zeros(len(batch), dtype=np.bool_)
         self._storage.check_size()  # a truncated file: LengthMismatchError, not SIGBUS; FilterClosedError
-        self._h.contains_many(seq, out)
+        self._h.contains_many(batch, out)
         return out
 
     # -- statistics (shared by every kind; the strategy brings its formulas) -------------

@@ -129,8 +129,8 @@ class CountingBloomFilter(MappedFilter):
 
     # -- per-item operations --------------------------------------------------------------
     # add, might_contain and ``in``: FilterBase (mmapbloom.handle), straight to the handle
-    # (for a counting filter: increment the item's distinct counters; saturated counters
-    # stay at their maximum).
+    # (items: str, bytes-like or int, by hashing.encode_key's rule; for a counting filter:
+    # increment the item's distinct counters; saturated counters stay at their maximum).
 
     def remove(self, item: Item) -> None:
         """Decrement the item's counters (saturated counters are left at their maximum).

@@ -67,6 +67,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import importlib
+import importlib.util
 import itertools
 import os
 import re
@@ -149,11 +150,21 @@ def _series_shard(partition: Any, shape: tuple[int, int, str], root: str, prefix
     return pd.Series([_build_shard(partition, shape, path, overwrite, index)], dtype=object)
 
 
-def _chunks(partition: Any) -> Iterable[list[Any]]:
-    """A partition's items in lists of at most SHARD_CHUNK_ITEMS (pandas Series or iterable)."""
+def _columnar(partition: Any) -> bool:
+    """True if a pandas partition can go to ``update`` as an Arrow column (pandas exports
+    ``__arrow_c_stream__`` through pyarrow, so pyarrow must be importable)."""
+    return hasattr(type(partition), "__arrow_c_stream__") and importlib.util.find_spec("pyarrow") is not None
+
+
+def _chunks(partition: Any) -> Iterable[Any]:
+    """A partition's items in batches of at most SHARD_CHUNK_ITEMS: slices of a pandas
+    Series (read as Arrow columns by ``update``: no Python object per item; a missing
+    value is a null, never added) or lists (other iterables, or pandas without pyarrow)."""
     if hasattr(partition, "iloc") and hasattr(partition, "tolist"):  # pandas Series
+        columnar = _columnar(partition)
         for start in range(0, len(partition), SHARD_CHUNK_ITEMS):
-            yield partition.iloc[start:start + SHARD_CHUNK_ITEMS].tolist()
+            part = partition.iloc[start:start + SHARD_CHUNK_ITEMS]
+            yield part if columnar else part.tolist()
         return
     items = iter(partition)
     while True:
@@ -191,8 +202,8 @@ def _build_shard(partition: Any, shape: tuple[int, int, str], path: str, overwri
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)  # never leave a partial shard behind
         if isinstance(exc, TypeError):
-            raise TypeError(f"partition {index}: {exc} (drop missing values first, e.g. "
-                            "series.dropna(); items must be str or bytes-like)") from exc
+            raise TypeError(f"partition {index}: {exc} (items must be str, bytes-like or int; a column "
+                            "of another type must be converted first, e.g. series.astype(str))") from exc
         if isinstance(exc, OSError) and tmp in str(exc):
             raise _renamed(exc, tmp, path) from None
         raise
@@ -230,9 +241,12 @@ def build_shards(collection: Any, config: BloomConfig, directory: PathLike, *, c
     that holds the partition; return the shard paths in partition order.
 
     Args:
-        collection: a ``dask.bag.Bag`` of ``str``/bytes-like items, or a Dask DataFrame
-            column (``dask.dataframe.Series``) of them. ``str`` is hashed as UTF-8, so a
-            line read as text and the same line read as bytes give the same bits.
+        collection: a ``dask.bag.Bag`` of items (str, bytes-like or int), or a Dask
+            DataFrame column (``dask.dataframe.Series``) of them. ``str`` is hashed as UTF-8,
+            so a line read as text and the same line read as bytes give the same bits. A
+            column's partitions are added as Arrow columns (no Python object per item;
+            needs pyarrow on the workers, else they are converted to lists), so its
+            missing values are nulls: never added.
         config: the shape of every shard (and of the merged filter).
         directory: where the shards go (created if missing, by the client and by each
             task); must be visible to every worker and to whoever merges them. Made
@@ -248,8 +262,8 @@ def build_shards(collection: Any, config: BloomConfig, directory: PathLike, *, c
 
     Raises:
         TypeError: ``config`` is not a BloomConfig; ``collection`` is not a Bag or Series
-            (a whole DataFrame is refused: pick a column); an item is not str or
-            bytes-like (e.g. a missing value: the message names the partition).
+            (a whole DataFrame is refused: pick a column); an item or a column type
+            that is not a key type (e.g. float; the message names the partition).
         FileExistsError: a shard file exists and ``overwrite`` is False. Shards that other
             tasks completed stay in ``directory``; a task that fails removes its own
             partial shard.

@@ -29,6 +29,7 @@ import numpy.typing as npt
 
 from . import format as fmt
 from . import kernels
+from .batches import KeysWithNulls
 from .hashing import kernel_keys
 from .items import ItemsCounter
 from .locking import WriteLock, deferred_signals
@@ -54,7 +55,8 @@ class PyFilterBase:
     _h: Any
 
     def add(self, item: Any) -> bool:
-        """Add one item (str, hashed as UTF-8, or bytes-like); return True if it was new
+        """Add one item (str, hashed as UTF-8, bytes-like, or int: the rule of
+        :func:`~mmapbloom.hashing.encode_key`); return True if it was new
         (some bit was 0; for a counting filter, some counter was 0).
 
         An atomic test-and-set across threads and processes: when several add the same
@@ -72,12 +74,13 @@ class PyFilterBase:
         return bool(self._h.add(item))
 
     def might_contain(self, item: Any) -> bool:
-        """True if ``item`` (str or bytes-like) may have been added; False only if it
+        """True if ``item`` (str, bytes-like or int) may have been added; False only if it
         certainly was not (no false negatives). Same as ``item in f``. Takes no lock;
         stops at the first zero cell: one hash and at most k cell reads (fewer for most
         absent items).
 
-        Raises TypeError (an item that is not str or bytes-like), FilterClosedError.
+        Raises TypeError (an item of another type, bool, float, None), OverflowError (an
+        int outside [-2**63, 2**64)), FilterClosedError.
         """
         return bool(self._h.contains(item))
 
@@ -235,7 +238,9 @@ class PyHandle:
         total = 0
         saturated = False
         try:
-            seq = kernel_keys(keys)  # every item validated before any cell changes
+            # every item validated before any cell changes; a column (KeysWithNulls, from
+            # batches.as_batch) is validated already, its nulls skipped by the kernels
+            seq = keys if type(keys) is KeysWithNulls else kernel_keys(keys)
             if out is not None and len(out) != len(seq):
                 raise ValueError(f"out has {len(out)} bytes, expected {len(seq)} (one per key)")
             add_many = self._k.add_many

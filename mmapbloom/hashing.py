@@ -76,6 +76,7 @@ Poisson-distributed share of the items), which :meth:`M3BL.expected_fp_rate` and
 from __future__ import annotations
 
 import abc
+import operator
 import threading
 import warnings
 from typing import Any, ClassVar, Iterable, Optional, Protocol, Sequence, Union, runtime_checkable
@@ -107,10 +108,15 @@ __all__ = [
     "register_strategy",
     "registered_as",
     "registered_strategies",
+    "type_name",
 ]
 
-#: What a filter accepts as an item.
-Key = Union[str, bytes, bytearray, memoryview]
+#: What a filter accepts as an item (numpy integer scalars too: see :func:`encode_key`).
+Key = Union[str, bytes, bytearray, memoryview, int]
+
+#: The accepted range of integer keys: [INT_KEY_MIN, INT_KEY_END) = [-2**63, 2**64).
+INT_KEY_MIN = -(1 << 63)
+INT_KEY_END = 1 << 64
 
 _MASK64 = (1 << 64) - 1
 
@@ -123,22 +129,39 @@ BLOCK_BITS = 512
 _GOLDEN64 = 0x9E3779B97F4A7C15
 
 
-def encode_key(item: object) -> bytes:
-    """The one key-encoding rule: the bytes that are hashed for ``item``, on every code path.
+def type_name(obj: object) -> str:
+    """The name error messages give an object's type, the same on both backends: the
+    qualified name, prefixed by the module outside ``builtins`` (``numpy.float64``)."""
+    t = type(obj)
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
 
-    ``str`` -> its UTF-8 bytes; ``bytes``, ``bytearray``, ``memoryview`` -> the raw bytes
-    (a memoryview should be C-contiguous: the compiled kernel refuses others with
-    ``BufferError``). Anything else raises ``TypeError``: mmapbloom never uses Python's
-    per-process ``hash()`` nor ``str()``. Every other encoder here (:func:`encode_keys`,
-    :func:`kernel_keys`) and the compiled kernel follow this function; a test checks them
-    against it.
+
+def encode_key(item: object) -> bytes:
+    """Encode one item to the bytes that are hashed, identically on every code path (the one
+    key-encoding rule; the compiled kernels resolve str, bytes-likes and ints in place by
+    the same rule and call this function for everything else).
+
+    * ``str`` -> its UTF-8 bytes;
+    * ``bytes``, ``bytearray``, ``memoryview`` -> the raw bytes (a non-contiguous
+      memoryview gives ``item.tobytes()``, its elements in C order);
+    * an integer (``int`` or anything implementing ``__index__``, such as numpy integer
+      scalars; not ``bool``) -> the 8 bytes little-endian of its value mod 2^64. So -1 and
+      2**64 - 1 are one key, and an int is the same key as its own 8-byte little-endian
+      bytes (Guava's ``putLong``, Spark's and Parquet's INT64 hashing do the same).
+
+    Anything else raises ``TypeError``: mmapbloom never uses Python's per-process ``hash()``
+    nor ``str()``; ``bool``, ``float`` and ``None`` are refused so that True and 1.0 cannot
+    alias 1. Every other encoder here (:func:`encode_keys`, :func:`kernel_keys`), the batch
+    readers (:mod:`mmapbloom.batches`, ``_columns.c``, :mod:`mmapbloom.arrowc`) and the
+    compiled kernel follow this function; tests check them against it.
 
     Raises:
-        TypeError: the item is not str or bytes-like.
+        TypeError: another type (the message names it, see :func:`type_name`).
+        OverflowError: an integer outside [-2**63, 2**64) (the message names it).
         UnicodeEncodeError (a ``ValueError``): a str with lone surrogates.
 
-    >>> encode_key("é"), encode_key(bytearray(b"ab"))
-    (b'\\xc3\\xa9', b'ab')
+    >>> encode_key("a"), encode_key(1), encode_key(-1) == encode_key(2**64 - 1)
+    (b'a', b'\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x00', True)
     """
     if type(item) is str:
         return item.encode()
@@ -148,7 +171,16 @@ def encode_key(item: object) -> bytes:
         return str.encode(item)
     if isinstance(item, (bytes, bytearray, memoryview)):
         return bytes(item)
-    raise TypeError(f"items must be str, bytes, bytearray or memoryview, got {type(item).__name__}")
+    if type(item) is int or (not isinstance(item, (bool, np.bool_)) and hasattr(type(item), "__index__")):
+        try:
+            value = operator.index(item)  # type: ignore[arg-type]
+        except TypeError:  # e.g. a numpy array of more than one element
+            value = None
+        if value is not None:
+            if not INT_KEY_MIN <= value < INT_KEY_END:
+                raise OverflowError(f"integer keys must be in [-2**63, 2**64), got {value}")
+            return (value & _MASK64).to_bytes(8, "little")
+    raise TypeError(f"items must be str, bytes-like or int, got {type_name(item)}")
 
 
 def encode_keys(items: Iterable[object]) -> list[bytes]:

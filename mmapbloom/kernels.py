@@ -36,6 +36,7 @@ from typing import Any, Callable, Optional, Sequence, Tuple
 import numpy as np
 import numpy.typing as npt
 
+from .batches import KeysWithNulls
 from .hashing import HashStrategy, encode_key, encode_keys
 
 __all__ = ["BACKEND", "Kernels", "bind_pure", "native_module"]
@@ -101,7 +102,39 @@ def bind_pure(body: memoryview, strategy: HashStrategy, m: int, k: int, width: i
         _bind_pure_bits(out, body, strategy, m, k)
     else:
         _bind_pure_counters(out, body, strategy, m, k, width)
+    _skip_nulls(out)
     return out
+
+
+def _skip_nulls(out: Kernels) -> None:
+    """Wrap the batch kernels so that a pure-path column (:class:`~mmapbloom.batches.KeysWithNulls`)
+    has its null keys answered False and left out: never added, never found."""
+    add_many, contains_many = out.add_many, out.contains_many
+
+    def live(items: Sequence[Any]) -> Optional[list[int]]:
+        if type(items) is not KeysWithNulls:
+            return None
+        where = [i for i, key in enumerate(items) if key is not None]
+        return where if len(where) != len(items) else None
+
+    def add_many_live(items: Sequence[Any]) -> Any:
+        where = live(items)
+        if where is None:
+            return add_many(items)
+        flags, *rest = add_many([items[i] for i in where])
+        full = np.zeros(len(items), dtype=np.bool_)
+        full[where] = flags
+        return (full, *rest)
+
+    def contains_many_live(items: Sequence[Any]) -> npt.NDArray[np.bool_]:
+        where = live(items)
+        if where is None:
+            return contains_many(items)
+        full = np.zeros(len(items), dtype=np.bool_)
+        full[where] = contains_many([items[i] for i in where])
+        return full
+
+    out.add_many, out.contains_many = add_many_live, contains_many_live
 
 
 def _positions_many(strategy: HashStrategy, keys: Sequence[bytes], probes: int, m: int) -> npt.NDArray[np.uint64]:

@@ -67,7 +67,8 @@ from .errors import (
     ReadOnlyFilterError,
 )
 from .filter import BloomFilter
-from .hashing import DEFAULT_STRATEGY, HashStrategy, encode_key, kernel_keys
+from .batches import encoded_keys
+from .hashing import DEFAULT_STRATEGY, HashStrategy, encode_key
 from .lifecycle import Lifecycle
 from .locking import WriteLock
 from .scalable_format import (
@@ -608,7 +609,7 @@ class ScalableBloomFilter(Lifecycle):
         :meth:`write_lock`) and the newest layer's own lock.
 
         Raises:
-            TypeError: an item that is not str or bytes-like.
+            TypeError: an item that is not str, bytes-like or int.
             ReadOnlyFilterError, FilterClosedError.
             ConfigError: the next layer would not fit BLM1 (m >= 2**64).
             OSError: creating the next layer failed (e.g. ENOSPC); nothing was added.
@@ -662,7 +663,7 @@ class ScalableBloomFilter(Lifecycle):
         start = 0
         progress = [0]  # index, in the chunk at ``start``, of the first item not yet committed
         try:
-            keys = kernel_keys(items)
+            keys = encoded_keys(items)[0]  # nulls of a column are never added
             total = 0
             for start in range(0, len(keys), _CHUNK):
                 progress[0] = 0
@@ -764,7 +765,11 @@ class ScalableBloomFilter(Lifecycle):
 
         Raises TypeError (every item is checked first), FilterClosedError."""
         self._check_open()
-        keys = kernel_keys(items)
+        keys, where, n = encoded_keys(items)
+        if where is not None:  # a column with nulls: they are never found
+            out = np.zeros(n, dtype=np.bool_)
+            out[where] = self.contains_many(keys)
+            return out
         out = np.zeros(len(keys), dtype=np.bool_)
         todo = np.arange(len(keys))
         for layer in reversed(self._current()):

@@ -171,9 +171,15 @@ def test_into_an_existing_filter_and_errors_before_computing(tmp_path: Any) -> N
         with BloomFilter.open(path, readonly=True) as live:
             assert live.contains_many(old + new).all()
             assert live.items_added == 2000
-        # Missing values in a column are refused with a hint, and nothing is published.
+        # Missing values in a column are nulls (never added), as in every column batch.
         col = dd.from_pandas(pd.DataFrame({"u": ["a", None, "c"]}), npartitions=1)["u"]
-        with pytest.raises(TypeError, match="dropna"):
+        build(col, EXACT, tmp_path / "nulls.blm")
+        with BloomFilter.open(tmp_path / "nulls.blm", readonly=True) as f:
+            assert f.items_added == 2 and f.contains_many(["a", "c"]).all()
+        os.unlink(tmp_path / "nulls.blm")
+        # A column of another type is refused with a hint, and nothing is published.
+        col = dd.from_pandas(pd.DataFrame({"u": [1.5, 2.5]}), npartitions=1)["u"]
+        with pytest.raises(TypeError, match="astype"):
             build(col, EXACT, tmp_path / "na.blm")
         assert not (tmp_path / "na.blm").exists()
         with pytest.raises(TypeError, match="partition 0"):
@@ -187,6 +193,27 @@ def test_into_an_existing_filter_and_errors_before_computing(tmp_path: Any) -> N
         with BloomFilter.open(first[0], readonly=True) as shard:
             assert shard.contains_many(old).all() and not shard.contains_many(new).all()
     assert sorted(os.listdir(tmp_path)) == ["live.blm", "na", "s"]
+
+
+def test_series_partitions_go_to_update_as_arrow_columns(tmp_path: Any) -> None:
+    """A column's partitions reach BloomFilter.update as pandas slices (read through the
+    Arrow interface, no Python object per item), and build the same bits as a list."""
+    from mmapbloom.dask import _chunks
+
+    part = pd.Series([f"u{i}" for i in range(10)], dtype="str")
+    chunks = list(_chunks(part))
+    assert len(chunks) == 1 and isinstance(chunks[0], pd.Series)
+    col = dd.from_pandas(pd.DataFrame({"u": part, "n": range(10)}), npartitions=3)
+    with dask.config.set(scheduler="sync"):
+        build(col["u"], EXACT, tmp_path / "col.blm")
+        build(col["n"], EXACT, tmp_path / "ints.blm")
+    ref = BloomFilter(EXACT)
+    ref.update(part.tolist())
+    ints = BloomFilter(EXACT)
+    ints.update(range(10))
+    with BloomFilter.open(tmp_path / "col.blm", readonly=True) as f, \
+            BloomFilter.open(tmp_path / "ints.blm", readonly=True) as g:
+        assert f.to_bytes()[24:] == ref.to_bytes()[24:] and g.to_bytes()[24:] == ints.to_bytes()[24:]
 
 
 # -- a worker killed mid-partition --------------------------------------------------------------

@@ -121,7 +121,7 @@ def test_bad_key_in_batch_changes_nothing(make) -> None:  # type: ignore[no-unty
     f = make(BloomConfig.for_items(1000, 0.01))
     before = f.to_bytes()
     with pytest.raises(TypeError):
-        f.update(["a", "b", 3, "c"])  # type: ignore[list-item]
+        f.update(["a", "b", 3.0, "c"])  # type: ignore[list-item]
     with pytest.raises(TypeError):
         f.add_many(["a", None])  # type: ignore[list-item]
     assert f.to_bytes() == before

@@ -98,14 +98,14 @@ def test_add_waits_for_another_holder(tmp_path: Any, backend: str) -> None:
 
 def test_bad_key_changes_nothing(backend: str) -> None:
     f = bind(BloomFilter(BloomConfig.for_items(1000, 0.01)), backend)
-    for bad, exc in ((["ok", 3], TypeError), (["ok", "\ud800"], UnicodeEncodeError)):
+    for bad, exc in ((["ok", 3.5], TypeError), (["ok", "\ud800"], UnicodeEncodeError)):
         with pytest.raises(exc):
             f.update(bad)
         with pytest.raises(exc):
             f.add_many(bad)
         assert f.items_added == 0 and "ok" not in f
-    with pytest.raises(TypeError, match="items must be str, bytes, bytearray or memoryview, got int"):
-        f.update([1])
+    with pytest.raises(TypeError, match="items must be str, bytes-like or int, got float"):
+        f.update([1.0])
 
 
 def test_saturated_count_and_one_warning(backend: str) -> None:

@@ -179,9 +179,9 @@ def test_add_contains_and_statistics(tmp_path) -> None:  # type: ignore[no-untyp
         assert scalable.scalable_info(f.path)["num_layers"] == 3
         assert scalable.is_scalable(f.path) and not scalable.is_scalable(f.layers[0].path)
         with pytest.raises(TypeError):
-            f.add(3)  # type: ignore[arg-type]
+            f.add(3.0)  # type: ignore[arg-type]
         with pytest.raises(TypeError):
-            f.update(["ok", 3])  # type: ignore[list-item]
+            f.update(["ok", 3.0])  # type: ignore[list-item]
         assert "ok" not in f  # validated before anything was written
     with pytest.raises(FilterClosedError):
         f.add("x")

@@ -264,10 +264,11 @@ class FilterMachine(RuleBasedStateMachine):
         if not errors:
             assert got.tolist() == [h.model.add(x) for x in items]  # equals sequential adds
 
-    @rule(h=handles, items=batches, bad=st.sampled_from([3, None, 1.5, object(), "\ud800"]),
+    @rule(h=handles, items=batches, bad=st.sampled_from([True, 2**64, None, 1.5, object(), "\ud800"]),
           where=st.integers(0, 12), op=st.sampled_from(["update", "add_many", "add"]))
     def bad_item(self, h: Handle, items: list[Any], bad: Any, where: int, op: str) -> None:
-        """A bad item (not str/bytes, or a lone surrogate) is refused and changes nothing."""
+        """A bad item (not str, bytes-like or int in [-2**63, 2**64); or a lone surrogate) is
+        refused and changes nothing."""
         batch = items[:where] + [bad] + items[where:]
         if op == "add_many" and not hasattr(h.f, "add_many"):
             op = "update"
@@ -275,7 +276,7 @@ class FilterMachine(RuleBasedStateMachine):
                 "add": lambda: h.f.add(bad)}[op]
         # A closed or read-only handle may report that first (both are ValueError /
         # PermissionError subclasses of the documented errors).
-        with pytest.raises((TypeError, ValueError) + write_errors(h)):
+        with pytest.raises((TypeError, ValueError, OverflowError) + write_errors(h)):
             call()
 
     @rule(h=handles)

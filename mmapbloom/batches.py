@@ -1,0 +1,156 @@
+"""Batches: what ``update``, ``add_many`` and ``contains_many`` accept, turned into what the
+kernels take.
+
+A batch is one of:
+
+* a Python iterable of items (each encoded by the one rule,
+  :func:`mmapbloom.hashing.encode_key`: str, bytes-like, int);
+* a 1-dimensional numpy array: integer dtypes (int8 to uint64; each element widened, so 5 as
+  int32 and 5 as int64 are one key), bytes (``'S'``), str (``'U'``), object and StringDType
+  arrays. The answers equal those of the same call on ``arr.tolist()``;
+* an Arrow column: any object with ``__arrow_c_stream__`` or ``__arrow_c_array__`` (the
+  Arrow PyCapsule interface: pyarrow Array / ChunkedArray / RecordBatchReader of one column,
+  polars Series, pandas Series, DuckDB relations, nanoarrow), read through the Arrow C Data
+  Interface without pyarrow. Types: utf8, large_utf8, utf8_view, binary, large_binary,
+  binary_view, fixed_size_binary, int8..int64, uint8..uint64 and dictionaries of those;
+  chunked, sliced. Nulls are never added (``add_many`` answers False, ``update`` does not
+  count them) and never found (``contains_many`` answers False).
+
+A ``str``, ``bytes``, ``bytearray`` or ``memoryview`` given as the batch raises
+``TypeError`` (it would otherwise be taken as a batch of characters or small ints).
+
+On the native backend numpy and Arrow batches become a ``mmapbloom._kernels.Column``, read
+in place by the C kernels (no Python object per key, GIL released while hashing and
+probing). On the pure path they become lists of bytes, with ``None`` for a null
+(:class:`KeysWithNulls`; the Arrow reader is :mod:`mmapbloom.arrowc`, ctypes and numpy).
+Answers and bits are the same either way.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional
+
+import numpy as np
+
+from .hashing import kernel_keys, type_name
+
+__all__ = ["KeysWithNulls", "as_batch", "encoded_keys", "is_arrow"]
+
+_NOT_BATCHES = (str, bytes, bytearray, memoryview)
+
+
+class KeysWithNulls(list):  # type: ignore[type-arg]
+    """A pure-path column: a list of ``bytes`` keys where ``None`` marks a null (never added,
+    never found). Slicing keeps the type."""
+
+    def __getitem__(self, index: Any) -> Any:
+        got = list.__getitem__(self, index)
+        return KeysWithNulls(got) if isinstance(index, slice) else got
+
+
+def is_arrow(obj: object) -> bool:
+    """True if ``obj`` offers the Arrow PyCapsule interface (a stream or an array)."""
+    t = type(obj)
+    return hasattr(t, "__arrow_c_stream__") or hasattr(t, "__arrow_c_array__")
+
+
+def _check_not_scalar(items: object) -> None:
+    if isinstance(items, _NOT_BATCHES):
+        raise TypeError(f"a batch must be an iterable of items, a numpy array or an Arrow column, got "
+                        f"{type_name(items)} (a single item: use add() or might_contain(), or wrap it in a list)")
+
+
+def as_batch(items: Iterable[Any], native: Any, *, query: bool = False) -> Any:
+    """The kernels' form of a batch (see the module docstring).
+
+    Args:
+        items: the batch.
+        native: the compiled module (``mmapbloom._kernels``) when the kernels in use are
+            native, else None (pure path).
+        query: the batch is for ``contains_many`` (then bytearray and memoryview items stay
+            as they are; an add batch gets them copied so that the batch is immutable).
+    Returns:
+        a list (every item str or bytes-like, validated), a ``Column`` (native) or a
+        :class:`KeysWithNulls` / list of bytes (pure).
+    Raises:
+        TypeError: a bad item (message names its type), an unsupported numpy dtype or Arrow
+            type, a multi-column Arrow batch, a str / bytes given as the batch.
+        OverflowError: an integer item outside [-2**63, 2**64).
+        UnicodeEncodeError: a str with lone surrogates.
+    """
+    _check_not_scalar(items)
+    if isinstance(items, np.ndarray):
+        return _numpy_batch(items, native, query)
+    if is_arrow(items) and _holds_objects(items):
+        # e.g. a pandas Series of dtype object: its items are Python objects already, and
+        # may mix str, bytes and int, which no single Arrow type holds.
+        return as_batch(list(items), native, query=query)
+    if is_arrow(items):
+        if native is not None:
+            return native.arrow_column(items)
+        from . import arrowc
+
+        return KeysWithNulls(arrowc.read_keys(items))
+    seq = items if type(items) is list else list(items)
+    # A query takes bytearray items in place (the kernels pin them); otherwise the one
+    # batch rule, hashing.kernel_keys (encode_key's rule; C-level passes for the common
+    # batches, about 20 ns a key).
+    if query and set(map(type, seq)) <= {str, bytes, bytearray}:
+        return seq
+    return kernel_keys(seq)
+
+
+def _holds_objects(items: Any) -> bool:
+    dtype = getattr(items, "dtype", None)
+    return isinstance(dtype, np.dtype) and dtype.kind == "O"
+
+
+def _numpy_batch(arr: np.ndarray, native: Any, query: bool) -> Any:
+    if arr.ndim != 1:
+        raise TypeError(f"a numpy batch must be 1-dimensional, got shape {arr.shape}")
+    if isinstance(arr, np.ma.MaskedArray):  # its tolist() has None for a masked element
+        return as_batch(arr.tolist(), native, query=query)
+    kind = arr.dtype.kind
+    if kind in "iu":
+        wide = np.ascontiguousarray(arr, dtype="<i8" if kind == "i" else "<u8")
+        return _fixed(wide.view(np.uint8), 8, False, native)
+    if kind == "S":
+        if arr.dtype.itemsize == 0:
+            return [b""] * len(arr)
+        return _fixed(np.ascontiguousarray(arr).view(np.uint8), arr.dtype.itemsize, True, native)
+    if kind == "U":
+        if arr.dtype.itemsize == 0:
+            return [b""] * len(arr)
+        # UTF-8 as an 'S' array: trailing NUL code points become trailing NUL bytes, which
+        # 'S' semantics drop, as tolist() drops them from the str.
+        encoded = np.strings.encode(arr, "utf-8")
+        return _fixed(np.ascontiguousarray(encoded).view(np.uint8), encoded.dtype.itemsize, True, native)
+    if kind in "OT":  # object and StringDType: the elements are (or become) Python objects
+        return as_batch(arr.tolist(), native, query=query)
+    raise TypeError(f"a numpy batch must have an integer, bytes ('S'), str ('U'), object or StringDType dtype, "
+                    f"got dtype {arr.dtype}")
+
+
+def _fixed(raw: np.ndarray, width: int, strip: bool, native: Any) -> Any:
+    """Keys of ``width`` bytes back to back in ``raw`` (uint8)."""
+    if native is not None:
+        return native.fixed_column(raw, width, strip)
+    data = raw.tobytes()
+    keys = [data[i:i + width] for i in range(0, len(data), width)]
+    return [k.rstrip(b"\0") for k in keys] if strip else keys
+
+
+def encoded_keys(items: Iterable[Any]) -> tuple[list[Any], Optional[np.ndarray], int]:
+    """Any batch as a list of keys, for code that works on lists (the scalable filter):
+    ``(keys, where, n)`` with ``keys`` the non-null keys in order (as
+    :func:`~mmapbloom.hashing.kernel_keys` gives them: ASCII str and bytes), ``n`` the
+    batch's length, ``where`` None when there were no nulls, else the batch positions of
+    ``keys`` (an ``intp`` array). Columns are read by the pure reader (a Python object per
+    key). Raises as :func:`as_batch`."""
+    batch = as_batch(items, None)
+    if type(batch) is KeysWithNulls:
+        where = np.flatnonzero(np.fromiter((k is not None for k in batch), dtype=np.bool_, count=len(batch)))
+        if where.size != len(batch):
+            return [batch[i] for i in where.tolist()], where, len(batch)
+        return list(batch), None, len(batch)
+    return batch, None, len(batch)

@@ -1,0 +1,119 @@
+"""Key types: str and bytes-likes, integers (8 bytes little-endian of the value mod 2^64),
+the refused types and the refused batch forms, with one rule and one message on every call,
+every filter kind and both backends."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+from mmapbloom import BloomConfig, BloomFilter, CountingBloomFilter, ScalableBloomFilter
+from mmapbloom.hashing import encode_key
+
+pytestmark = pytest.mark.filterwarnings("ignore::mmapbloom.OverCapacityWarning")
+
+CFG = BloomConfig(num_bits=1 << 14, num_hashes=5)
+
+
+def _pure(f: Any) -> Any:
+    """The same filter on the pure-Python handle (same image, lock and counter)."""
+    f._h.close()
+    f._attach_handle(pure=True)
+    return f
+
+
+def _kinds(tmp_path: Any) -> list[tuple[str, Callable[[], Any]]]:
+    made: list[tuple[str, Callable[[], Any]]] = [
+        ("bloom", lambda: BloomFilter(CFG)),
+        ("bloom-pure", lambda: _pure(BloomFilter(CFG))),
+        ("counting", lambda: CountingBloomFilter(CFG)),
+        ("counting-pure", lambda: _pure(CountingBloomFilter(CFG))),
+    ]
+    counter = iter(range(1000))
+    made.append(("scalable", lambda: ScalableBloomFilter.create(os.path.join(tmp_path, f"s{next(counter)}"),
+                                                                  capacity=1000, fp_rate=0.01)))
+    return made
+
+
+@pytest.fixture(params=["bloom", "bloom-pure", "counting", "counting-pure", "scalable"])
+def make(request: pytest.FixtureRequest, tmp_path: Any) -> Callable[[], Any]:
+    return dict(_kinds(tmp_path))[request.param]
+
+
+def test_int_is_its_8_byte_little_endian_value() -> None:
+    assert encode_key(1) == b"\x01" + bytes(7)
+    assert encode_key(-1) == encode_key(2**64 - 1) == b"\xff" * 8
+    assert encode_key(-(2**63)) == bytes(7) + b"\x80"
+    assert encode_key(np.uint8(5)) == encode_key(np.int64(5)) == encode_key(5)
+
+
+def test_int_keys_on_every_call(make: Callable[[], Any]) -> None:
+    f = make()
+    assert f.add(5) is True
+    assert 5 in f and f.might_contain(np.int32(5)) and f.might_contain((5).to_bytes(8, "little"))
+    assert f.add(np.uint64(5)) is False
+    assert f.update([7, np.int8(-1), 2**64 - 1]) == 2  # -1 and 2**64 - 1 are one key
+    if hasattr(f, "add_many"):  # the scalable filter has update only
+        assert f.add_many([8, 8]).tolist() == [True, False]
+    else:
+        assert f.update([8, 8]) == 1
+    assert f.contains_many([5, 7, -1, 8, 2**64 - 1]).tolist() == [True] * 5
+    assert not f.contains_many([6])[0]
+
+
+@pytest.mark.parametrize("bad, error, text", [
+    (2**64, OverflowError, "got 18446744073709551616"),
+    (-(2**63) - 1, OverflowError, "got -9223372036854775809"),
+    (True, TypeError, "got bool"),
+    (1.0, TypeError, "got float"),
+    (None, TypeError, "got NoneType"),
+    (np.float64(1), TypeError, "got numpy.float64"),
+    (np.bool_(True), TypeError, "got numpy.bool"),
+])
+def test_refused_keys_same_error_on_every_call(make: Callable[[], Any], bad: Any, error: type, text: str) -> None:
+    f = make()
+    before = f.contains_many(["a"]).tolist()
+    calls = [f.add, f.might_contain, lambda x: f.update(["a", x]), lambda x: f.contains_many(["a", x])]
+    if hasattr(f, "add_many"):
+        calls.append(lambda x: f.add_many(["a", x]))
+    for call in calls:
+        with pytest.raises(error) as got:
+            call(bad)
+        assert str(got.value).endswith(text), str(got.value)
+    assert f.contains_many(["a"]).tolist() == before  # a bad batch changed nothing
+
+
+@pytest.mark.parametrize("batch", ["hello", b"hello", bytearray(b"hello"), memoryview(b"hello")])
+def test_str_or_bytes_given_as_the_batch_is_refused(make: Callable[[], Any], batch: Any) -> None:
+    f = make()
+    for call in (f.update, getattr(f, "add_many", f.update), f.contains_many):
+        with pytest.raises(TypeError, match="a batch must be an iterable of items"):
+            call(batch)
+    assert not f.contains_many(["h", "e", 104])[0]
+
+
+def test_non_contiguous_memoryview_is_its_bytes_everywhere(make: Callable[[], Any]) -> None:
+    """One rule for every call and backend: a non-contiguous memoryview is the key
+    mv.tobytes() (before, native add / in / contains_many raised BufferError)."""
+    mv = memoryview(b"abcdef")[::2]
+    f = make()
+    assert f.add(mv) is True
+    assert mv in f and b"ace" in f
+    assert f.contains_many([mv, b"ace", b"bdf"]).tolist() == [True, True, False]
+    g = make()
+    assert g.update([mv]) == 1 and g.update([mv]) == 0 and b"ace" in g
+
+
+def test_messages_equal_across_backends() -> None:
+    native, pure = BloomFilter(CFG), _pure(BloomFilter(CFG))
+    for bad in (np.float32(1), object(), 1.5, [1]):
+        msgs = []
+        for f in (native, pure):
+            for call in (f.add, f.might_contain, lambda x: f.contains_many([x])):
+                with pytest.raises(TypeError) as got:
+                    call(bad)
+                msgs.append(str(got.value))
+        assert len(set(msgs)) == 1, msgs
