@@ -2178,7 +2178,8 @@ static int get_out(PyObject *obj, Py_ssize_t n, Py_buffer *out)
 
 PyDoc_STRVAR(h_add_many_doc,
 "add_many(keys, out=None, /)\n--\n\n"
-"Add every key of keys (any iterable) in order, as sequential add() calls; returns the\n"
+"Add every key of keys (any iterable, or a Column: read in place chunk by chunk, a null key\n"
+"never added and answered 0) in order, as sequential add() calls; returns the\n"
 "number of new keys, and out (a writable buffer of len(keys) bytes) gets 1 where a key was\n"
 "new.  Every key is validated before any cell changes.  The write lock is taken once per\n"
 "chunk of up to 65536 keys, hashed before the lock is taken; an exception leaving it\n"
@@ -2212,7 +2213,8 @@ static PyObject *h_add_many(Handle *h, PyObject *const *args, Py_ssize_t nargs)
 
 PyDoc_STRVAR(h_contains_many_doc,
 "contains_many(keys, out, /)\n--\n\n"
-"out[i] = 1 if key i may be present, else 0 (out: a writable buffer of len(keys) bytes).\n"
+"out[i] = 1 if key i may be present, else 0 (out: a writable buffer of len(keys) bytes;\n"
+"keys: any iterable, or a Column, whose null keys answer 0).\n"
 "No lock; the keys are resolved and pinned first, then hashing and probing run without the\n"
 "GIL (from 256 keys on).");
 
