@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mmapbloom import BloomConfig, BloomFilter, CountingBloomFilter, ScalableBloomFilter, kernels
+from mmapbloom.handle import CHUNK_KEYS
 
 pa = pytest.importorskip("pyarrow")
 pl = pytest.importorskip("polars")
@@ -223,6 +224,19 @@ def test_nulls_never_added_never_found() -> None:
         assert f.update(pa.array([None, None], pa.string())) == 0
         assert f.items_added == 1
         assert f.contains_many(pa.array([None, "a"])).tolist() == [False, True]
+
+
+@pytest.mark.parametrize("kind", [BloomFilter, CountingBloomFilter])
+def test_columns_across_batch_chunks_equal_the_list(kind: Any) -> None:
+    # The handle reads a column chunk by chunk (CHUNK_KEYS keys per lock): nulls on both
+    # sides of the chunk boundaries, int and str columns, answers and bits as the list's.
+    n = 2 * CHUNK_KEYS + 3
+    edges = {CHUNK_KEYS - 1, CHUNK_KEYS, 2 * CHUNK_KEYS - 1, 2 * CHUNK_KEYS}
+    strs = [None if i % 7 == 0 or i in edges else f"k{i}" for i in range(n)]
+    ints = [None if i % 5 == 0 or i in edges else i * 3 for i in range(n)]
+    cfg = BloomConfig.for_items(n, 0.01)
+    check_same_as_list(pa.array(strs), strs, lambda: kind(cfg))
+    check_same_as_list(pa.array(ints, pa.int64()), ints, lambda: kind(cfg))
 
 
 def test_refused_arrow_types_and_shapes() -> None:
