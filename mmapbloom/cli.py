@@ -515,6 +515,9 @@ def _merge(args: argparse.Namespace) -> int:
         if args.intersection:
             raise MergeError("--intersection cannot be combined with --into: clearing bits in place would "
                              "lose items of the filter's users; write a new output instead")
+        if args.force:  # it would otherwise be silently ignored
+            args.parser.error("--force cannot be combined with --into: the target is changed in place, "
+                              "never replaced")
         shards = expand_shard_args(args.paths)
         result = merge_into(args.into, shards, chunk_bytes=chunk, progress=progress)
     else:
@@ -561,7 +564,7 @@ def _add_merge_arguments(p: argparse.ArgumentParser) -> None:
                    help="the output file, then the shards (with --into: only the shards)")
     p.add_argument("--into", metavar="EXISTING", help="OR the shards into this existing filter file in place")
     p.add_argument("--intersection", action="store_true", help="AND instead of OR (not with --into)")
-    p.add_argument("--force", action="store_true", help="replace an existing OUT (atomically)")
+    p.add_argument("--force", action="store_true", help="replace an existing OUT (atomically; not with --into)")
     p.add_argument("--chunk-mib", type=_arg_type(parse_count), default=16, metavar="MIB",
                    help="MiB of each shard combined per step (default 16; memory is about twice this)")
     g = p.add_mutually_exclusive_group()
@@ -643,9 +646,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="create a counting filter (BLC1: supports removal; 4 or 8 times the size)")
     p.add_argument("--counter-bits", type=int, choices=(4, 8), default=None,
                    help="counter width of a --counting filter (default 4)")
-    p.add_argument("--force", action="store_true", help="replace an existing file atomically")
+    p.add_argument("--force", action="store_true", help="replace an existing file atomically (not with --scalable)")
     p.add_argument("--sparse", action="store_true",
-                   help="do not reserve disk space now (a full disk later kills writers with SIGBUS)")
+                   help="do not reserve disk space now (a full disk later kills writers with SIGBUS; not with --scalable)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
     p.set_defaults(func=_create, parser=p)
 

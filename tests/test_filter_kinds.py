@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from mmapbloom import (
+    DEFAULT_STRATEGY,
     BloomConfig,
     BloomFilter,
     CountingBloomFilter,
@@ -69,7 +70,7 @@ def test_open_filter_gives_each_kind_one_interface(tmp_path: Path) -> None:
             f.verify()
             record = f.describe()
             assert COMMON <= record.keys() and record["kind"] == kind
-            assert record["items_added"] == new and record["strategy"] == "M3M2"  # the default
+            assert record["items_added"] == new and record["strategy"] == DEFAULT_STRATEGY.name
             assert os.path.realpath(record["path"]) == os.path.realpath(path)
             json.dumps(record, allow_nan=False)  # JSON-ready
             assert "approx_items" not in f.describe(scan=False)
@@ -153,3 +154,18 @@ def test_merge_refuses_a_scalable_directory_in_the_api_and_the_cli(tmp_path: Pat
     assert not os.path.exists(tmp_path / "out.blm")
     one_line_error(run("merge", str(tmp_path / "out.blm"), shard, path), "merging scalable filters is not supported")
     one_line_error(run("merge", "--into", path, shard), "merging scalable filters is not supported")
+
+
+def test_merge_into_refuses_force_instead_of_ignoring_it(tmp_path: Path) -> None:
+    cfg = BloomConfig.for_items(1000, 0.01)
+    target, shard = str(tmp_path / "t.blm"), str(tmp_path / "s.blm")
+    for path in (target, shard):
+        BloomFilter.create(path, cfg).close()
+    with BloomFilter.open(shard) as f:
+        f.add("x")
+    one_line_error(run("merge", "--into", target, "--force", shard), "--force cannot be combined with --into")
+    with BloomFilter.open(target, readonly=True) as f:
+        assert "x" not in f  # refused before anything was merged
+    assert run("merge", "-q", "--into", target, shard).returncode == 0
+    with BloomFilter.open(target, readonly=True) as f:
+        assert "x" in f

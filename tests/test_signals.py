@@ -112,13 +112,31 @@ def test_cli_cleans_up_on_signal(tmp_path: Any, shards: list[str], sig: int, how
     assert os.listdir(out_dir) == []
 
 
+def _wait_until_caught(pid: int, sig: int, timeout: float = 60.0) -> None:
+    """Wait until process ``pid`` has a handler for ``sig`` (Linux: the SigCgt mask of
+    /proc/PID/status), so a signal sent next tests the handler, not a start-up still under
+    way on a loaded machine. Elsewhere, wait 1 s."""
+    status = f"/proc/{pid}/status"
+    if not os.path.exists(status):
+        time.sleep(1.0)
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(status) as fh:
+            caught = next(int(line.split()[1], 16) for line in fh if line.startswith("SigCgt:"))
+        if caught >> (sig - 1) & 1:
+            return
+        time.sleep(0.02)
+
+
 def test_add_exits_128_plus_signal(tmp_path: Any) -> None:
     path = str(tmp_path / "a.blm")
     BloomFilter.create(path, BloomConfig.for_items(1000, 0.01)).close()
     env = dict(os.environ, PYTHONPATH=ROOT)
     proc = subprocess.Popen([sys.executable, "-m", "mmapbloom", "add", path], stdin=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=env)  # waits on stdin
-    time.sleep(1.0)
+    _wait_until_caught(proc.pid, signal.SIGTERM)
+    time.sleep(0.2)  # and is reading stdin
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 143, err

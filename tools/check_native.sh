@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Build mmapbloom._kernels with AddressSanitizer + UndefinedBehaviorSanitizer into a
-# temporary directory and run the kernel and property tests (tests/test_native.py,
-# tests/test_backends.py, tests/test_strategies.py) against that build.
+# temporary directory and run the kernel, handle and property tests (tests/test_native.py,
+# tests/test_backends.py, tests/test_strategies.py, tests/test_handle.py: the native
+# handle, use after close, a handle outliving its filter, close during batches in
+# other threads) against that build.
 #
 # Usage: tools/check_native.sh [extra pytest arguments]
 #   PYTHON=...   the interpreter (default: .venv/bin/python if present, else python3)
@@ -41,7 +43,8 @@ cp mmapbloom/*.py mmapbloom/*.c mmapbloom/*.h "$WORK/src/mmapbloom/"
         | grep -v -e "_BetaConfiguration" -e "warnings.warn(msg, _BetaConfiguration)" || true
 )
 cp mmapbloom/*.py mmapbloom/*.pyi "$WORK/run/mmapbloom/"
-cp tests/__init__.py tests/conftest.py tests/test_native.py tests/test_backends.py tests/test_strategies.py "$WORK/run/tests/"
+cp tests/__init__.py tests/conftest.py tests/test_native.py tests/test_backends.py tests/test_strategies.py \
+    tests/test_handle.py "$WORK/run/tests/"
 cp -r tests/golden "$WORK/run/tests/"
 SO=$(ls "$WORK"/run/mmapbloom/_kernels*.so 2>/dev/null || true)
 if [[ -z "$SO" ]]; then echo "FAIL: the sanitizer build produced no extension" >&2; exit 1; fi
@@ -60,7 +63,7 @@ set +e
     && env LD_PRELOAD="$LIBASAN" PYTHONMALLOC=malloc PYTHONDONTWRITEBYTECODE=1 \
         ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=0:detect_stack_use_after_return=1:strict_string_checks=1" \
         UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
-        "$PYTHON" -m pytest -q -p no:cacheprovider --capture=sys --rootdir "$WORK/run" tests/test_native.py tests/test_backends.py tests/test_strategies.py "$@"
+        "$PYTHON" -m pytest -q -p no:cacheprovider --capture=sys --rootdir "$WORK/run" tests/test_native.py tests/test_backends.py tests/test_strategies.py tests/test_handle.py "$@"
 ) 2>&1 | tee "$LOG"
 STATUS=${PIPESTATUS[0]}
 set -e
@@ -69,4 +72,4 @@ if grep -q -E "ERROR: AddressSanitizer|runtime error:|ERROR: LeakSanitizer|SUMMA
     exit 1
 fi
 if [[ $STATUS -ne 0 ]]; then echo "FAIL: tests exited with status $STATUS" >&2; exit "$STATUS"; fi
-echo "OK: the kernel and property tests (test_native, test_backends, test_strategies) passed under ASan + UBSan with no sanitizer report"
+echo "OK: the kernel, handle and property tests (test_native, test_backends, test_strategies, test_handle) passed under ASan + UBSan with no sanitizer report"
