@@ -53,7 +53,7 @@ setup(
         Extension(
             "mmapbloom._kernels",
             sources=["mmapbloom/_kernels.c", "mmapbloom/_murmur3.c"],
-            depends=["mmapbloom/_murmur3.h"],
+            depends=["mmapbloom/_murmur3.h", "mmapbloom/_keys.h"],
             optional=True,
             extra_compile_args=[] if os.name == "nt" else _GCC_LIKE_FLAGS,
         )

@@ -34,6 +34,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 #include <errno.h>
 #include <stdint.h>
@@ -43,6 +44,7 @@
 #include <sys/file.h>
 #endif
 
+#include "_keys.h"
 #include "_murmur3.h"
 
 /* ===================================================================================== */
@@ -105,23 +107,25 @@ typedef struct {
     unsigned k;     /* number of positions per key, 1..MAX_K */
 } geom;
 
-/* A key's bytes (UTF-8 of a str, or the raw bytes of a bytes-like object). */
-typedef struct {
-    const uint8_t *p;
-    size_t n;
-} keyref;
+/* A key's bytes (UTF-8 of a str, or the raw bytes of a bytes-like object): mb_key of
+ * _keys.h, the shape every batch source (Python sequences here, columns in _columns.c)
+ * resolves its keys to.  ptr == NULL is a null key (never added, never found). */
+typedef mb_key keyref;
 
 static inline void hash_key(const keyref *key, uint64_t h[2])
 {
-    mmb_murmur3_x64_128(key->p, key->n, 0, h);
+    mmb_murmur3_x64_128((const uint8_t *)key->ptr, (size_t)key->len, 0, h);
 }
 
-/* The k positions of a key whose MurmurHash3 halves are h[0], h[1] (definitions at the
- * top of the file).  pos has room for g->k values. */
-static void positions_of(const geom *g, const uint64_t h[2], uint64_t *pos)
+/* Positions [first, count) (count <= g->k) of a key whose MurmurHash3 halves are h[0],
+ * h[1] (definitions at the top of the file): queries compute the head first and the rest
+ * only when the head's bits are set.  pos has room for count values; pos[0, first) may be
+ * rewritten with the same values (the sequential strategies restart from 0, which costs
+ * a few instructions; M3MX / M3M2, whose positions are independent, skip them). */
+static void positions_n(const geom *g, const uint64_t h[2], uint64_t *pos, unsigned first, unsigned count)
 {
     const uint64_t m = g->m;
-    const unsigned k = g->k;
+    const unsigned k = count;
     unsigned i;
 
     switch (g->strategy) {
@@ -142,7 +146,7 @@ static void positions_of(const geom *g, const uint64_t h[2], uint64_t *pos)
     case S_M3MX:
     case S_M3M2: {
         const uint64_t b = g->strategy == S_M3M2 ? h[1] | 1 : h[1];
-        for (i = 0; i < k; i++)
+        for (i = first; i < k; i++)
             pos[i] = mulhi64(mmb_fmix64(h[0] + (uint64_t)i * b), m);
         return;
     }
@@ -156,6 +160,12 @@ static void positions_of(const geom *g, const uint64_t h[2], uint64_t *pos)
         return;
     }
     }
+}
+
+/* All k positions. */
+static inline void positions_of(const geom *g, const uint64_t h[2], uint64_t *pos)
+{
+    positions_n(g, h, pos, 0, g->k);
 }
 
 /* ---- Bloom bodies: bit i is bit (i & 7) of byte i >> 3 ------------------------------ */
@@ -388,15 +398,32 @@ static inline int probe_range(const uint8_t *body, int width, const uint64_t *ro
     return 1;
 }
 
-/* Middle query stage: test the head of the row; if it passes, prefetch the rest. */
-static int query_head(const uint8_t *body, int width, const uint64_t *row, unsigned k)
+/* First query stage: hash the key (halves into h), compute only the head of its
+ * positions (the first QUERY_PREFETCH) and prefetch their bytes. */
+static void stage_query(const uint8_t *body, int width, const geom *g, const keyref *key, uint64_t *row,
+                        uint64_t h[2])
 {
-    const unsigned head = k < QUERY_PREFETCH ? k : QUERY_PREFETCH;
+    const unsigned head = g->k < QUERY_PREFETCH ? g->k : QUERY_PREFETCH;
+    unsigned i;
+    hash_key(key, h);
+    positions_n(g, h, row, 0, head);
+    for (i = 0; i < head; i++)
+        PREFETCH_R(body + byte_of(width, row[i]));
+}
+
+/* Middle query stage: test the head of the row; if it passes, compute the remaining
+ * positions (lazily: an absent key usually stops at the head) and prefetch them. */
+static int query_head(const uint8_t *body, int width, const geom *g, uint64_t *row, const uint64_t h[2])
+{
+    const unsigned k = g->k, head = k < QUERY_PREFETCH ? k : QUERY_PREFETCH;
     unsigned i;
     if (!probe_range(body, width, row, 0, head))
         return 0;
-    for (i = head; i < k; i++)
-        PREFETCH_R(body + byte_of(width, row[i]));
+    if (head < k) {
+        positions_n(g, h, row, head, k);
+        for (i = head; i < k; i++)
+            PREFETCH_R(body + byte_of(width, row[i]));
+    }
     return 1;
 }
 
@@ -409,21 +436,22 @@ static void query_run(const uint8_t *body, int width, const geom *g, const keyre
     const unsigned k = g->k, head = k < QUERY_PREFETCH ? k : QUERY_PREFETCH;
     const size_t half = AHEAD / 2;
     uint8_t maybe[AHEAD];   /* head test passed, by ring row */
+    uint64_t hs[AHEAD][2];  /* hash halves, by ring row */
     size_t i;
     for (i = 0; i < n && i < AHEAD; i++)
-        stage_key(body, width, g, &keys[i], ring + i * k, QUERY_PREFETCH, 0);
+        stage_query(body, width, g, &keys[i], ring + i * k, hs[i]);
     for (i = 0; i < n && i < half; i++)
-        maybe[i] = (uint8_t)query_head(body, width, ring + i * k, k);
+        maybe[i] = (uint8_t)query_head(body, width, g, ring + i * k, hs[i]);
     for (i = 0; i < n; i++) {
         const size_t slot = i % AHEAD;
         uint64_t *row = ring + slot * k;
-        out[i] = (uint8_t)(maybe[slot] && probe_range(body, width, row, head, k));
+        out[i] = (uint8_t)(keys[i].ptr != NULL && maybe[slot] && probe_range(body, width, row, head, k));
         if (i + half < n) {
             const size_t s2 = (i + half) % AHEAD;
-            maybe[s2] = (uint8_t)query_head(body, width, ring + s2 * k, k);
+            maybe[s2] = (uint8_t)query_head(body, width, g, ring + s2 * k, hs[s2]);
         }
         if (i + AHEAD < n)
-            stage_key(body, width, g, &keys[i + AHEAD], row, QUERY_PREFETCH, 0);
+            stage_query(body, width, g, &keys[i + AHEAD], row, hs[slot]);
     }
 }
 
@@ -539,16 +567,22 @@ static int resolve_key(PyObject *o, keyref *r, Py_buffer *view)
 {
     if (PyUnicode_Check(o)) {
         Py_ssize_t n;
-        const char *s = PyUnicode_AsUTF8AndSize(o, &n);
+        const char *s;
+        if (PyUnicode_IS_COMPACT_ASCII(o)) {   /* the common case: its bytes are its UTF-8 */
+            r->ptr = (const char *)PyUnicode_DATA(o);
+            r->len = PyUnicode_GET_LENGTH(o);
+            return 0;
+        }
+        s = PyUnicode_AsUTF8AndSize(o, &n);
         if (s == NULL)
             return -1;
-        r->p = (const uint8_t *)s;
-        r->n = (size_t)n;
+        r->ptr = s;
+        r->len = n;
         return 0;
     }
     if (PyBytes_Check(o)) {
-        r->p = (const uint8_t *)PyBytes_AS_STRING(o);
-        r->n = (size_t)PyBytes_GET_SIZE(o);
+        r->ptr = PyBytes_AS_STRING(o);
+        r->len = PyBytes_GET_SIZE(o);
         return 0;
     }
     if (PyByteArray_Check(o) || PyMemoryView_Check(o)) {
@@ -556,8 +590,8 @@ static int resolve_key(PyObject *o, keyref *r, Py_buffer *view)
          * a bytearray from being resized while we hold it. */
         if (PyObject_GetBuffer(o, view, PyBUF_SIMPLE) < 0)
             return -1;
-        r->p = (const uint8_t *)view->buf;
-        r->n = (size_t)view->len;
+        r->ptr = (const char *)view->buf;
+        r->len = view->len;
         return 1;
     }
     PyErr_Format(PyExc_TypeError, KEY_TYPES_MSG, Py_TYPE(o)->tp_name);
@@ -1101,6 +1135,1190 @@ static PyObject *k_flock_unlock(PyObject *module, PyObject *arg)
 }
 #endif
 
+/* ===================================================================================== */
+/* 3. The native handle: the write lock's state and one object per open filter           */
+/* ===================================================================================== */
+/*
+ * LockState is the C half of mmapbloom.locking.WriteLock (its base class): the handle's
+ * thread-level lock (re-entrant: owner thread, recursion count) and the fields that the
+ * uncontended write path reads without calling Python: the file-lock depth, the descriptor
+ * to flock (-1 in memory) and the stale / closed flags.  WriteLock (Python) keeps the rest
+ * of the protocol: waiting, SelfDeadlockError, LockTimeout, fork handling, recovery.
+ *
+ * Handle binds one open filter: the image buffer (exported once), the cells, the items
+ * word, m, k, strategy, cell width and the LockState.  A write takes the lock in C when it
+ * is free (thread lock, flock(LOCK_EX | LOCK_NB)), sets the cells, bumps the items word and
+ * unlocks, all with the GIL held; only a real wait calls WriteLock.acquire (Python, which
+ * waits interruptibly).  A batch resolves its keys once (mb_key array, objects pinned),
+ * hashes a chunk with the GIL released (large chunks), then locks, tests-and-sets the
+ * chunk, bumps the counter once and unlocks.  Warnings are emitted through Python
+ * callables after the lock is released.
+ *
+ * Every field of both objects is read and written with the GIL held (no free-threaded
+ * build support).  `busy` counts a handle's calls that let go of the GIL or call Python;
+ * close() while one is in flight defers releasing the image export to its end, so a
+ * handle (or a call in flight) that outlives its filter never touches unmapped memory.
+ */
+
+#ifndef _WIN32
+#include <time.h>
+static double mono_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+#else
+#include <time.h>
+static double mono_seconds(void)
+{
+    return (double)clock() / CLOCKS_PER_SEC;
+}
+#endif
+
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock tlock;
+    unsigned long owner;   /* thread ident holding tlock, 0: nobody */
+    Py_ssize_t count;      /* re-entry count of tlock */
+    Py_ssize_t depth;      /* WriteLock._depth: nesting of the held write lock */
+    int flock_fd;          /* WriteLock._flock_fd: the descriptor to flock, -1: none (in memory) */
+    char stale, closed;    /* WriteLock._stale, WriteLock._closed */
+} LockState;
+
+static PyObject *ls_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    LockState *self;
+    (void)args;
+    (void)kwds;
+    self = (LockState *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->flock_fd = -1;
+    self->tlock = PyThread_allocate_lock();
+    if (self->tlock == NULL) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)self;
+}
+
+static void ls_dealloc(LockState *self)
+{
+    if (self->tlock != NULL) {
+        if (self->count > 0)
+            PyThread_release_lock(self->tlock);
+        PyThread_free_lock(self->tlock);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Wait for a thread lock like threading.Lock.acquire: interruptible (signal handlers run,
+ * an exception from one ends the wait: -1), GIL released while waiting.  timeout < 0:
+ * forever; otherwise seconds.  1: acquired, 0: timed out. */
+static int tlock_wait(PyThread_type_lock lk, double timeout)
+{
+    double deadline = 0.0;
+    PyLockStatus r = PyThread_acquire_lock_timed(lk, 0, 0);
+    if (r == PY_LOCK_ACQUIRED)
+        return 1;
+    if (timeout == 0.0)
+        return 0;
+    if (timeout > 0.0)
+        deadline = mono_seconds() + timeout;
+    for (;;) {
+        PY_TIMEOUT_T us = -1;
+        if (timeout > 0.0) {
+            const double left = deadline - mono_seconds();
+            if (left <= 0.0)
+                return PyThread_acquire_lock_timed(lk, 0, 0) == PY_LOCK_ACQUIRED;
+            us = left * 1e6 >= (double)PY_TIMEOUT_MAX ? PY_TIMEOUT_MAX : (PY_TIMEOUT_T)(left * 1e6) + 1;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        r = PyThread_acquire_lock_timed(lk, us, 1);
+        Py_END_ALLOW_THREADS
+        if (r == PY_LOCK_ACQUIRED)
+            return 1;
+        if (r == PY_LOCK_FAILURE)
+            return 0;
+        if (PyErr_CheckSignals() < 0)   /* PY_LOCK_INTR */
+            return -1;
+    }
+}
+
+PyDoc_STRVAR(ls_tacquire_doc,
+"_tacquire(timeout=-1.0, /)\n--\n\n"
+"Take the thread lock (re-entrant).  timeout: seconds, < 0 waits forever.  Returns True,\n"
+"or False when the timeout expired.  The wait releases the GIL and is interruptible.");
+
+static PyObject *ls_tacquire(LockState *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    const unsigned long me = PyThread_get_thread_ident();
+    double timeout = -1.0;
+    int got;
+    if (nargs > 1)
+        return PyErr_Format(PyExc_TypeError, "_tacquire() takes at most 1 argument (%zd given)", nargs);
+    if (nargs == 1 && args[0] != Py_None) {
+        timeout = PyFloat_AsDouble(args[0]);
+        if (timeout == -1.0 && PyErr_Occurred())
+            return NULL;
+    }
+    if (self->owner == me && self->count > 0) {
+        self->count++;
+        Py_RETURN_TRUE;
+    }
+    got = tlock_wait(self->tlock, timeout);
+    if (got < 0)
+        return NULL;
+    if (!got)
+        Py_RETURN_FALSE;
+    self->owner = me;
+    self->count = 1;
+    Py_RETURN_TRUE;
+}
+
+static int tlock_release(LockState *self)
+{
+    if (self->count <= 0 || self->owner != PyThread_get_thread_ident()) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot release un-acquired lock");
+        return -1;
+    }
+    if (--self->count == 0) {
+        self->owner = 0;
+        PyThread_release_lock(self->tlock);
+    }
+    return 0;
+}
+
+static PyObject *ls_trelease(LockState *self, PyObject *unused)
+{
+    (void)unused;
+    if (tlock_release(self) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *ls_towned(LockState *self, PyObject *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(self->count > 0 && self->owner == PyThread_get_thread_ident());
+}
+
+/* In a fork child: a fresh, free thread lock.  The old one may be held by a thread that
+ * does not exist in the child; it is left allocated (never waited on again). */
+static PyObject *ls_treset(LockState *self, PyObject *unused)
+{
+    PyThread_type_lock fresh = PyThread_allocate_lock();
+    (void)unused;
+    if (fresh == NULL)
+        return PyErr_NoMemory();
+    self->tlock = fresh;
+    self->owner = 0;
+    self->count = 0;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef ls_methods[] = {
+    {"_tacquire", (PyCFunction)(void (*)(void))ls_tacquire, METH_FASTCALL, ls_tacquire_doc},
+    {"_trelease", (PyCFunction)ls_trelease, METH_NOARGS, "Release one level of the thread lock."},
+    {"_towned", (PyCFunction)ls_towned, METH_NOARGS, "True if the calling thread holds the thread lock."},
+    {"_treset", (PyCFunction)ls_treset, METH_NOARGS, "A fresh thread lock (fork child)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef ls_members[] = {
+    {"_depth", T_PYSSIZET, offsetof(LockState, depth), 0, "nesting of the held write lock"},
+    {"_flock_fd", T_INT, offsetof(LockState, flock_fd), 0, "descriptor to flock, -1: none"},
+    {"_stale", T_BOOL, offsetof(LockState, stale), 0, "reopen before locking (fork child)"},
+    {"_closed", T_BOOL, offsetof(LockState, closed), 0, "refuse acquisitions"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject LockState_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "mmapbloom._kernels.LockState",
+    .tp_basicsize = sizeof(LockState),
+    .tp_dealloc = (destructor)ls_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "LockState()\n--\n\nThe C half of mmapbloom.locking.WriteLock (its base class): a re-entrant\n"
+              "thread lock and the fields the native handle's uncontended write path reads.",
+    .tp_methods = ls_methods,
+    .tp_members = ls_members,
+    .tp_new = ls_new,
+};
+
+/* ---- taking the lock from C ------------------------------------------------------------ */
+
+enum { LOCK_HELD = 0, LOCK_TAKEN = 1, LOCK_SLOW = 2 };
+
+/* The uncontended path: LOCK_TAKEN (this call took the thread lock and the flock: leave
+ * with lock_release), LOCK_HELD (this thread is inside its own write_lock(): the file lock
+ * is held, nothing to take), LOCK_SLOW (taking it needs a wait, a reopen or the closed
+ * check: WriteLock.acquire decides), -1 (OSError set). */
+static int lock_try(LockState *L)
+{
+    const unsigned long me = PyThread_get_thread_ident();
+    if (L->count > 0 && L->owner == me)
+        return L->depth > 0 ? LOCK_HELD : LOCK_SLOW;
+    if (L->closed || L->stale || L->count > 0)
+        return LOCK_SLOW;
+    if (!PyThread_acquire_lock(L->tlock, NOWAIT_LOCK))
+        return LOCK_SLOW;
+    L->owner = me;
+    L->count = 1;
+    if (L->flock_fd >= 0) {
+#ifndef _WIN32
+        if (flock(L->flock_fd, LOCK_EX | LOCK_NB) != 0) {
+            const int err = errno;
+            L->owner = 0;
+            L->count = 0;
+            PyThread_release_lock(L->tlock);
+            if (err == EWOULDBLOCK || err == EAGAIN || err == EINTR)
+                return LOCK_SLOW;
+            errno = err;
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+#else
+        L->owner = 0;
+        L->count = 0;
+        PyThread_release_lock(L->tlock);
+        return LOCK_SLOW;
+#endif
+    }
+    L->depth = 1;
+    return LOCK_TAKEN;
+}
+
+/* Release one level, as WriteLock.release (the flock goes with the outermost level). */
+static int lock_release(LockState *L)
+{
+    int rc = 0;
+    if (L->depth == 1 && L->flock_fd >= 0) {
+#ifndef _WIN32
+        while (flock(L->flock_fd, LOCK_UN) != 0) {
+            if (errno != EINTR) {
+                PyErr_SetFromErrno(PyExc_OSError);
+                rc = -1;
+                break;
+            }
+        }
+#endif
+        L->depth = 0;
+    } else if (L->depth > 0) {
+        L->depth--;
+    }
+    if (tlock_release(L) < 0)
+        rc = -1;
+    return rc;
+}
+
+/* The slow path: WriteLock.acquire() waits (interruptibly), or raises FilterClosedError,
+ * SelfDeadlockError...  On any exception WriteLock.recover(held_before) leaves nothing
+ * held that this call took. */
+static int lock_wait(LockState *L)
+{
+    const int held = L->count > 0 && L->owner == PyThread_get_thread_ident();
+    PyObject *r = PyObject_CallMethod((PyObject *)L, "acquire", NULL);
+    PyObject *et, *ev, *tb;
+    if (r != NULL) {
+        Py_DECREF(r);
+        return 0;
+    }
+    PyErr_Fetch(&et, &ev, &tb);
+    r = PyObject_CallMethod((PyObject *)L, "recover", "O", held ? Py_True : Py_False);
+    Py_XDECREF(r);
+    if (r == NULL)
+        PyErr_Clear();
+    PyErr_Restore(et, ev, tb);
+    return -1;
+}
+
+/* ---- the items word ------------------------------------------------------------------ */
+
+#define MAX_ITEMS 0xFFFFFFFFu
+
+/* One aligned 4-byte load / store (format.items_word explains why), little-endian. */
+static inline uint32_t items_load(const uint8_t *p)
+{
+    uint32_t v;
+#if defined(__GNUC__) || defined(__clang__)
+    if (((uintptr_t)p & 3) == 0)
+        v = __atomic_load_n((const uint32_t *)(const void *)p, __ATOMIC_RELAXED);
+    else
+        memcpy(&v, p, 4);
+#else
+    memcpy(&v, p, 4);
+#endif
+#if !PY_LITTLE_ENDIAN
+    v = (v >> 24) | ((v >> 8) & 0xFF00u) | ((v << 8) & 0xFF0000u) | (v << 24);
+#endif
+    return v;
+}
+
+static inline void items_store(uint8_t *p, uint32_t v)
+{
+#if !PY_LITTLE_ENDIAN
+    v = (v >> 24) | ((v >> 8) & 0xFF00u) | ((v << 8) & 0xFF0000u) | (v << 24);
+#endif
+#if defined(__GNUC__) || defined(__clang__)
+    if (((uintptr_t)p & 3) == 0)
+        __atomic_store_n((uint32_t *)(void *)p, v, __ATOMIC_RELAXED);
+    else
+        memcpy(p, &v, 4);
+#else
+    memcpy(p, &v, 4);
+#endif
+}
+
+/* ---- the handle ------------------------------------------------------------------------ */
+
+#define HANDLE_CHUNK_KEYS 65536      /* keys per lock acquisition in a batch (base.CHUNK_KEYS) */
+#define STAGE_POSITIONS (1 << 20)    /* staged positions per chunk at most (8 MiB) */
+
+typedef struct {
+    PyObject_HEAD
+    Py_buffer image;       /* the whole image (header + cells), exported once */
+    int have_image;
+    uint8_t *body;         /* the cells: image + header size */
+    uint8_t *items;        /* the header's items word */
+    geom g;
+    int width;             /* 1: Bloom bits; 4 or 8: counters */
+    int writable, closed, warned;
+    Py_ssize_t busy;       /* calls in flight that let go of the GIL or call Python */
+    double warn_at;        /* the design point (items.design_limit) */
+    LockState *lock;
+    PyObject *fail;        /* fail(kind): raises FilterClosedError (0) or refuses a write (1) */
+    PyObject *over;        /* over(count): emits the over-capacity warning */
+    PyObject *saturated;   /* saturated(): emits the counter-saturation warning, or None */
+} Handle;
+
+static void h_release_image(Handle *h)
+{
+    if (h->have_image) {
+        h->have_image = 0;
+        PyBuffer_Release(&h->image);
+    }
+}
+
+static int h_traverse(Handle *h, visitproc visit, void *arg)
+{
+    Py_VISIT(h->lock);
+    Py_VISIT(h->fail);
+    Py_VISIT(h->over);
+    Py_VISIT(h->saturated);
+    return 0;
+}
+
+static int h_clear(Handle *h)
+{
+    h->closed = 1;
+    Py_CLEAR(h->lock);
+    Py_CLEAR(h->fail);
+    Py_CLEAR(h->over);
+    Py_CLEAR(h->saturated);
+    return 0;
+}
+
+static void h_dealloc(Handle *h)
+{
+    PyObject_GC_UnTrack(h);
+    h_clear(h);
+    h_release_image(h);
+    Py_TYPE(h)->tp_free((PyObject *)h);
+}
+
+static PyObject *h_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"image", "header_size", "items_offset", "strategy_id", "m", "k", "width", "writable",
+                            "lock", "warn_at", "fail", "over", "saturated", NULL};
+    PyObject *image, *sid, *m, *k, *lock, *fail, *over, *saturated;
+    Py_ssize_t header_size, items_offset;
+    int width, writable;
+    double warn_at;
+    Handle *h;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnnOOOipO!dOOO:Handle", names, &image, &header_size, &items_offset,
+                                     &sid, &m, &k, &width, &writable, &LockState_Type, &lock, &warn_at, &fail, &over,
+                                     &saturated))
+        return NULL;
+    if (width != 1 && width != 4 && width != 8)
+        return PyErr_Format(PyExc_ValueError, "width must be 1, 4 or 8, got %d", width);
+    if (header_size < 0 || items_offset < 0 || items_offset > header_size - 4)
+        return PyErr_Format(PyExc_ValueError, "items_offset %zd does not fit a header of %zd bytes", items_offset,
+                            header_size);
+    h = (Handle *)type->tp_alloc(type, 0);
+    if (h == NULL)
+        return NULL;
+    if (parse_geom(sid, m, k, &h->g) < 0)
+        goto fail;
+    h->width = width;
+    if (PyObject_GetBuffer(image, &h->image, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0)
+        goto fail;
+    h->have_image = 1;
+    if (h->image.len < header_size ||
+        (uint64_t)(h->image.len - header_size) < body_bytes(h->g.m, width)) {
+        PyErr_Format(PyExc_ValueError, "image has %zd bytes, expected at least %zd + %llu", h->image.len, header_size,
+                     (unsigned long long)body_bytes(h->g.m, width));
+        goto fail;
+    }
+    h->body = (uint8_t *)h->image.buf + header_size;
+    h->items = (uint8_t *)h->image.buf + items_offset;
+    h->writable = writable;
+    h->warn_at = warn_at;
+    Py_INCREF(lock);
+    h->lock = (LockState *)lock;
+    Py_INCREF(fail);
+    h->fail = fail;
+    Py_INCREF(over);
+    h->over = over;
+    Py_INCREF(saturated);
+    h->saturated = saturated;
+    return (PyObject *)h;
+fail:
+    Py_DECREF(h);
+    return NULL;
+}
+
+/* Raise for a closed handle (kind 0) or a refused write (kind 1, which is also
+ * FilterClosedError while the handle closes) through the filter's own errors. */
+static PyObject *h_refuse(Handle *h, int write)
+{
+    if (h->fail != NULL) {
+        PyObject *r = PyObject_CallFunction(h->fail, "i", write && !h->closed ? 1 : 0);
+        Py_XDECREF(r);
+    }
+    if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_ValueError, "operation on a closed filter");
+    return NULL;
+}
+
+/* End of a call counted in busy: the image export goes once the handle is closed and no
+ * call is in flight. */
+static void h_leave(Handle *h)
+{
+    if (--h->busy == 0 && h->closed)
+        h_release_image(h);
+}
+
+/* Add delta to the items word by the rule of mmapbloom.items.items_update: clamped to
+ * [0, 2**32 - 1], never moving again once saturated.  Returns 1 (and the stored count)
+ * when the count is past the design point and this handle has not warned yet.  The caller
+ * holds the write lock. */
+static int items_bump(Handle *h, long long delta, uint32_t *stored)
+{
+    const uint32_t count = items_load(h->items);
+    long long total;
+    if (count == MAX_ITEMS || delta == 0)
+        return 0;
+    total = (long long)count + delta;
+    total = total < 0 ? 0 : total > (long long)MAX_ITEMS ? (long long)MAX_ITEMS : total;
+    items_store(h->items, (uint32_t)total);
+    *stored = (uint32_t)total;
+    return !h->warned && (double)total > h->warn_at;
+}
+
+/* The warnings of a write, after the lock is released.  depth: Python frames between
+ * the callback and the user's call, beyond one (0: called from a filter method written in
+ * Python; -1: from FilterBase, straight from the user's code). */
+static int h_warn(Handle *h, int over, uint32_t stored, int sat, int depth)
+{
+    PyObject *r;
+    if (over && !h->warned && h->over != NULL) {
+        h->warned = 1;
+        r = PyObject_CallFunction(h->over, "ki", (unsigned long)stored, depth);
+        if (r == NULL)
+            return -1;
+        Py_DECREF(r);
+    }
+    if (sat && h->saturated != NULL && h->saturated != Py_None) {
+        r = PyObject_CallFunction(h->saturated, "i", depth);
+        if (r == NULL)
+            return -1;
+        Py_DECREF(r);
+    }
+    return 0;
+}
+
+/* Take the write lock for a write: the uncontended path in C, else WriteLock.acquire.
+ * Returns LOCK_HELD or LOCK_TAKEN, or -1 with an exception set. */
+static int h_lock(Handle *h)
+{
+    int state = lock_try(h->lock);
+    if (state != LOCK_SLOW)
+        return state;
+    h->busy++;
+    state = lock_wait(h->lock);
+    h->busy--;
+    if (state < 0) {
+        if (h->busy == 0 && h->closed)
+            h_release_image(h);
+        return -1;
+    }
+    if (h->closed) {   /* closed while this thread waited (WriteLock saw it first, normally) */
+        lock_release(h->lock);
+        if (h->busy == 0)
+            h_release_image(h);
+        h_refuse(h, 0);
+        return -1;
+    }
+    return LOCK_TAKEN;
+}
+
+/* A key's positions into pos (k values; pos has SMALL_K room, else heap in *heap). */
+static uint64_t *h_positions(Handle *h, PyObject *key, uint64_t *small)
+{
+    keyref r;
+    Py_buffer view;
+    uint64_t hv[2], *pos = small;
+    const int got = resolve_key(key, &r, &view);
+    if (got < 0)
+        return NULL;
+    hash_key(&r, hv);
+    if (got)
+        PyBuffer_Release(&view);
+    if (h->g.k > SMALL_K && (pos = PyMem_Malloc(h->g.k * sizeof *pos)) == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    positions_of(&h->g, hv, pos);
+    return pos;
+}
+
+PyDoc_STRVAR(h_add_doc,
+"add(key, /)\n--\n\n"
+"Add one key under the write lock; True if it was new (some bit was 0 / some counter was 0).\n"
+"Atomic across threads and processes; the items word is bumped under the same lock.");
+
+/* op: 0 add, 1 remove (counting) */
+static PyObject *h_write_one(Handle *h, PyObject *key, int op, int depth)
+{
+    uint64_t small[SMALL_K], *pos;
+    int state, fresh = 0, sat = 0, over = 0, removed = 0;
+    uint32_t stored = 0;
+    if (h->closed || !h->writable)
+        return h_refuse(h, 1);
+    if ((pos = h_positions(h, key, small)) == NULL)
+        return NULL;
+    state = h_lock(h);
+    if (state < 0)
+        goto fail;
+    if (op == 0) {
+        if (h->width == 1)
+            fresh = bloom_set(h->body, pos, h->g.k);
+        else
+            count_inc(h->body, h->width, pos, distinct(pos, h->g.k), &fresh, &sat);
+        if (fresh)
+            over = items_bump(h, 1, &stored);
+    } else {
+        removed = count_dec(h->body, h->width, pos, distinct(pos, h->g.k));
+        if (removed > 0)
+            over = items_bump(h, -1, &stored);
+    }
+    if (state == LOCK_TAKEN && lock_release(h->lock) < 0)
+        goto fail;
+    if (pos != small)
+        PyMem_Free(pos);
+    if ((over || sat) && h_warn(h, over, stored, sat, depth) < 0)
+        return NULL;
+    if (op == 0)
+        return PyBool_FromLong(fresh);
+    return PyLong_FromLong(removed);
+fail:
+    if (pos != small)
+        PyMem_Free(pos);
+    return NULL;
+}
+
+static PyObject *h_add(Handle *h, PyObject *key)
+{
+    return h_write_one(h, key, 0, 0);
+}
+
+PyDoc_STRVAR(h_remove_doc,
+"remove(key, /)\n--\n\n"
+"Counting handles: decrement the key's distinct counters under the write lock.  Returns -1\n"
+"(a counter is 0: certainly absent, nothing changed), 1 (some counter returned to 0; the\n"
+"items word is decremented) or 0.");
+
+static PyObject *h_remove(Handle *h, PyObject *key)
+{
+    if (h->width == 1)
+        return PyErr_Format(PyExc_TypeError, "remove needs a counting handle");
+    return h_write_one(h, key, 1, 0);
+}
+
+PyDoc_STRVAR(h_contains_doc,
+"contains(key, /)\n--\n\n"
+"True if every bit (counter) of the key is set (non-zero); stops at the first 0.  No lock.");
+
+/* 1: the key may be present, 0: certainly absent, -1: error. */
+static int h_contains_int(Handle *h, PyObject *key)
+{
+    const unsigned k = h->g.k, head = k < QUERY_PREFETCH ? k : QUERY_PREFETCH;
+    uint64_t hv[2], small[SMALL_K], *pos = small;
+    keyref r;
+    Py_buffer view;
+    int got, present;
+    if (h->closed) {
+        h_refuse(h, 0);
+        return -1;
+    }
+    if ((got = resolve_key(key, &r, &view)) < 0)
+        return -1;
+    hash_key(&r, hv);
+    if (got)
+        PyBuffer_Release(&view);
+    /* Lazily: the head positions first; an absent key usually stops there. */
+    positions_n(&h->g, hv, pos, 0, head);
+    if (!probe_range(h->body, h->width, pos, 0, head))
+        return 0;
+    if (head == k)
+        return 1;
+    if (k > SMALL_K && (pos = PyMem_Malloc(k * sizeof *pos)) == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (pos != small)
+        memcpy(pos, small, head * sizeof *pos);   /* the head, for the strategies that keep it */
+    positions_n(&h->g, hv, pos, head, k);
+    present = probe_range(h->body, h->width, pos, head, k);
+    if (pos != small)
+        PyMem_Free(pos);
+    return present;
+}
+
+static PyObject *h_contains(Handle *h, PyObject *key)
+{
+    const int present = h_contains_int(h, key);
+    return present < 0 ? NULL : PyBool_FromLong(present);
+}
+
+PyDoc_STRVAR(h_count_doc,
+"count(key, /)\n--\n\n"
+"Counting handles: the minimum of the key's counters (0: certainly absent).  No lock.");
+
+static PyObject *h_count(Handle *h, PyObject *key)
+{
+    uint64_t small[SMALL_K], *pos;
+    unsigned low;
+    if (h->width == 1)
+        return PyErr_Format(PyExc_TypeError, "count needs a counting handle");
+    if (h->closed)
+        return h_refuse(h, 0);
+    if ((pos = h_positions(h, key, small)) == NULL)
+        return NULL;
+    low = count_min_of(h->body, h->width, pos, h->g.k);
+    if (pos != small)
+        PyMem_Free(pos);
+    return PyLong_FromUnsignedLong(low);
+}
+
+/* ---- batches over resolved keys ------------------------------------------------------- */
+
+/* A batch's keys, resolved once: refs[i] is key i's bytes, every object pinned (the tuple
+ * holds references; bytearray / memoryview keys hold buffer exports) until keys_end. */
+typedef struct {
+    PyObject *tuple;
+    mb_key *refs;
+    Py_buffer *views;
+    Py_ssize_t n, nviews;
+} keyset;
+
+static void keys_end(keyset *ks)
+{
+    while (ks->nviews > 0)
+        PyBuffer_Release(&ks->views[--ks->nviews]);
+    PyMem_Free(ks->views);
+    PyMem_Free(ks->refs);
+    Py_XDECREF(ks->tuple);
+    ks->views = NULL;
+    ks->refs = NULL;
+    ks->tuple = NULL;
+}
+
+/* Resolve a Python iterable of keys (validating every one: TypeError, UnicodeEncodeError,
+ * BufferError, as the per-item calls).  A list is copied to a tuple so it cannot change
+ * under a GIL-released stage. */
+static int keys_from_python(keyset *ks, PyObject *keys)
+{
+    Py_ssize_t i, cap = 4;
+    ks->refs = NULL;
+    ks->views = NULL;
+    ks->nviews = 0;
+    if (PyTuple_CheckExact(keys)) {
+        Py_INCREF(keys);
+        ks->tuple = keys;
+    } else if (PyList_CheckExact(keys)) {
+        ks->tuple = PyList_AsTuple(keys);
+    } else {
+        ks->tuple = PySequence_Tuple(keys);
+    }
+    if (ks->tuple == NULL)
+        return -1;
+    ks->n = PyTuple_GET_SIZE(ks->tuple);
+    ks->refs = PyMem_Malloc((size_t)(ks->n ? ks->n : 1) * sizeof *ks->refs);
+    ks->views = PyMem_Malloc((size_t)cap * sizeof *ks->views);
+    if (ks->refs == NULL || ks->views == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (i = 0; i < ks->n; i++) {
+        PyObject *o = PyTuple_GET_ITEM(ks->tuple, i);
+        int got;
+        if (ks->nviews == cap && !PyUnicode_Check(o) && !PyBytes_Check(o)) {   /* room for a buffer export */
+            Py_buffer *more = PyMem_Realloc(ks->views, (size_t)cap * 2 * sizeof *ks->views);
+            if (more == NULL) {
+                PyErr_NoMemory();
+                goto fail;
+            }
+            ks->views = more;   /* Py_buffer structs may move: they hold no pointer to themselves */
+            cap *= 2;
+        }
+        got = resolve_key(o, &ks->refs[i], &ks->views[ks->nviews]);
+        if (got < 0)
+            goto fail;
+        ks->nviews += got;
+    }
+    return 0;
+fail:
+    keys_end(ks);
+    return -1;
+}
+
+/* Hash the keys [0, n) of refs into rows (k positions each); null keys get no row use. */
+static void stage_rows(const geom *g, const mb_key *refs, size_t n, uint64_t *rows)
+{
+    size_t i;
+    uint64_t hv[2];
+    for (i = 0; i < n; i++) {
+        if (refs[i].ptr == NULL)
+            continue;
+        hash_key(&refs[i], hv);
+        positions_of(g, hv, rows + i * g->k);
+    }
+}
+
+/* Test-and-set the staged rows in order (the lock is held): out[i] = key i was new.
+ * Returns the number of new keys; *sat |= some counter saturated. */
+static Py_ssize_t commit_rows(Handle *h, const mb_key *refs, size_t n, uint64_t *rows, uint8_t *out, int *sat)
+{
+    const unsigned k = h->g.k;
+    const int width = h->width;
+    uint8_t *body = h->body;
+    Py_ssize_t total = 0;
+    size_t i;
+    unsigned j;
+    for (i = 0; i < n && i < AHEAD; i++)
+        if (refs[i].ptr != NULL)
+            for (j = 0; j < k; j++)
+                PREFETCH_W(body + byte_of(width, rows[i * k + j]));
+    for (i = 0; i < n; i++) {
+        uint64_t *row = rows + i * k;
+        int fresh = 0;
+        if (i + AHEAD < n && refs[i + AHEAD].ptr != NULL)
+            for (j = 0; j < k; j++)
+                PREFETCH_W(body + byte_of(width, row[(size_t)AHEAD * k + j]));
+        if (refs[i].ptr != NULL) {
+            if (width == 1)
+                fresh = bloom_set(body, row, k);
+            else
+                count_inc(body, width, row, distinct(row, k), &fresh, sat);
+        }
+        if (out != NULL)
+            out[i] = (uint8_t)fresh;
+        total += fresh;
+    }
+    return total;
+}
+
+/* Tell the caller how far a failed batch got (every exception leaving add_many). */
+static void note_committed(Py_ssize_t committed)
+{
+    PyObject *et, *ev, *tb, *n;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyErr_NormalizeException(&et, &ev, &tb);
+    n = PyLong_FromSsize_t(committed);
+    if (ev != NULL && n != NULL && PyObject_SetAttrString(ev, "committed_items", n) < 0)
+        PyErr_Clear();
+    Py_XDECREF(n);
+    PyErr_Restore(et, ev, tb);
+}
+
+/* The batch writer over resolved keys: chunks of HANDLE_CHUNK_KEYS keys (fewer for a
+ * large k), each hashed outside the lock (GIL released for large chunks), then committed
+ * under one lock acquisition with one bump of the items word.  out (n bytes) or NULL.
+ * Returns the number of new keys, or -1 with an exception carrying committed_items. */
+static Py_ssize_t h_add_keys(Handle *h, const mb_key *refs, Py_ssize_t n, uint8_t *out)
+{
+    const unsigned k = h->g.k;
+    Py_ssize_t chunk = STAGE_POSITIONS / k, start, total = 0, committed = 0;
+    uint64_t *rows;
+    int over = 0, sat = 0;
+    uint32_t stored = 0;
+    if (chunk > HANDLE_CHUNK_KEYS)
+        chunk = HANDLE_CHUNK_KEYS;
+    if (chunk < 1)
+        chunk = 1;
+    if (chunk > n)
+        chunk = n ? n : 1;
+    rows = PyMem_Malloc((size_t)chunk * k * sizeof *rows);
+    if (rows == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    h->busy++;
+    for (start = 0; start < n; start += chunk) {
+        const Py_ssize_t c = n - start < chunk ? n - start : chunk;
+        Py_ssize_t fresh;
+        int state, o;
+        uint32_t s = 0;
+        if (c >= GIL_MIN_KEYS) {
+            Py_BEGIN_ALLOW_THREADS
+            stage_rows(&h->g, refs + start, (size_t)c, rows);
+            Py_END_ALLOW_THREADS
+        } else {
+            stage_rows(&h->g, refs + start, (size_t)c, rows);
+        }
+        if (h->closed) {
+            h_refuse(h, 0);
+            goto fail;
+        }
+        state = h_lock(h);
+        if (state < 0)
+            goto fail;
+        fresh = commit_rows(h, refs + start, (size_t)c, rows, out ? out + start : NULL, &sat);
+        o = fresh ? items_bump(h, fresh, &s) : 0;
+        if (o) {
+            over = 1;
+            stored = s;
+        }
+        committed = start + c;
+        total += fresh;
+        if (state == LOCK_TAKEN && lock_release(h->lock) < 0)
+            goto fail;
+        /* An interrupt lands between chunks (or after the last one, still inside this call,
+         * so the exception carries committed_items), never between a chunk's cells and
+         * its count. */
+        if (PyErr_CheckSignals() < 0)
+            goto fail;
+    }
+    h_leave(h);
+    PyMem_Free(rows);
+    if ((over || sat) && h_warn(h, over, stored, sat, 0) < 0)
+        return -1;
+    return total;
+fail:
+    note_committed(committed);
+    h_leave(h);
+    PyMem_Free(rows);
+    if (over) {
+        /* The warning of the committed chunks goes now, not with the next (unrelated) add;
+         * one turned into an error (-W error) never replaces the exception in flight. */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        if (h_warn(h, over, stored, 0, 0) < 0)
+            PyErr_Clear();
+        PyErr_Restore(et, ev, tb);
+    }
+    return -1;
+}
+
+/* out argument: None, or a writable buffer of n bytes. */
+static int get_out(PyObject *obj, Py_ssize_t n, Py_buffer *out)
+{
+    if (PyObject_GetBuffer(obj, out, PyBUF_WRITABLE) < 0)
+        return -1;
+    if (out->len != n) {
+        PyErr_Format(PyExc_ValueError, "out has %zd bytes, expected %zd (one per key)", out->len, n);
+        PyBuffer_Release(out);
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(h_add_many_doc,
+"add_many(keys, out=None, /)\n--\n\n"
+"Add every key of keys (any iterable) in order, as sequential add() calls; returns the\n"
+"number of new keys, and out (a writable buffer of len(keys) bytes) gets 1 where a key was\n"
+"new.  Every key is validated before any cell changes.  The write lock is taken once per\n"
+"chunk of up to 65536 keys, hashed before the lock is taken; an exception leaving it\n"
+"carries committed_items (how many leading keys were committed).");
+
+static PyObject *h_add_many(Handle *h, PyObject *const *args, Py_ssize_t nargs)
+{
+    keyset ks;
+    Py_buffer out;
+    int have_out = 0;
+    Py_ssize_t fresh;
+    if (nargs < 1 || nargs > 2)
+        return PyErr_Format(PyExc_TypeError, "add_many() takes 1 or 2 arguments (%zd given)", nargs);
+    if (h->closed || !h->writable)
+        return h_refuse(h, 1);
+    if (keys_from_python(&ks, args[0]) < 0)
+        return NULL;
+    if (nargs == 2 && args[1] != Py_None) {
+        if (get_out(args[1], ks.n, &out) < 0) {
+            keys_end(&ks);
+            return NULL;
+        }
+        have_out = 1;
+    }
+    fresh = h_add_keys(h, ks.refs, ks.n, have_out ? out.buf : NULL);
+    if (have_out)
+        PyBuffer_Release(&out);
+    keys_end(&ks);
+    return fresh < 0 ? NULL : PyLong_FromSsize_t(fresh);
+}
+
+PyDoc_STRVAR(h_contains_many_doc,
+"contains_many(keys, out, /)\n--\n\n"
+"out[i] = 1 if key i may be present, else 0 (out: a writable buffer of len(keys) bytes).\n"
+"No lock; the keys are resolved and pinned first, then hashing and probing run without the\n"
+"GIL (from 256 keys on).");
+
+static PyObject *h_contains_many(Handle *h, PyObject *const *args, Py_ssize_t nargs)
+{
+    keyset ks;
+    Py_buffer out;
+    uint64_t *ring;
+    if (nargs != 2)
+        return PyErr_Format(PyExc_TypeError, "contains_many() takes 2 arguments (%zd given)", nargs);
+    if (h->closed)
+        return h_refuse(h, 0);
+    if (keys_from_python(&ks, args[0]) < 0)
+        return NULL;
+    if (get_out(args[1], ks.n, &out) < 0) {
+        keys_end(&ks);
+        return NULL;
+    }
+    ring = PyMem_Malloc((size_t)AHEAD * h->g.k * sizeof *ring);
+    if (ring == NULL) {
+        PyBuffer_Release(&out);
+        keys_end(&ks);
+        return PyErr_NoMemory();
+    }
+    h->busy++;
+    if (ks.n >= GIL_MIN_KEYS) {
+        Py_BEGIN_ALLOW_THREADS
+        query_run(h->body, h->width, &h->g, ks.refs, (size_t)ks.n, ring, out.buf);
+        Py_END_ALLOW_THREADS
+    } else {
+        query_run(h->body, h->width, &h->g, ks.refs, (size_t)ks.n, ring, out.buf);
+    }
+    h_leave(h);
+    PyMem_Free(ring);
+    PyBuffer_Release(&out);
+    keys_end(&ks);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(h_close_doc,
+"close()\n--\n\n"
+"Refuse every later call (FilterClosedError through fail) and release the image export, at\n"
+"once or when the calls in flight end.  Idempotent.");
+
+static PyObject *h_close(Handle *h, PyObject *unused)
+{
+    (void)unused;
+    h->closed = 1;
+    if (h->busy == 0)
+        h_release_image(h);
+    Py_RETURN_NONE;
+}
+
+static PyObject *h_get_closed(Handle *h, void *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(h->closed);
+}
+
+static PyObject *h_get_warned(Handle *h, void *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(h->warned);
+}
+
+static int h_set_warned(Handle *h, PyObject *v, void *unused)
+{
+    int t;
+    (void)unused;
+    if (v == NULL || (t = PyObject_IsTrue(v)) < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "cannot delete warned");
+        return -1;
+    }
+    h->warned = t;
+    return 0;
+}
+
+static PyObject *h_get_backend(Handle *h, void *unused)
+{
+    (void)h;
+    (void)unused;
+    return PyUnicode_FromString("native");
+}
+
+static PyGetSetDef h_getset[] = {
+    {"closed", (getter)h_get_closed, NULL, "True after close().", NULL},
+    {"warned", (getter)h_get_warned, (setter)h_set_warned, "The over-capacity warning was emitted.", NULL},
+    {"backend", (getter)h_get_backend, NULL, "\"native\".", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef h_methods[] = {
+    {"add", (PyCFunction)h_add, METH_O, h_add_doc},
+    {"contains", (PyCFunction)h_contains, METH_O, h_contains_doc},
+    {"add_many", (PyCFunction)(void (*)(void))h_add_many, METH_FASTCALL, h_add_many_doc},
+    {"contains_many", (PyCFunction)(void (*)(void))h_contains_many, METH_FASTCALL, h_contains_many_doc},
+    {"remove", (PyCFunction)h_remove, METH_O, h_remove_doc},
+    {"count", (PyCFunction)h_count, METH_O, h_count_doc},
+    {"close", (PyCFunction)h_close, METH_NOARGS, h_close_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject Handle_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "mmapbloom._kernels.Handle",
+    .tp_basicsize = sizeof(Handle),
+    .tp_dealloc = (destructor)h_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Handle(image, header_size, items_offset, strategy_id, m, k, width, writable, lock, warn_at, fail,\n"
+              "       over, saturated)\n--\n\n"
+              "One open filter bound once: the image buffer (exported once), the cells at header_size, the\n"
+              "items word at items_offset, the geometry and the LockState of its WriteLock.  Its methods\n"
+              "are the hot API (add, contains, add_many, contains_many, remove, count).  fail(kind) raises\n"
+              "the filter's errors, over(count) and saturated() emit its warnings.",
+    .tp_traverse = (traverseproc)h_traverse,
+    .tp_clear = (inquiry)h_clear,
+    .tp_methods = h_methods,
+    .tp_getset = h_getset,
+    .tp_new = h_new,
+};
+
+
+/* ---- FilterBase: the hot API of the filter classes, without a Python frame ----------- */
+
+/* The base class of mmapbloom.base.MappedFilter on the native backend: it holds the
+ * filter's handle (_h) and implements add, might_contain and `in` by calling it directly,
+ * so `x in f` and `f.add(x)` cost one C call and no Python frame.  A handle that is not
+ * a native Handle (the pure one, for a custom strategy) is called through its methods. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *h;
+} FilterBase;
+
+static int fb_traverse(FilterBase *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->h);
+    return 0;
+}
+
+static int fb_clear(FilterBase *self)
+{
+    Py_CLEAR(self->h);
+    return 0;
+}
+
+static void fb_dealloc(FilterBase *self)
+{
+    PyObject_GC_UnTrack(self);
+    fb_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *fb_handle(FilterBase *self)
+{
+    if (self->h == NULL)
+        PyErr_SetString(PyExc_ValueError, "operation on a closed filter (no handle attached)");
+    return self->h;
+}
+
+PyDoc_STRVAR(fb_add_doc,
+"add(item, /)\n--\n\n"
+"Add one item (str, hashed as UTF-8, or bytes-like); return True if it was new (some bit\n"
+"was 0; for a counting filter, some counter was 0).\n\n"
+"An atomic test-and-set across threads and processes: when several add the same new item\n"
+"at once, exactly one gets True.  Cost: one hash and k cell operations under the write\n"
+"lock, taken and released in C when it is free (one flock pair unless the caller holds\n"
+"write_lock()); the items counter is bumped under the same lock.  Counting filters:\n"
+"saturated counters stay at their maximum (SaturationWarning once per handle).\n"
+"OverCapacityWarning once per handle past the design point.\n\n"
+"Raises TypeError (another item type), UnicodeEncodeError (a str with lone surrogates),\n"
+"ReadOnlyFilterError, FilterClosedError, SelfDeadlockError (this thread holds the\n"
+"file's lock through another handle).");
+
+static PyObject *fb_add(FilterBase *self, PyObject *key)
+{
+    PyObject *h = fb_handle(self);
+    if (h == NULL)
+        return NULL;
+    if (Py_IS_TYPE(h, &Handle_Type))
+        return h_write_one((Handle *)h, key, 0, -1);
+    return PyObject_CallMethod(h, "add", "Oi", key, 0);
+}
+
+static int fb_contains_int(FilterBase *self, PyObject *key)
+{
+    PyObject *h = fb_handle(self), *r;
+    int t;
+    if (h == NULL)
+        return -1;
+    if (Py_IS_TYPE(h, &Handle_Type))
+        return h_contains_int((Handle *)h, key);
+    r = PyObject_CallMethod(h, "contains", "O", key);
+    if (r == NULL)
+        return -1;
+    t = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return t;
+}
+
+PyDoc_STRVAR(fb_might_contain_doc,
+"might_contain(item, /)\n--\n\n"
+"True if item (str or bytes-like) may have been added; False only if it certainly was not\n"
+"(no false negatives).  Same as `item in f`.  Takes no lock; computes positions lazily and\n"
+"stops at the first zero cell: one hash and at most k cell reads (fewer for most absent\n"
+"items).\n\n"
+"Raises TypeError (an item that is not str or bytes-like), FilterClosedError.");
+
+static PyObject *fb_might_contain(FilterBase *self, PyObject *key)
+{
+    const int present = fb_contains_int(self, key);
+    return present < 0 ? NULL : PyBool_FromLong(present);
+}
+
+static PyMethodDef fb_methods[] = {
+    {"add", (PyCFunction)fb_add, METH_O, fb_add_doc},
+    {"might_contain", (PyCFunction)fb_might_contain, METH_O, fb_might_contain_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef fb_members[] = {
+    {"_h", T_OBJECT, offsetof(FilterBase, h), 0, "the filter's handle (mmapbloom.handle.attach)"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PySequenceMethods fb_as_sequence = {
+    .sq_contains = (objobjproc)fb_contains_int,
+};
+
+static PyTypeObject FilterBase_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "mmapbloom._kernels.FilterBase",
+    .tp_basicsize = sizeof(FilterBase),
+    .tp_dealloc = (destructor)fb_dealloc,
+    .tp_as_sequence = &fb_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "FilterBase()\n--\n\n"
+              "Base class of mmapbloom's filters on the native backend: add, might_contain and `in` go\n"
+              "straight to the filter's handle (_h), with no Python frame.",
+    .tp_traverse = (traverseproc)fb_traverse,
+    .tp_clear = (inquiry)fb_clear,
+    .tp_methods = fb_methods,
+    .tp_members = fb_members,
+    .tp_new = PyType_GenericNew,
+};
+
 /* ---- module --------------------------------------------------------------------------- */
 
 #define FAST(name) {#name, (PyCFunction)(void (*)(void))k_##name, METH_FASTCALL, name##_doc}
@@ -1128,6 +2346,23 @@ static PyMethodDef kernel_methods[] = {
 
 static int kernel_exec(PyObject *module)
 {
+    if (PyType_Ready(&LockState_Type) < 0 || PyType_Ready(&Handle_Type) < 0 || PyType_Ready(&FilterBase_Type) < 0)
+        return -1;
+    Py_INCREF(&FilterBase_Type);
+    if (PyModule_AddObject(module, "FilterBase", (PyObject *)&FilterBase_Type) < 0) {
+        Py_DECREF(&FilterBase_Type);
+        return -1;
+    }
+    Py_INCREF(&LockState_Type);
+    if (PyModule_AddObject(module, "LockState", (PyObject *)&LockState_Type) < 0) {
+        Py_DECREF(&LockState_Type);
+        return -1;
+    }
+    Py_INCREF(&Handle_Type);
+    if (PyModule_AddObject(module, "Handle", (PyObject *)&Handle_Type) < 0) {
+        Py_DECREF(&Handle_Type);
+        return -1;
+    }
     if (PyModule_AddIntConstant(module, "M3KM", S_M3KM) < 0 || PyModule_AddIntConstant(module, "M3MX", S_M3MX) < 0 ||
         PyModule_AddIntConstant(module, "M3BL", S_M3BL) < 0 || PyModule_AddIntConstant(module, "M3M2", S_M3M2) < 0 ||
         PyModule_AddIntConstant(module, "M3B2", S_M3B2) < 0 || PyModule_AddIntConstant(module, "MAX_K", MAX_K) < 0)

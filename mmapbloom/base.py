@@ -9,38 +9,31 @@ Subclasses (:class:`~mmapbloom.filter.BloomFilter`,
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-import signal
-import sys
-import threading
-import warnings
-from typing import Any, Iterable, Iterator, Optional, TypeVar, Union
+from typing import Any, Iterable, Optional, TypeVar, Union
 
 import numpy as np
 import numpy.typing as npt
 
 from . import format as fmt
-from . import kernels
 from .errors import (
     BadHeaderError,
     ConfigMismatchError,
     FilterClosedError,
     IncompatibleFiltersError,
-    OverCapacityWarning,
     ReadOnlyFilterError,
 )
-from .hashing import HashStrategy, kernel_keys
-from .lifecycle import Lifecycle
-from .locking import TimedWriteLock, WriteLock
 from .config import BloomConfig
+from .handle import CHUNK_KEYS, FilterBase, attach
+from .hashing import HashStrategy
+from .lifecycle import Lifecycle
+from .items import OVERFILL_RATIO, ItemsCounter, design_limit, items_update
+from .locking import TimedWriteLock, WriteLock, deferred_signals
 from .sizing import (
     approx_items,
     approx_items_blocks,
     expected_fill_ratio,
-    expected_fp_rate,
-    expected_new_items,
     observed_fp_rate,
     observed_fp_rate_blocks,
 )
@@ -51,123 +44,15 @@ __all__ = [
     "items_update",
 ]
 
-#: ``add`` warns (OverCapacityWarning, once per handle) past this expected fill ratio
-#: ``1 - e^(-kn/m)`` (Bloom 1970). A filter sized by ``for_items`` stays below it at its
-#: capacity for every p except about 0.351 to 0.36 (k = 2; fill up to 0.603).
-OVERFILL_RATIO = 0.6
-
-#: Keys per write-lock acquisition in the batch writers (``add_many``, ``update``): other
-#: writers interleave between chunks, never inside one. The pure-Python kernels bound their
-#: temporary memory separately (``kernels.PURE_CHUNK_PAIRS``).
-CHUNK_KEYS = 1 << 16
-
 #: Bytes per step when combining or counting cell arrays (bounded temporary memory).
 CHUNK_BYTES = 1 << 24
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-_MAX_ITEMS = fmt.MAX_ITEMS
-#: The items word is a native-endian 4-byte view (``format.items_word``); on a
-#: little-endian host its value is the stored value, so the hot path indexes it directly.
-_NATIVE_LITTLE = sys.byteorder == "little"
-
 F = TypeVar("F", bound="MappedFilter")
 
-_CLOSED_VIEW = memoryview(b"")
-_CLOSED_VIEW.release()  # any use raises ValueError
 
-
-def design_limit(num_bits: int, num_hashes: int, capacity: Optional[int] = None) -> float:
-    """The ``items_added`` count past which a filter is over its design point.
-
-    Without a capacity: where the expected fill ratio ``1 - e^(-kn/m)`` (Bloom 1970)
-    exceeds ``OVERFILL_RATIO``, ``n > -(m / k) ln(1 - OVERFILL_RATIO)``. With the capacity
-    the config was sized for (``BloomConfig.for_items``), never below that design point:
-    when the fill at capacity passes ``OVERFILL_RATIO``, the larger of the above and the
-    expected ``items_added`` after ``capacity`` distinct
-    adds (:func:`~mmapbloom.sizing.expected_new_items`; adds that were false positives
-    set no bit and are not counted) plus 3 standard deviations of the set-bit count,
-    ``3 sqrt(m f (1 - f))`` at the fill f of that point. This matters where the design fill
-    passes ``OVERFILL_RATIO``: k = 1 at a large p, where ``p = 1 - e^(-n/m)`` by design.
-    A file opened without its config knows only m and k (first rule)."""
-    limit = -(num_bits / num_hashes) * math.log1p(-OVERFILL_RATIO)
-    fill = 0.0 if capacity is None else expected_fill_ratio(capacity, num_bits, num_hashes)
-    if capacity is not None and fill > OVERFILL_RATIO:  # designed past the usual fill
-        spread = 3 * math.sqrt(num_bits * fill * (1 - fill))
-        limit = max(limit, expected_new_items(capacity, num_bits, num_hashes) + spread)
-    return limit
-
-
-def items_update(count: int, num_bits: int, num_hashes: int, *, source: str, limit: Optional[float] = None,
-                 warn: bool = True, strategy: Optional[HashStrategy] = None) -> tuple[int, Optional[str]]:
-    """The one rule for a new value of an items counter (every writer goes through it:
-    ``MappedFilter._set_items`` for adds, removes, unions and ``merge_into``, and
-    ``merge_shards`` for the header of a new output).
-
-    Args:
-        count: the count to store, before saturation (may be negative or past 2**32 - 1).
-        num_bits, num_hashes: m and k of the filter.
-        source: the file (or ``"<memory>"``) named in the warning.
-        limit: :func:`design_limit` of m and k, if the caller cached it.
-        warn: False to skip building the message (a handle that warned already).
-        strategy: the filter's strategy, whose formula gives the rate in the message
-            (the blocked one for M3B2 and M3BL); None: the classic formula (Bloom 1970).
-
-    Returns:
-        ``(stored, message)``: the count clamped to ``[0, 2**32 - 1]`` (it saturates and
-        never wraps), and the text of the ``OverCapacityWarning`` to emit when ``stored``
-        is past the design point (:func:`design_limit`), else ``None``. The caller emits
-        it once its write is complete (never under a lock, so ``-W error`` cannot
-        interrupt a write).
-    """
-    count = 0 if count < 0 else _MAX_ITEMS if count > _MAX_ITEMS else count
-    if not warn or count <= (design_limit(num_bits, num_hashes) if limit is None else limit):
-        return count, None
-    rate = expected_fp_rate if strategy is None else strategy.expected_fp_rate
-    return count, (
-        f"{source}: filter is past its design point: {count} items in {num_bits} cells "
-        f"with k={num_hashes} gives an expected fill ratio of "
-        f"{expected_fill_ratio(count, num_bits, num_hashes):.3f} > {OVERFILL_RATIO}; "
-        f"false-positive rate about {rate(count, num_bits, num_hashes):.3g}"
-    )
-
-
-@contextlib.contextmanager
-def deferred_signals() -> Iterator[None]:
-    """Hold SIGINT, SIGTERM and SIGHUP for the duration of a batch commit (cells and items
-    counter), then deliver them: an interrupt then lands between chunks, never between a
-    chunk's cells and its count, so bits and ``items_added`` always agree.
-
-    Only the main thread receives signals in Python, so elsewhere this does nothing. A
-    signal that arrives inside is re-raised with ``signal.raise_signal`` once the original
-    handlers are back, so it has exactly its usual effect (KeyboardInterrupt, the
-    default action, or the program's own handler). Costs a few microseconds per call:
-    used once per chunk of ``CHUNK_KEYS`` keys, never per item.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    pending: list[int] = []
-
-    def hold(signum: int, frame: Any) -> None:
-        pending.append(signum)
-
-    saved = []
-    try:
-        for sig in _DEFERRED_SIGNALS:
-            saved.append((sig, signal.signal(sig, hold)))
-        yield
-    finally:
-        for sig, handler in saved:
-            signal.signal(sig, handler)
-        for sig in dict.fromkeys(pending):
-            signal.raise_signal(sig)
-
-
-_DEFERRED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
-
-
-class MappedFilter(Lifecycle):
+class MappedFilter(FilterBase, Lifecycle):
     """Base of the filter kinds: an image (header + cells) in memory or in a shared file,
     and the interface both kinds share.
 
@@ -176,26 +61,26 @@ class MappedFilter(Lifecycle):
     ``count_ones`` (non-zero cells), ``fill_ratio``, ``expected_fp_rate``,
     ``observed_fp_rate`` and ``approx_items``, which are computed here once for every kind
     with the formulas of the filter's strategy. Subclasses set ``_magic`` and implement
-    ``_new_header(config, **options)`` and the cell operations through the handle's
-    :class:`~mmapbloom.kernels.Kernels` (``self._kernels``).
+    ``_new_header(config, **options)``; the hot operations go straight to the handle
+    (``self._h``, :func:`mmapbloom.handle.attach`: the native C object or the pure one),
+    which takes the write lock and keeps the items counter itself.
 
     One home per concern: images are validated by :func:`mmapbloom.format.validate_image`
     (``_validate``; ``open`` parses the header once, before mapping), shapes compared by
-    :meth:`BloomConfig.check_compatible`, and the items counter written only by
-    ``_set_items`` / ``_bump_items`` under the rule of :func:`items_update` (saturation and
-    the over-capacity warning). The package's other modules (merge, extents) reach the
-    storage through the protected methods ``_file_descriptor``, ``_duplicate_descriptor``,
-    ``_check_size``, ``_cell_layout``, ``_cells`` and ``_add_items``, never its fields.
+    :meth:`BloomConfig.check_compatible`, the items counter and its over-capacity warning
+    are one :class:`~mmapbloom.items.ItemsCounter` (``self._counter``), the bytes and the
+    lock belong to the :class:`~mmapbloom.storage.Storage` (``self._storage``). The
+    package's other modules (merge, extents) talk to that storage object (its ``fd``,
+    ``duplicate_fd``, ``check_size``, ``body_range``, ``body``) and, for the items
+    counter, to ``_add_items``.
     """
 
-    __slots__ = (
-        "_storage", "_buf", "_items", "_config", "_m", "_k", "_strategy", "_hs", "_cell_bits", "_body", "_kernels",
-        "_lock", "_no_write", "_warn_at", "_warned", "_warn_msg", "__weakref__",
-    )
+    # _h (the handle) is a slot of the base, FilterBase, whose add, might_contain and
+    # ``in`` call it directly.
+    __slots__ = ("_storage", "_config", "_hs", "_cell_bits", "_counter", "__weakref__")
 
     _magic: bytes = fmt.MAGIC
-    _body: memoryview
-    _kernels: "kernels.Kernels"
+    _counter: ItemsCounter
 
     # -- subclass hooks ---------------------------------------------------------------
     @classmethod
@@ -211,19 +96,11 @@ class MappedFilter(Lifecycle):
     def _after_attach(self) -> None:
         """Called once the storage is attached (subclasses cache derived values)."""
 
-    def _release_views(self) -> None:
-        """Called by :meth:`close` before unmapping: drop buffer views of the image.
-
-        A native batch query in flight in another thread (it runs without the GIL) holds
-        an export of the body; the view then cannot be released, so it is dropped instead:
-        the mapping stays valid for that query and is unmapped when it ends. Every later
-        call goes to closed kernels and raises FilterClosedError."""
-        try:
-            self._body.release()
-        except BufferError:
-            pass
-        self._body = _CLOSED_VIEW
-        self._kernels = kernels.closed()
+    def _saturation_hook(self) -> Any:
+        """``saturated(depth=0)``, which the handle calls (after releasing the lock) when a
+        counter saturated, or None for kinds without counters. It must not reference the
+        filter (the C handle holds it: no reference cycle)."""
+        return None
 
     # -- construction -------------------------------------------------------------
     def __init__(self, config: BloomConfig, **options: Any):
@@ -238,24 +115,19 @@ class MappedFilter(Lifecycle):
 
     def _attach(self, storage: Storage, config: BloomConfig, header: fmt.Header) -> None:
         self._storage = storage
-        self._buf = storage.buf
-        self._items = fmt.items_word(storage.buf)
         self._config = config
-        self._m = config.num_bits
-        self._k = config.num_hashes
-        self._strategy = config.strategy
         self._hs = header.header_size
         self._cell_bits = header.cell_bits
-        # The hot loops (hash, probe, test-and-set, counters) run in the kernels, bound
-        # once to the body (a writable view unless the handle is read-only).
-        self._body = memoryview(storage.buf)[self._hs:]
-        self._kernels = kernels.bind(self._body, config.strategy, self._m, self._k, self._cell_bits)
-        self._lock: WriteLock = storage.lock
-        self._no_write = storage.readonly
-        self._warn_at = design_limit(self._m, self._k, config.capacity)
-        self._warned = False
-        self._warn_msg: Optional[str] = None
+        self._counter = ItemsCounter(fmt.items_word(storage.buf), config.num_bits, config.num_hashes, config.strategy,
+                                     self._describe(), config.capacity)
         self._after_attach()
+        self._attach_handle()
+
+    def _attach_handle(self, pure: bool = False) -> None:
+        """Bind the handle (``self._h``) once: the hot loops, the lock and the counter."""
+        storage = self._storage
+        self._h = attach(storage.buf, self._hs, self._config, self._cell_bits, storage.lock, self._counter,
+                         not storage.readonly, _failer(storage), self._saturation_hook(), pure=pure)
 
     @classmethod
     def _from_storage(cls: type[F], storage: Storage, config: BloomConfig, header: fmt.Header) -> F:
@@ -425,17 +297,17 @@ class MappedFilter(Lifecycle):
     @property
     def num_bits(self) -> int:
         """m, the number of cells (bits of a Bloom filter, counters of a counting one)."""
-        return self._m
+        return self._config.num_bits
 
     @property
     def num_hashes(self) -> int:
         """k, the number of positions per item."""
-        return self._k
+        return self._config.num_hashes
 
     @property
     def strategy(self) -> HashStrategy:
         """The hash strategy (its ``name`` is in the file header)."""
-        return self._strategy
+        return self._config.strategy
 
     @property
     def path(self) -> Optional[str]:
@@ -455,7 +327,7 @@ class MappedFilter(Lifecycle):
     @property
     def size_bytes(self) -> int:
         """Bytes of the whole image (the file's length): header + cells."""
-        return self._hs + fmt.body_size(self._m, self._cell_bits)
+        return self._hs + fmt.body_size(self.num_bits, self._cell_bits)
 
     @property
     def items_added(self) -> int:
@@ -464,7 +336,7 @@ class MappedFilter(Lifecycle):
         self._check_open()
         self._storage.check_size()  # the header page of a truncated file raises SIGBUS
         try:
-            return fmt.load_items(self._items)
+            return self._counter.load()
         except ValueError:  # closed by another thread since the check
             self._check_open()
             raise
@@ -474,133 +346,38 @@ class MappedFilter(Lifecycle):
         if self._storage.closed:
             raise FilterClosedError(f"{self._describe()}: filter is closed")
 
-    def _refuse_write(self) -> None:
-        self._check_open()
-        if not self._storage.readonly:
-            # A writable handle refuses writes only while close() runs in another thread
-            # (it sets _no_write before it marks the storage closed): that is a close.
-            raise FilterClosedError(f"{self._describe()}: filter is closed")
-        raise ReadOnlyFilterError(f"{self._describe()}: filter was opened read-only; writes are refused")
+    def _check_writable(self) -> None:
+        """Raise ReadOnlyFilterError or FilterClosedError unless this handle may write."""
+        if self._h.closed or self._storage.readonly:
+            self._check_open()
+            if not self._storage.readonly:
+                # A writable handle refuses writes only while close() runs in another thread
+                # (it closes the handle before it marks the storage closed): that is a close.
+                raise FilterClosedError(f"{self._describe()}: filter is closed")
+            raise ReadOnlyFilterError(f"{self._describe()}: filter was opened read-only; writes are refused")
 
     def _describe(self) -> str:
         return self._storage.path or "<memory>"
-
-    def _set_items(self, count: int) -> None:
-        """Store the item count by the one rule, :func:`items_update` (clamped to
-        [0, 2**32 - 1]), and record an OverCapacityWarning past the design point, once per
-        handle; the caller holds the write lock."""
-        count, msg = items_update(count, self._m, self._k, source=self._describe(), limit=self._warn_at,
-                                  warn=not self._warned, strategy=self._strategy)
-        fmt.store_items(self._items, count)
-        if msg is not None:
-            # Recorded here, under the lock; emitted by _flush_warning once the write is
-            # complete and the lock released (so ``-W error`` cannot interrupt a write).
-            self._warned = True
-            self._warn_msg = msg
-
-    def _flush_warning(self, stacklevel: int = 3) -> None:
-        """Emit the OverCapacityWarning recorded by :meth:`_set_items`, if any. Call after
-        releasing the lock; ``stacklevel`` 3 points at the caller of the public method that
-        calls this directly."""
-        msg, self._warn_msg = self._warn_msg, None
-        if msg is not None:
-            warnings.warn(msg, OverCapacityWarning, stacklevel=stacklevel)
-
-    def _flush_warning_on_error(self) -> None:
-        """Emit, now, the warning recorded by a batch's committed chunks before an exception
-        ended it, so that it is not left pending for the handle's next (unrelated) add; a
-        warning turned into an error (``-W error``) never replaces the exception in flight."""
-        with contextlib.suppress(Warning):
-            self._flush_warning(stacklevel=5)
-
-    def _bump_items(self, new: int) -> None:
-        """Add ``new`` (may be negative) to the item count, saturating: a saturated count
-        (``2**32 - 1``) never moves again. The caller holds the write lock. This and
-        :meth:`_set_items` are the only writers of the items field."""
-        word = self._items
-        count = word[0] if _NATIVE_LITTLE else fmt.load_items(word)
-        if count < _MAX_ITEMS:
-            total = count + new
-            if _NATIVE_LITTLE and 0 <= total <= self._warn_at and total < _MAX_ITEMS:  # hot path: one store
-                word[0] = total
-            else:
-                self._set_items(total)
 
     def _cells(self) -> npt.NDArray[np.uint8]:
         """A numpy ``uint8`` view of the cell array (no copy; read-only when the handle is).
         Every scan of the mapping starts here, so the file's size is checked here first
         (``LengthMismatchError`` for a file truncated under the handle, not SIGBUS)."""
-        try:
-            self._storage.check_size()
-            return self._storage.view(self._hs, fmt.body_size(self._m, self._cell_bits))
-        except ValueError:  # closed by another thread since the caller's check
-            self._check_open()
-            raise
+        return self._storage.body()
 
-    # -- the protected interface for the package's own modules ---------------------------
-    # merge, extents (and through them dask) use these instead of the handle's private
-    # fields, so the storage and the items counter keep one owner.
-    def _file_descriptor(self) -> Optional[int]:
-        """The descriptor of the mapped file, or ``None`` in memory. Valid only while the
-        handle is open: a caller that reads through it while another thread may close the
-        handle uses :meth:`_duplicate_descriptor` instead.
-
-        Raises:
-            FilterClosedError: the handle is closed.
-        """
-        self._check_open()
-        return self._storage.fd if isinstance(self._storage, FileStorage) else None
-
-    def _duplicate_descriptor(self) -> Optional[int]:
-        """A duplicate (``os.dup``) of the file's descriptor, which the caller closes, or
-        ``None`` in memory. A ``close()`` of the handle by another thread cannot make reads
-        through it reach another file: the handle is found open after the duplicate was
-        taken (``close`` marks the storage closed before closing its descriptor).
-
-        Raises:
-            FilterClosedError: the handle is closed. LengthMismatchError: the file was
-            truncated under the handle. OSError: ``dup`` failed.
-        """
-        fd = self._file_descriptor()
-        if fd is None:
-            return None
-        self._check_size()
-        try:
-            mine = os.dup(fd)
-        except OSError:
-            self._check_open()  # closed meanwhile: FilterClosedError
-            raise
-        try:
-            self._check_open()
-        except BaseException:
-            os.close(mine)
-            raise
-        return mine
-
-    def _check_size(self) -> None:
-        """Refuse a file truncated under the handle before the mapping is scanned
-        (``LengthMismatchError``, not SIGBUS); FilterClosedError when closed."""
-        self._check_open()
-        self._storage.check_size()
-
-    def _cell_layout(self) -> tuple[int, int, int]:
-        """``(start, stop, cell_bits)``: the cell array is bytes ``[start, stop)`` of the
-        image (and of the file), ``cell_bits`` bits per cell (1, 4 or 8)."""
-        return self._hs, self._hs + fmt.body_size(self._m, self._cell_bits), self._cell_bits
-
+    # -- for the package's own modules (merge): the items counter under the lock ---------
     def _add_items(self, delta: int, stacklevel: int = 2) -> int:
         """Add ``delta`` to the items counter under the write lock, by the one rule
-        (:meth:`_bump_items`: saturating; :func:`items_update`: the over-capacity check),
-        then emit the OverCapacityWarning (once per handle) after releasing the lock, with
+        (:meth:`ItemsCounter.bump`: saturating, the over-capacity check), then emit the
+        OverCapacityWarning (once per handle) after releasing the lock, with
         ``stacklevel`` as if the caller called ``warnings.warn`` (2: the caller's caller).
         Returns the stored count. For writers outside the class (``merge_into``)."""
-        if self._no_write:
-            self._refuse_write()
-        with self._lock, deferred_signals():  # wait interruptibly; hold signals while committing
-            self._check_size()
-            self._bump_items(delta)
-            count = fmt.load_items(self._items)
-        self._flush_warning(stacklevel=stacklevel + 2)
+        self._check_writable()
+        with self._storage.lock, deferred_signals():  # wait interruptibly; hold signals while committing
+            self._storage.check_size()
+            self._counter.bump(delta)
+            count = self._counter.load()
+        self._counter.flush(stacklevel=stacklevel + 1)
         return count
 
     def write_lock(self, timeout: Optional[float] = None) -> Union[WriteLock, TimedWriteLock]:
@@ -629,33 +406,12 @@ class MappedFilter(Lifecycle):
             ValueError: a negative or non-finite ``timeout``.
             On entering: LockTimeout, SelfDeadlockError, FilterClosedError.
         """
-        if self._no_write:
-            self._refuse_write()
+        self._check_writable()
         if timeout is None:
-            return self._lock
-        return self._lock.with_timeout(timeout)
+            return self._storage.lock
+        return self._storage.lock.with_timeout(timeout)
 
-    # -- the query and write interface both kinds implement ------------------------------
-    def add(self, item: Any) -> bool:
-        """Add one item (str or bytes-like); True if it was new. Atomic across threads and
-        processes. Implemented by each kind."""
-        raise NotImplementedError
-
-    def might_contain(self, item: Any) -> bool:
-        """True if ``item`` (str or bytes-like) may have been added; False only if it
-        certainly was not (no false negatives). Takes no lock; stops at the first zero
-        cell. Cost: one hash and at most k cell reads (fewer for most absent items).
-
-        Raises TypeError (an item that is not str or bytes-like), FilterClosedError.
-        """
-        try:
-            return self._kernels.contains(item)
-        except ValueError:
-            self._check_open()
-            raise
-
-    __contains__ = might_contain
-
+    # -- the interface both kinds share (add, might_contain and ``in``: FilterBase) -------
     def add_many(self, items: Iterable[Any]) -> npt.NDArray[np.bool_]:
         """Batch add: a ``bool`` array of shape ``(len(items),)``, True where the item was
         new, exactly as sequential :meth:`add` calls (a duplicate within the batch is new
@@ -674,54 +430,19 @@ class MappedFilter(Lifecycle):
             TypeError, UnicodeEncodeError: a bad item (nothing changed).
             ReadOnlyFilterError, FilterClosedError, LengthMismatchError (file truncated).
         """
-        return self._batch_add(items, count=False)  # type: ignore[no-any-return]
+        self._check_writable()
+        seq = items if isinstance(items, (list, tuple)) else list(items)
+        out = np.zeros(len(seq), dtype=np.bool_)
+        self._storage.check_size()  # a truncated file: LengthMismatchError, not SIGBUS
+        self._h.add_many(seq, out)
+        return out
 
     def update(self, items: Iterable[Any]) -> int:
         """Add many items; return how many were new (as :meth:`add_many`, summed; the same
         guarantees and errors)."""
-        return self._batch_add(items, count=True)  # type: ignore[no-any-return]
-
-    def _batch_add(self, items: Iterable[Any], count: bool) -> Any:
-        """The one batch writer of both kinds: chunking, lock, deferred signals, counter."""
-        if self._no_write:
-            self._refuse_write()
-        self._check_open()
-        committed = 0
-        try:
-            keys = kernel_keys(items)
-            out = np.zeros(len(keys), dtype=np.bool_)
-            add_many = self._kernels.add_many
-            saturated = False
-            self._storage.check_size()  # a truncated file: LengthMismatchError, not SIGBUS
-            for start in range(0, len(keys), CHUNK_KEYS):
-                chunk = keys[start:start + CHUNK_KEYS]
-                with self._lock, deferred_signals():  # wait interruptibly; hold signals while committing
-                    flags, new, *sat = add_many(chunk)  # counting kernels add "saturated"
-                    if new:
-                        self._bump_items(new)
-                    committed = start + len(chunk)
-                out[start:start + len(chunk)] = flags
-                saturated = saturated or bool(sat and sat[0])
-            result = int(np.count_nonzero(out)) if count else out
-        except ValueError as exc:
-            exc.committed_items = committed  # type: ignore[attr-defined]
-            self._flush_warning_on_error()
-            try:
-                self._check_open()
-            except FilterClosedError as closed:  # closed by another thread meanwhile
-                closed.committed_items = committed  # type: ignore[attr-defined]
-                raise
-            raise
-        except BaseException as exc:  # KeyboardInterrupt: tell the caller how far it got
-            exc.committed_items = committed  # type: ignore[attr-defined]
-            self._flush_warning_on_error()
-            raise
-        self._flush_batch_warnings(saturated)
-        return result
-
-    def _flush_batch_warnings(self, saturated: bool) -> None:
-        """Emit the warnings recorded during a batch (kinds with counters add saturation)."""
-        self._flush_warning(stacklevel=5)
+        self._check_writable()
+        self._storage.check_size()  # a truncated file: LengthMismatchError, not SIGBUS
+        return self._h.add_many(items)  # type: ignore[no-any-return]
 
     def contains_many(self, items: Iterable[Any]) -> npt.NDArray[np.bool_]:
         """Batch :meth:`might_contain`: a ``bool`` array of shape ``(len(items),)`` with
@@ -731,14 +452,11 @@ class MappedFilter(Lifecycle):
         Raises TypeError (bad item; every item is checked), FilterClosedError,
         LengthMismatchError (the file was truncated under the handle).
         """
-        self._check_open()
         seq = items if isinstance(items, (list, tuple)) else list(items)
-        try:
-            self._storage.check_size()  # a truncated file: LengthMismatchError, not SIGBUS
-            return self._kernels.contains_many(seq)
-        except ValueError:
-            self._check_open()
-            raise
+        out = np.zeros(len(seq), dtype=np.bool_)
+        self._storage.check_size()  # a truncated file: LengthMismatchError, not SIGBUS; FilterClosedError
+        self._h.contains_many(seq, out)
+        return out
 
     # -- statistics (shared by every kind; the strategy brings its formulas) -------------
     def count_ones(self, progress: Any = False) -> int:
@@ -764,34 +482,34 @@ class MappedFilter(Lifecycle):
         ``observed_fp_rate()`` there. M3KM's floor (see :mod:`mmapbloom.hashing`) is not
         included.
         """
-        return self._strategy.expected_fp_rate(self.items_added, self._m, self._k)
+        return self.strategy.expected_fp_rate(self.items_added, self.num_bits, self.num_hashes)
 
     def fill_ratio(self) -> float:
         """Fraction of non-zero cells, X / m, in [0, 1]; O(m) cells read."""
-        return self.count_ones() / self._m
+        return self.count_ones() / self.num_bits
 
     def observed_fp_rate(self) -> float:
         """False-positive rate implied by the cells actually set, in [0, 1]: ``(X / m)^k``
         (Bloom 1970), or for a blocked strategy the mean over blocks of ``(X_b / 512)^k``
         (Putze et al. 2007). O(m) cells read."""
-        block = self._strategy.block_bits
+        block = self.strategy.block_bits
         if block:
-            return observed_fp_rate_blocks(self._block_histogram(block), block, self._k)
-        return observed_fp_rate(self.count_ones(), self._m, self._k)
+            return observed_fp_rate_blocks(self._block_histogram(block), block, self.num_hashes)
+        return observed_fp_rate(self.count_ones(), self.num_bits, self.num_hashes)
 
     def approx_items(self) -> float:
         """Estimated distinct items from the cells set: ``-(m / k) ln(1 - X / m)``
         (Swamidass and Baldi 2007), summed per block for a blocked strategy; ``math.inf``
         when every cell (of some block) is set, 0.0 (never -0.0) when empty. O(m) cells read."""
-        block = self._strategy.block_bits
+        block = self.strategy.block_bits
         if block:
-            return approx_items_blocks(self._block_histogram(block), block, self._k)
-        return approx_items(self.count_ones(), self._m, self._k)
+            return approx_items_blocks(self._block_histogram(block), block, self.num_hashes)
+        return approx_items(self.count_ones(), self.num_bits, self.num_hashes)
 
     def is_over_capacity(self) -> bool:
         """True when the expected fill ratio ``1 - e^(-kn/m)`` from the item count exceeds
         ``OVERFILL_RATIO`` (O(1): no cell is read)."""
-        return self.items_added > self._warn_at
+        return self.items_added > self._counter.limit
 
     def check(self) -> None:
         """Verify the invariants of the open image: the header parses and agrees with the
@@ -806,7 +524,7 @@ class MappedFilter(Lifecycle):
         self._check_open()
         source = self._describe()
         self._storage.check_size()  # before reading anything: pages past the end raise SIGBUS
-        buf = self._buf
+        buf = self._storage.buf
         size = os.fstat(self._storage.fd).st_size if isinstance(self._storage, FileStorage) else len(buf)
         # Reads from the mapping, never past it: the length is checked before the last byte.
         header = self._validate(lambda offset, count: bytes(buf[offset:offset + count]), size, source)
@@ -837,7 +555,9 @@ class MappedFilter(Lifecycle):
     def _same_image(self, other: "MappedFilter") -> bool:
         if other is self:
             return True
-        fa, fb = self._file_descriptor(), other._file_descriptor()
+        self._check_open()
+        other._check_open()
+        fa, fb = self._storage.fd, other._storage.fd
         if fa is not None and fb is not None:
             sa, sb = os.fstat(fa), os.fstat(fb)
             return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
@@ -851,9 +571,9 @@ class MappedFilter(Lifecycle):
         ``other.write_lock()``) no lock is taken: every writer is excluded already, and the
         snapshot includes the block's own writes. Memory: :attr:`size_bytes` bytes."""
         self._check_open()
-        with self._lock.snapshot():
+        with self._storage.lock.snapshot():
             self._storage.check_size()  # a truncated file: LengthMismatchError, not SIGBUS
-            return bytes(self._buf[:])
+            return bytes(self._storage.buf[:])
 
     def copy(self: F) -> F:
         """An in-memory copy (a consistent snapshot, see :meth:`to_bytes`)."""
@@ -877,18 +597,13 @@ class MappedFilter(Lifecycle):
         """
         if self._storage.closed:
             return
-        with self._lock.thread_lock:
+        with self._storage.lock.thread_lock:
             if self._storage.closed:
                 return
-            self._no_write = True  # writes then report FilterClosedError before touching the lock
-            # Closed first, views dropped second: a query that trips over a dropped view
-            # then finds the handle closed and raises FilterClosedError.
-            self._storage.close(before_unmap=self._drop_views)
-            self._buf = self._storage.buf
-
-    def _drop_views(self) -> None:
-        self._release_views()
-        self._items.release()
+            # The handle first: every later call raises FilterClosedError, and its export
+            # of the image goes (at once, or when a call in flight in another thread ends).
+            self._h.close()
+            self._storage.close(before_unmap=self._counter.release)
 
     def __reduce__(self) -> tuple[Any, ...]:
         """A file-backed filter pickles as its absolute path and mode (the receiver opens
@@ -915,8 +630,8 @@ class MappedFilter(Lifecycle):
     def __repr__(self) -> str:
         where = self._storage.path or "memory"
         state = "closed" if self.closed else ("read-only" if self.readonly else "read-write")
-        return (f"<{type(self).__name__} {where} m={self._m} k={self._k} "
-                f"strategy={self._strategy.name} {state}>")
+        return (f"<{type(self).__name__} {where} m={self.num_bits} k={self.num_hashes} "
+                f"strategy={self.strategy.name} {state}>")
 
     # -- the interface of every filter kind (``verify.open_filter``, ``mmapbloom`` CLI) -------
     def describe(self, *, scan: bool = True, progress: Any = False) -> dict[str, Any]:
@@ -933,10 +648,10 @@ class MappedFilter(Lifecycle):
             FilterClosedError; LengthMismatchError (file truncated under the handle).
         """
         self._check_open()
-        m, k, n = self._m, self._k, self.items_added
+        m, k, n = self.num_bits, self.num_hashes, self.items_added
         record: dict[str, Any] = {
             "path": self._storage.path,
-            "strategy": self._strategy.name,
+            "strategy": self.strategy.name,
             "num_bits": m,
             "num_hashes": k,
             "size_bytes": self.size_bytes,
@@ -944,7 +659,7 @@ class MappedFilter(Lifecycle):
         }
         if scan:
             ones = self.count_ones(progress)  # a bar on a terminal when asked and the scan is long
-            blocked = self._strategy.block_bits != 0  # per-block statistics: their own scan
+            blocked = self.strategy.block_bits != 0  # per-block statistics: their own scan
             approx = self.approx_items() if blocked else approx_items(ones, m, k)
             record.update(approx_items=None if math.isinf(approx) else approx, fill_ratio=ones / m)
         record.update(expected_fill_ratio=expected_fill_ratio(n, m, k), expected_fp_rate=self.expected_fp_rate())
@@ -967,3 +682,17 @@ def _check_same(expected: BloomConfig, found: BloomConfig, path: str) -> None:
     diff = expected.difference(found)  # the one comparison of shapes (BloomConfig)
     if diff is not None:
         raise ConfigMismatchError(path, *diff)
+
+
+def _failer(storage: Storage) -> Any:
+    """The handle's ``fail(kind)``: raises FilterClosedError (0) or, for a write on a
+    read-only handle, ReadOnlyFilterError (1). Holds the storage, never the filter (no
+    reference cycle through the C handle)."""
+
+    def fail(kind: int) -> None:
+        source = storage.path or "<memory>"
+        if kind == 1 and storage.readonly and not storage.closed:
+            raise ReadOnlyFilterError(f"{source}: filter was opened read-only; writes are refused")
+        raise FilterClosedError(f"{source}: filter is closed")
+
+    return fail

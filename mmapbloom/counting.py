@@ -35,7 +35,8 @@ import numpy.typing as npt
 
 from . import extents
 from . import format as fmt
-from .base import CHUNK_BYTES, MappedFilter, deferred_signals
+from .base import CHUNK_BYTES, MappedFilter
+from .locking import deferred_signals
 from .errors import ConfigError, ConfigMismatchError, SaturationWarning
 from .filter import BloomFilter
 from .config import BloomConfig
@@ -68,7 +69,7 @@ class CountingBloomFilter(MappedFilter):
     False
     """
 
-    __slots__ = ("_max", "_sat_warned")
+    __slots__ = ("_max",)
 
     _magic = fmt.COUNTING_MAGIC
 
@@ -95,7 +96,19 @@ class CountingBloomFilter(MappedFilter):
 
     def _after_attach(self) -> None:
         self._max = (1 << self._cell_bits) - 1
-        self._sat_warned = False
+
+    def _saturation_hook(self) -> Any:
+        message = (f"{self._describe()}: a {self._cell_bits}-bit counter saturated at {self._max}; it will never be "
+                   "decremented again (extra positives possible, never a false negative)")
+        warned: list[bool] = []
+
+        def saturated(depth: int = 0) -> None:
+            """The SaturationWarning, once per handle; ``depth``: the handle's own frames."""
+            if not warned:
+                warned.append(True)
+                warnings.warn(message, SaturationWarning, stacklevel=3 + depth)
+
+        return saturated
 
     @property
     def counter_bits(self) -> int:
@@ -115,41 +128,9 @@ class CountingBloomFilter(MappedFilter):
         return super().items_added
 
     # -- per-item operations --------------------------------------------------------------
-    def add(self, item: Item) -> bool:
-        """Increment the item's counters; return True if it was new (some counter was 0).
-
-        Atomic across threads and processes. Saturated counters stay at their maximum.
-
-        Raises:
-            TypeError: an item that is not str or bytes-like.
-            ReadOnlyFilterError, FilterClosedError.
-        """
-        if self._no_write:
-            self._refuse_write()
-        held = self._lock.owned()
-        try:
-            with self._lock:
-                result: tuple[bool, bool] = self._kernels.add(item)
-                new, saturated = result
-                if new:
-                    self._bump_items(1)
-        except ValueError:
-            self._check_open()
-            raise
-        except BaseException:  # a KeyboardInterrupt inside the lock code: never leave it held
-            self._lock.recover(held)
-            raise
-        self._flush_warnings(saturated, stacklevel=3)
-        return new
-
-    def _flush_warnings(self, saturated: bool, stacklevel: int) -> None:
-        """Emit pending warnings once the write is complete and the lock released."""
-        self._flush_warning(stacklevel + 1)
-        if saturated and not self._sat_warned:
-            self._sat_warned = True
-            warnings.warn(f"{self._describe()}: a {self._cell_bits}-bit counter saturated at {self._max}; it "
-                          "will never be decremented again (extra positives possible, never a false negative)",
-                          SaturationWarning, stacklevel=stacklevel)
+    # add, might_contain and ``in``: FilterBase (mmapbloom.handle), straight to the handle
+    # (for a counting filter: increment the item's distinct counters; saturated counters
+    # stay at their maximum).
 
     def remove(self, item: Item) -> None:
         """Decrement the item's counters (saturated counters are left at their maximum).
@@ -162,21 +143,7 @@ class CountingBloomFilter(MappedFilter):
             KeyError: the item is certainly absent (one of its counters is 0); nothing changes.
             TypeError, ReadOnlyFilterError, FilterClosedError.
         """
-        if self._no_write:
-            self._refuse_write()
-        held = self._lock.owned()
-        try:
-            with self._lock:
-                result = self._kernels.remove(item)
-                if result > 0:
-                    self._bump_items(-1)
-        except ValueError:
-            self._check_open()
-            raise
-        except BaseException:  # a KeyboardInterrupt inside the lock code: never leave it held
-            self._lock.recover(held)
-            raise
-        if result < 0:
+        if self._h.remove(item) < 0:
             raise KeyError(item)
 
     def discard(self, item: Item) -> bool:
@@ -191,18 +158,10 @@ class CountingBloomFilter(MappedFilter):
         """The minimum of the item's counters: an upper bound on how many times it was
         added (minus removed); 0 means certainly absent. Takes no lock; stops at the first
         zero counter."""
-        self._check_open()
-        try:
-            return self._kernels.count(item)
-        except ValueError:
-            self._check_open()
-            raise
+        return self._h.count(item)  # type: ignore[no-any-return]
 
-    # -- batch operations -------------------------------------------------------------------
-    # add_many and update: MappedFilter's batch writer over the counting kernels (the
-    # kernels return (flags, new, saturated); saturation warns once the batch is done).
-    def _flush_batch_warnings(self, saturated: bool) -> None:
-        self._flush_warnings(saturated, stacklevel=5)
+    # add_many and update: MappedFilter's, through the counting handle (saturation warns
+    # once the batch is done).
 
     # -- statistics -----------------------------------------------------------------------
     def _count_where(self, test: Any, progress: extents.Progress = False) -> int:
@@ -258,13 +217,12 @@ class CountingBloomFilter(MappedFilter):
             IncompatibleFiltersError: num_bits, num_hashes, strategy or counter_bits differ.
             TypeError, ReadOnlyFilterError, FilterClosedError.
         """
-        if self._no_write:
-            self._refuse_write()
+        self._check_writable()
         self._check_open()
         self._check_compatible(other)
         same = self._same_image(other)
         mine = self._cells()
-        with self._lock, deferred_signals():  # wait interruptibly; hold signals while committing
+        with self._storage.lock, deferred_signals():  # wait interruptibly; hold signals while committing
             # The snapshot of a second handle of this file is taken under our lock (which
             # excludes every writer, so the snapshot takes no lock of its own, never waiting
             # for ourselves) and the sum is atomic.
@@ -278,8 +236,8 @@ class CountingBloomFilter(MappedFilter):
                     lo = np.minimum((a & 0x0F) + (b & 0x0F), 15)
                     hi = np.minimum((a >> 4) + (b >> 4), 15)
                     a[:] = lo | (hi << 4)
-            self._set_items(self.items_added + other.items_added)
-        self._flush_warning()
+            self._counter.set(self.items_added + other.items_added)
+        self._counter.flush(stacklevel=2)
         return self
 
     def __ior__(self, other: "CountingBloomFilter") -> "CountingBloomFilter":
@@ -297,7 +255,7 @@ class CountingBloomFilter(MappedFilter):
         the write lock, so it is a consistent snapshot.
         Cost: O(m) cells read, ``m / 8`` bytes allocated."""
         self._check_open()
-        with self._lock.snapshot():  # no lock when this thread holds the file's lock elsewhere
+        with self._storage.lock.snapshot():  # no lock when this thread holds the file's lock elsewhere
             return self._to_bloom_locked()
 
     def _to_bloom_locked(self) -> BloomFilter:
@@ -306,17 +264,18 @@ class CountingBloomFilter(MappedFilter):
         cells = self._cells()
         per_cell_chunk = CHUNK_BYTES * 8 // self._cell_bits  # cells per chunk, a multiple of 8
         bytes_per_chunk = per_cell_chunk * self._cell_bits // 8
-        for c0 in range(0, self._m, per_cell_chunk):
-            c1 = min(self._m, c0 + per_cell_chunk)
+        m = self.num_bits
+        for c0 in range(0, m, per_cell_chunk):
+            c1 = min(m, c0 + per_cell_chunk)
             b0 = c0 * self._cell_bits // 8
             values = _unpack_counters(cells[b0:b0 + bytes_per_chunk], self._cell_bits)[:c1 - c0]
             packed = np.packbits(values != 0, bitorder="little")
             bits[c0 // 8:c0 // 8 + packed.shape[0]] = packed
-        out._set_items(self.items_added)
-        # A copy of a count is no add: drop the warning _set_items may have recorded, so it
-        # is not emitted by the result's first (unrelated) add. The result warns, once, on
-        # its own first add that finds it past the design point (as a freshly opened file).
-        out._warned, out._warn_msg = False, None
+        out._counter.set(self.items_added)
+        # A copy of a count is no add: drop the warning set() may have recorded, so it is
+        # not emitted by the result's first (unrelated) add. The result warns, once, on its
+        # own first add that finds it past the design point (as a freshly opened file).
+        out._counter.forget_warning()
         return out
 
     # -- the interface of every filter kind ------------------------------------------------

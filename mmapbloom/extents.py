@@ -345,11 +345,13 @@ def count_filter_cells(f: Any, progress: Progress = None,
         FilterClosedError: the handle is closed. LengthMismatchError: the file was
         truncated under the handle. OSError: a read error.
     """
-    mine = f._duplicate_descriptor()  # the handle's protected storage interface (base.py)
+    storage = f._storage  # the storage object's interface (storage.py), never its fields
+    mine = storage.duplicate_fd()
     if mine is None:
         return None
     try:
-        start, stop, cell_bits = f._cell_layout()
+        start, stop = storage.body_range()
+        cell_bits = getattr(f, "counter_bits", 1)
         if cell_bits == 1:
             return count_set_bits(mine, start, stop, progress)
         return count_cells(mine, start, stop, cell_bits, test or _nonzero, progress)

@@ -22,7 +22,9 @@ import numpy.typing as npt
 
 from . import extents
 from . import format as fmt
-from .base import CHUNK_BYTES, OVERFILL_RATIO, MappedFilter, deferred_signals
+from .base import CHUNK_BYTES, MappedFilter
+from .items import OVERFILL_RATIO
+from .locking import deferred_signals
 
 __all__ = ["BloomFilter", "OVERFILL_RATIO", "popcount"]
 
@@ -65,53 +67,7 @@ class BloomFilter(MappedFilter):
 
     _magic = fmt.MAGIC
 
-    # -- per-item operations ----------------------------------------------------------
-    def add(self, item: Item) -> bool:
-        """Add one item; return True if it was new (at least one of its bits was 0).
-
-        An atomic test-and-set across threads and processes: when several add the same new
-        item at once, exactly one gets True. Cost: one hash and k bit operations under
-        the write lock (one ``flock`` pair unless the caller holds :meth:`write_lock`).
-
-        Args:
-            item: ``str`` (hashed as UTF-8) or bytes-like.
-
-        Raises:
-            TypeError: another item type. UnicodeEncodeError (a ``ValueError``): a str with
-                lone surrogates. ReadOnlyFilterError, FilterClosedError.
-        """
-        if self._no_write:
-            self._refuse_write()
-        lock = self._lock
-        held = lock.owned()
-        if held and lock._depth:  # inside this thread's write_lock(): the file lock is held
-            try:
-                new: bool = self._kernels.add(item)
-                if new:
-                    self._bump_items(1)
-            except ValueError:  # closed by this thread inside its own block
-                self._check_open()
-                raise
-            if self._warn_msg is not None:
-                self._flush_warning()
-            return new
-        try:
-            lock.acquire()
-            try:
-                new = self._kernels.add(item)
-                if new:
-                    self._bump_items(1)
-            finally:
-                lock.release()
-        except ValueError:  # e.g. closed by another thread meanwhile
-            self._check_open()
-            raise
-        except BaseException:  # a KeyboardInterrupt inside the lock code: never leave it held
-            lock.recover(held)
-            raise
-        if self._warn_msg is not None:
-            self._flush_warning()
-        return new
+    # add, might_contain and ``in``: FilterBase (mmapbloom.handle), straight to the handle.
 
     # -- batch operations ----------------------------------------------------------------
     def _bits(self) -> npt.NDArray[np.uint8]:
@@ -122,20 +78,19 @@ class BloomFilter(MappedFilter):
 
     # -- set algebra ------------------------------------------------------------------------
     def _combine(self, other: "BloomFilter", op: Any, union: bool) -> "BloomFilter":
-        if self._no_write:
-            self._refuse_write()
+        self._check_writable()
         self._check_open()
         self._check_compatible(other)
         if self._same_image(other):
             return self  # x | x == x & x == x: nothing changes, and no self-deadlock
         mine, theirs = self._bits(), other._bits()
-        with self._lock, deferred_signals():  # wait interruptibly; hold signals while committing
+        with self._storage.lock, deferred_signals():  # wait interruptibly; hold signals while committing
             for start in range(0, mine.shape[0], CHUNK_BYTES):
                 stop = start + CHUNK_BYTES
                 op(mine[start:stop], theirs[start:stop], out=mine[start:stop])
             a, b = self.items_added, other.items_added
-            self._set_items(a + b if union else min(a, b))
-        self._flush_warning()
+            self._counter.set(a + b if union else min(a, b))
+        self._counter.flush(stacklevel=3)
         return self
 
     def union(self, other: "BloomFilter") -> "BloomFilter":

@@ -1,27 +1,30 @@
-"""Kernels: the one seam for the hot loops (hash, probe, test-and-set, counters).
+"""Kernels: the choice of backend, and the pure-Python reference of the hot loops (hash,
+probe, test-and-set, counters).
 
-The filters never compute positions or touch cells themselves: they call the functions of
-a :class:`Kernels` bound once per handle by :func:`bind` to the cell array (the mapped
-body, a writable buffer), m, k, the strategy and the cell width. Two backends implement
-the same functions, answer for answer and byte for byte:
+The filters never compute positions or touch cells themselves: each open filter has one
+handle (:mod:`mmapbloom.handle`) that does, bound once. Two backends implement it, answer
+for answer and byte for byte:
 
-* ``"native"``: the compiled extension ``mmapbloom._kernels`` (MurmurHash3 and the
-  built-in strategies M3KM, M3MX, M3BL, M3M2 and M3B2 in C; batch queries release the GIL). Used for
-  strategies that carry a ``kernel_id`` when the extension imported and the environment
-  variable ``MMAPBLOOM_PURE`` is not set to a non-empty value other than ``0``.
-* ``"python"``: the reference below, in plain Python and numpy over the strategy's own
-  ``positions`` / ``positions_many`` (:mod:`mmapbloom.hashing` holds the definitions).
-  Custom strategies always run here.
+* ``"native"``: the compiled extension ``mmapbloom._kernels`` (MurmurHash3, the built-in
+  strategies M3KM, M3MX, M3BL, M3M2 and M3B2, and ``Handle``: the per-filter C object with the lock and the items counter
+  included; batch queries and batch hashing release the GIL). Used for strategies that
+  carry a ``kernel_id`` when the extension imported and the environment variable
+  ``MMAPBLOOM_PURE`` is not set to a non-empty value other than ``0``.
+* ``"python"``: the reference below (:func:`bind_pure`), in plain Python and numpy over
+  the strategy's own ``positions`` / ``positions_many`` (:mod:`mmapbloom.hashing` holds
+  the definitions), wrapped by :class:`mmapbloom.handle.PyHandle`. Custom strategies
+  always run here.
 
 :data:`BACKEND` says which backend the built-in strategies use in this process.
 
-The caller (the filter) holds the write lock around every write kernel, keeps the items
-counter, and validates every item of a batch before calling a batch write kernel, so a
-bad item leaves the filter unchanged. Kernels raise ``TypeError`` for an item that is not
-``str`` or bytes-like and ``ValueError`` (``UnicodeEncodeError``) for a ``str`` with lone
-surrogates. Batch semantics: ``add_many`` answers exactly as sequential ``add`` calls in
-order (a duplicate inside the batch is new once); counting kernels act on the *distinct*
-cells of an item (a position repeated by the strategy counts once).
+The pure functions take no lock and keep no counter: the caller (``PyHandle``) holds the
+write lock around every write kernel, keeps the items counter, and validates every item
+of a batch before calling a batch write kernel, so a bad item leaves the filter
+unchanged. Kernels raise ``TypeError`` for an item that is not ``str`` or bytes-like and
+``ValueError`` (``UnicodeEncodeError``) for a ``str`` with lone surrogates. Batch
+semantics: ``add_many`` answers exactly as sequential ``add`` calls in order (a duplicate
+inside the batch is new once); counting kernels act on the *distinct* cells of an item (a
+position repeated by the strategy counts once).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import numpy.typing as npt
 
 from .hashing import HashStrategy, encode_key, encode_keys
 
-__all__ = ["BACKEND", "Kernels", "bind", "closed", "native_module"]
+__all__ = ["BACKEND", "Kernels", "bind_pure", "native_module"]
 
 _native: Optional[ModuleType]
 try:  # the compiled twin; optional (a machine without a compiler installs without it)
@@ -67,8 +70,8 @@ class Kernels:
     ``(new, saturated)``), ``remove`` (-1: certainly absent, nothing changed; 1: some
     counter returned to 0; 0 otherwise), ``count`` (minimum counter), ``add_many``
     (returns ``(flags, new, saturated)``) and ``contains_many``. Every function is a plain
-    attribute (a C function bound with ``functools.partial`` or a Python closure), so a
-    call costs one call. Not thread-safe for writes: the caller holds the write lock.
+    attribute (a Python closure over the cells), so a call costs one call. Not
+    thread-safe for writes: the caller holds the write lock.
     """
 
     __slots__ = ("backend", "add", "contains", "add_many", "contains_many", "remove", "count")
@@ -82,82 +85,16 @@ class Kernels:
     count: Callable[[Any], int]
 
 
-def bind(body: memoryview, strategy: HashStrategy, num_bits: int, num_hashes: int, cell_bits: int = 1) -> Kernels:
-    """Bind the kernels to a cell array.
+def bind_pure(body: memoryview, strategy: HashStrategy, m: int, k: int, width: int) -> Kernels:
+    """The pure-Python kernels bound to a cell array.
 
     Args:
         body: the cells (a memoryview of the mapped body; writable unless the handle is
             read-only). Released by the caller at close; later calls raise ValueError.
-        strategy: a registered strategy; built-in ones run natively when available.
-        num_bits: m >= 1 (validated by the caller). num_hashes: 1 <= k <= MAX_NUM_HASHES.
-        cell_bits: 1 (Bloom filter), 4 or 8 (counting filter).
+        strategy: a registered strategy (built-in or custom).
+        m: number of cells >= 1 (validated by the caller). k: 1 <= k <= MAX_NUM_HASHES.
+        width: 1 (Bloom filter), 4 or 8 (counting filter).
     """
-    if _native is not None and strategy.kernel_id is not None:
-        return _bind_native(body, strategy.kernel_id, num_bits, num_hashes, cell_bits)
-    return _bind_pure(body, strategy, num_bits, num_hashes, cell_bits)
-
-
-def closed() -> Kernels:
-    """Kernels of a closed handle: every function raises ``ValueError`` (the filter turns
-    it into FilterClosedError)."""
-
-    def refuse(*args: Any) -> Any:
-        raise ValueError("operation on a closed filter")
-
-    out = Kernels()
-    out.backend = "closed"
-    out.add = out.contains = out.add_many = out.contains_many = out.remove = out.count = refuse
-    return out
-
-
-# -- native -------------------------------------------------------------------------------
-def _bind_native(body: memoryview, sid: int, m: int, k: int, width: int) -> Kernels:
-    from functools import partial
-
-    assert _native is not None
-    out = Kernels()
-    out.backend = "native"
-    if width == 1:
-        add_many = partial(_native.add_many, body, sid, m, k)
-        contains_many = partial(_native.contains_many, body, sid, m, k)
-        out.add = partial(_native.add, body, sid, m, k)
-        out.contains = partial(_native.contains, body, sid, m, k)
-
-        def add_many_flags(keys: Sequence[Any]) -> tuple[npt.NDArray[np.bool_], int]:
-            flags = np.zeros(len(keys), dtype=np.bool_)
-            new = add_many(keys, flags)
-            return flags, new
-
-        out.add_many = add_many_flags
-    else:
-        count_add_many = partial(_native.count_add_many, body, width, sid, m, k)
-        contains_many = partial(_native.count_contains_many, body, width, sid, m, k)
-        out.add = partial(_native.count_add, body, width, sid, m, k)
-        out.remove = partial(_native.count_remove, body, width, sid, m, k)
-        out.count = partial(_native.count_min, body, width, sid, m, k)
-
-        def contains_one(key: Any) -> bool:
-            return out.count(key) != 0
-
-        def count_add_flags(keys: Sequence[Any]) -> tuple[npt.NDArray[np.bool_], int, bool]:
-            flags = np.zeros(len(keys), dtype=np.bool_)
-            new, saturated = count_add_many(keys, flags)
-            return flags, new, saturated
-
-        out.contains = contains_one
-        out.add_many = count_add_flags
-
-    def contains_flags(keys: Sequence[Any]) -> npt.NDArray[np.bool_]:
-        flags = np.zeros(len(keys), dtype=np.bool_)
-        contains_many(keys, flags)
-        return flags
-
-    out.contains_many = contains_flags
-    return out
-
-
-# -- pure Python reference --------------------------------------------------------------------
-def _bind_pure(body: memoryview, strategy: HashStrategy, m: int, k: int, width: int) -> Kernels:
     out = Kernels()
     out.backend = "python"
     if width == 1:

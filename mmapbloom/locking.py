@@ -44,6 +44,14 @@ description.)
 
 Thread locks held by other threads when ``fork()`` happens would stay held forever in the
 child; the same at-fork hook gives every live lock a fresh thread lock in the child.
+
+The state the uncontended write path needs (the re-entrant thread lock, the depth, the
+descriptor to flock, the stale and closed flags) lives in the compiled
+``mmapbloom._kernels.LockState``, WriteLock's base class, so that the native handle
+(:mod:`mmapbloom.handle`) takes and releases a free lock in C, with the GIL held: thread
+lock, ``flock(LOCK_EX | LOCK_NB)``, the write, unlock. Only a real wait (or a reopen after
+fork, or a closed lock) calls :meth:`WriteLock.acquire`, the one slow path, here. On the
+pure path ``_PyLockState`` below holds the same fields around a ``threading.RLock``.
 """
 
 from __future__ import annotations
@@ -51,11 +59,12 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import signal
 import threading
 import time
 import weakref
 from types import TracebackType
-from typing import Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 import portalocker
 
@@ -73,7 +82,7 @@ try:  # POSIX
 except ImportError:  # pragma: no cover - Windows
     _DIRECT_FLOCK = False
 
-__all__ = ["TimedWriteLock", "WriteLock"]
+__all__ = ["TimedWriteLock", "WriteLock", "deferred_signals"]
 
 
 def _try_flock_gil_released(fd: int) -> bool:
@@ -102,6 +111,61 @@ else:
 
 _TRY_FLAGS = portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING
 
+
+class _PyLockState:
+    """The pure-Python twin of ``mmapbloom._kernels.LockState`` (same fields and methods):
+    a re-entrant thread lock, the file-lock depth, the descriptor to flock (-1: none), the
+    stale and closed flags."""
+
+    __slots__ = ("_rlock", "_depth", "_flock_fd", "_stale", "_closed")
+
+    def __init__(self, *args: object) -> None:
+        self._rlock = threading.RLock()
+        self._depth = 0
+        self._flock_fd = -1
+        self._stale = False
+        self._closed = False
+
+    def _tacquire(self, timeout: Optional[float] = -1.0) -> bool:
+        return self._rlock.acquire(timeout=-1 if timeout is None else timeout)
+
+    def _trelease(self) -> None:
+        self._rlock.release()
+
+    def _towned(self) -> bool:
+        return self._rlock._is_owned()  # type: ignore[attr-defined,no-any-return]
+
+    def _treset(self) -> None:
+        self._rlock = threading.RLock()
+
+
+if TYPE_CHECKING:  # the compiled LockState has the same fields and methods (_kernels.pyi)
+    _LockState = _PyLockState
+else:
+    _LockState = _native_kernels.LockState if _native_kernels is not None else _PyLockState
+
+
+class _ThreadLockView:
+    """The in-process half of a WriteLock as a context manager (``WriteLock.thread_lock``)."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self, lock: "WriteLock"):
+        self._lock = lock
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return bool(self._lock._tacquire(timeout if blocking else 0.0))
+
+    def release(self) -> None:
+        self._lock._trelease()
+
+    def __enter__(self) -> "_ThreadLockView":
+        self._lock._tacquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock._trelease()
+
 _LIVE: "weakref.WeakSet[WriteLock]" = weakref.WeakSet()
 
 
@@ -109,7 +173,7 @@ def _before_fork() -> None:
     # Runs in the forking thread: remember how deep *it* holds each lock, so that in the
     # child it can still leave its ``with`` blocks (see WriteLock.release).
     for lock in list(_LIVE):
-        lock._forker_depth = lock._depth if lock._tlock._is_owned() else 0  # type: ignore[attr-defined]
+        lock._forker_depth = lock._depth if lock._towned() else 0
 
 
 def _after_fork_in_child() -> None:
@@ -121,7 +185,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
-class WriteLock:
+class WriteLock(_LockState):
     """Re-entrant exclusive write lock for one filter handle.
 
     Args:
@@ -135,12 +199,13 @@ class WriteLock:
     Fork-safe as described in the module docstring.
     """
 
-    __slots__ = ("_tlock", "owned", "_depth", "_fd", "_own_fd", "_stale", "_path", "_ino", "_forker_depth", "_inherited",
-                 "_closed", "__weakref__")
+    __slots__ = ("_fd", "_own_fd", "_path", "_ino", "_forker_depth", "_inherited", "__weakref__")
+
+    # Fields of the base (LockState): _depth (nesting of the held lock), _flock_fd (the
+    # descriptor flocked: _own_fd, else _fd; -1 in memory), _stale, _closed.
 
     def __init__(self, fd: Optional[int], path: Optional[str] = None):
-        self._tlock = threading.RLock()
-        self.owned = self._tlock._is_owned  # type: ignore[attr-defined]  # "does this thread hold it?"
+        super().__init__()
         self._depth = 0
         self._fd = fd
         self._own_fd: Optional[int] = None
@@ -157,7 +222,17 @@ class WriteLock:
                 self._own_fd = self._open_same_inode()
             except OSError:
                 self._own_fd = None  # fall back to the storage's descriptor
-        _LIVE.add(self)  # in-memory filters too: their thread lock is reset after fork
+        self._sync_fd()
+        _LIVE.add(self)
+
+    def owned(self) -> bool:
+        """True if the calling thread holds the thread lock."""
+        return bool(self._towned())
+
+    def _sync_fd(self) -> None:
+        """Publish the descriptor to flock to the base (the native fast path reads it)."""
+        fd = self._own_fd if self._own_fd is not None else self._fd
+        self._flock_fd = -1 if fd is None else fd  # in-memory filters too: their thread lock is reset after fork
 
     # -- fork handling --------------------------------------------------------------
     def _reset_after_fork(self) -> None:
@@ -168,8 +243,7 @@ class WriteLock:
         # with the parent. If the forking thread was inside ``with lock:`` blocks, leaving
         # them in the child is a no-op (``_inherited``); a write inside them takes the lock
         # for real, waiting for the parent to leave its block.
-        self._tlock = threading.RLock()
-        self.owned = self._tlock._is_owned  # type: ignore[attr-defined]  # "does this thread hold it?"
+        self._treset()
         self._depth = 0
         self._inherited = self._forker_depth
         self._forker_depth = 0
@@ -186,6 +260,7 @@ class WriteLock:
             os.close(self._own_fd)
             self._own_fd = None
             self._stale = True
+            self._sync_fd()
             return
         try:
             os.dup2(new, self._own_fd, inheritable=False)
@@ -228,6 +303,7 @@ class WriteLock:
         old = self._own_fd
         self._own_fd = new
         self._stale = False
+        self._sync_fd()
         if old is not None:
             os.close(old)  # our own reopened descriptor from a previous generation
 
@@ -248,14 +324,14 @@ class WriteLock:
             LockTimeout: ``timeout`` expired; nothing is held.
         """
         if timeout is None:
-            self._tlock.acquire()
+            self._tacquire()
             deadline = None
         else:
             deadline = time.monotonic() + timeout
-            if not self._tlock.acquire(timeout=timeout):
+            if not self._tacquire(timeout):
                 raise self._timeout_error(timeout)
         if self._closed:
-            self._tlock.release()
+            self._trelease()
             raise FilterClosedError(f"{self._path or '<memory>'}: filter is closed")
         if not self._depth and self._fd is not None:
             fd = None
@@ -279,7 +355,7 @@ class WriteLock:
                 if fd is not None:
                     with contextlib.suppress(OSError):
                         _unlock_flock(fd) if _DIRECT_FLOCK else portalocker.unlock(fd)
-                self._tlock.release()
+                self._trelease()
                 raise
             return
         self._depth += 1
@@ -326,7 +402,7 @@ class WriteLock:
             return None
         for lock in list(_LIVE):
             if (lock is not self and lock._ino == self._ino and lock._depth > 0 and not lock._closed
-                    and lock._tlock._is_owned()):  # type: ignore[attr-defined]
+                    and lock._towned()):
                 return lock
         return None
 
@@ -337,7 +413,7 @@ class WriteLock:
         the calling thread already holds the same file's lock through another handle: then
         every writer is already excluded, and no lock is taken (taking it would wait for
         this very thread forever)."""
-        if self._fd is not None and not self._tlock._is_owned() and self._held_by_this_thread() is not None:  # type: ignore[attr-defined]
+        if self._fd is not None and not self._towned() and self._held_by_this_thread() is not None:
             yield
             return
         with self:
@@ -365,10 +441,10 @@ class WriteLock:
                     portalocker.unlock(fd)
             finally:
                 self._depth = 0  # only once the flock is gone (or its unlock failed)
-                self._tlock.release()
+                self._trelease()
         else:
             self._depth -= 1
-            self._tlock.release()
+            self._trelease()
 
     def recover(self, held_before: bool) -> None:
         """Leave nothing held after an exception escaped a locked section that this thread
@@ -390,14 +466,15 @@ class WriteLock:
                 else:  # pragma: no cover - non-POSIX
                     portalocker.unlock(fd)
         self._depth = 0
-        while self.owned():
-            self._tlock.release()
+        while self._towned():
+            self._trelease()
 
     @property
-    def thread_lock(self) -> "threading.RLock":
-        """The in-process half of the lock alone (re-entrant). ``close`` takes it to wait
-        for this handle's writes in flight without touching the file lock."""
-        return self._tlock
+    def thread_lock(self) -> _ThreadLockView:
+        """The in-process half of the lock alone (re-entrant), as a context manager.
+        ``close`` takes it to wait for this handle's writes in flight without touching the
+        file lock."""
+        return _ThreadLockView(self)
 
     def __enter__(self) -> "WriteLock":
         self.acquire()
@@ -414,7 +491,9 @@ class WriteLock:
         self._fd = None  # the owner closes it; never flock a reused descriptor number
         if self._own_fd is not None:
             fd, self._own_fd = self._own_fd, None
+            self._sync_fd()
             os.close(fd)
+        self._sync_fd()
 
 
 class TimedWriteLock:
@@ -450,3 +529,38 @@ class TimedWriteLock:
 
     def __exit__(self, et: Optional[type[BaseException]], ev: Optional[BaseException], tb: Optional[TracebackType]) -> None:
         self._lock.release()
+
+
+@contextlib.contextmanager
+def deferred_signals() -> Iterator[None]:
+    """Hold SIGINT, SIGTERM and SIGHUP for the duration of a batch commit (cells and items
+    counter), then deliver them: an interrupt then lands between chunks, never between a
+    chunk's cells and its count, so bits and ``items_added`` always agree (issue 12).
+
+    Only the main thread receives signals in Python, so elsewhere this does nothing. A
+    signal that arrives inside is re-raised with ``signal.raise_signal`` once the original
+    handlers are back, so it has exactly its usual effect (KeyboardInterrupt, the
+    default action, or the program's own handler). Costs a few microseconds per call:
+    used once per chunk of ``CHUNK_KEYS`` keys, never per item.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        pending.append(signum)
+
+    saved = []
+    try:
+        for sig in _DEFERRED_SIGNALS:
+            saved.append((sig, signal.signal(sig, hold)))
+        yield
+    finally:
+        for sig, handler in saved:
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(pending):
+            signal.raise_signal(sig)
+
+
+_DEFERRED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))

@@ -504,7 +504,8 @@ def merge_into(target: PathLike, shards: Sequence[PathLike], *, chunk_bytes: int
     _refuse_scalable(os.fspath(target))
     with BloomFilter.open(target) as f:
         tpath = f.path or absolute_path(target)
-        tfd = f._file_descriptor()  # the handle's protected storage interface (base.py)
+        storage = f._storage  # the storage object's interface (storage.py), never its fields
+        tfd = storage.fd
         assert tfd is not None  # opened from a file
         tst = os.fstat(tfd)
         mine = ShardInfo(tpath, f.num_bits, f.num_hashes, f.strategy.name, 0, f.size_bytes,
@@ -517,14 +518,14 @@ def merge_into(target: PathLike, shards: Sequence[PathLike], *, chunk_bytes: int
         body = fmt.body_size(mine.num_bits)
         acc = np.empty(min(chunk, body), dtype=np.uint8)
         scratch = np.empty_like(acc)
-        bits = f._cells()  # writable numpy view of the shared mapping (no copy)
+        bits = storage.body()  # writable numpy view of the shared mapping (no copy)
         bar = _Progress(body * len(infos), progress, "merge")
         try:
             for start, size in _chunks(body, chunk):
                 part = acc[:size]
                 _accumulate(infos, start, part, scratch[:size], False, bar)
                 with f.write_lock():
-                    f._check_size()  # truncated meanwhile: LengthMismatchError, not SIGBUS
+                    storage.check_size()  # truncated meanwhile: LengthMismatchError, not SIGBUS
                     _combine(bits[start:start + size], part, intersection=False)
             # The one writer of the counter: saturating, OverCapacityWarning past the design point.
             items = f._add_items(sum(s.items_added for s in infos), stacklevel=2)

@@ -85,13 +85,70 @@ _CLOSED.release()  # any use raises ValueError
 
 
 class Storage:
-    """Base class: a header+bits image in ``buf`` and the handle's write lock."""
+    """Base class: a header+bits image in ``buf`` and the handle's write lock.
+
+    The package's whole-file tools (merge, extents) reach a filter's bytes through these
+    methods: :attr:`fd`, :meth:`duplicate_fd`, :meth:`check_size`, :meth:`body_range` and
+    :meth:`body`; the filter's items counter is its own (``MappedFilter._add_items``)."""
 
     buf: Buffer
     readonly: bool
     path: Optional[str]
     lock: WriteLock
     header_size: int
+    #: The mapped file's descriptor, or None in memory. Valid only while open: a reader
+    #: racing a close() in another thread uses :meth:`duplicate_fd`.
+    fd: Optional[int] = None
+
+    def check_open(self) -> None:
+        """Raise FilterClosedError once closed."""
+        if self.closed:
+            raise FilterClosedError(f"{self.path or '<memory>'}: filter is closed")
+
+    def body_range(self) -> tuple[int, int]:
+        """``(start, stop)``: the cells are bytes ``[start, stop)`` of the image (and of
+        the file). FilterClosedError once closed."""
+        buf = self.buf
+        self.check_open()
+        return self.header_size, len(buf)
+
+    def body(self) -> npt.NDArray[np.uint8]:
+        """A numpy ``uint8`` view of the cells (no copy; read-only when the storage is),
+        after :meth:`check_size` (a truncated file raises LengthMismatchError, not SIGBUS
+        when the view is scanned). FilterClosedError once closed."""
+        start, stop = self.body_range()
+        self.check_size()
+        try:
+            return self.view(start, stop - start)
+        except ValueError:  # closed by another thread since the check
+            self.check_open()
+            raise
+
+    def duplicate_fd(self) -> Optional[int]:
+        """A duplicate (``os.dup``) of the file's descriptor, which the caller closes, or
+        None in memory. A ``close()`` by another thread cannot make reads through it reach
+        another file: the storage is found open after the duplicate was taken (``close``
+        marks it closed before closing its descriptor).
+
+        Raises:
+            FilterClosedError, LengthMismatchError (the file was truncated), OSError.
+        """
+        self.check_open()
+        fd = self.fd
+        if fd is None:
+            return None
+        self.check_size()
+        try:
+            mine = os.dup(fd)
+        except OSError:
+            self.check_open()  # closed meanwhile: FilterClosedError
+            raise
+        try:
+            self.check_open()
+        except BaseException:
+            os.close(mine)
+            raise
+        return mine
 
     def view(self, offset: int = 0, count: int = -1) -> npt.NDArray[np.uint8]:
         """A numpy ``uint8`` view of ``count`` bytes from ``offset`` (zero-copy).

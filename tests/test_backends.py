@@ -23,8 +23,9 @@ needs_native = pytest.mark.skipif(native is None, reason="the compiled kernel is
 
 
 def _pure(f: Any) -> Any:
-    """Rebind a filter's kernels to the pure-Python reference (same body)."""
-    f._kernels = kernels._bind_pure(f._body, f.strategy, f.num_bits, f.num_hashes, f._cell_bits)
+    """Rebind a filter's handle to the pure-Python reference (same image, lock, counter)."""
+    f._h.close()
+    f._attach_handle(pure=True)
     return f
 
 

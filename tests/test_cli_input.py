@@ -13,7 +13,7 @@ import sys
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mmapbloom import BloomFilter
+from mmapbloom import BloomFilter, open_filter
 from mmapbloom import cli
 from tests.conftest import ROOT
 
@@ -173,6 +173,21 @@ def test_add_failing_while_reading_reports_what_it_committed(tmp_path) -> None: 
     assert items_added(filt) == 65_536
     with BloomFilter.open(filt, readonly=True) as f:
         assert all(b"%d" % i in f for i in range(65_536))
+
+
+def test_add_to_a_scalable_filter_that_cannot_grow_reports_what_it_committed(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # A directory whose growth rule underflows after 300 items (as an older version could
+    # make): the update fails at its growth; the error line tells how far it got.
+    from tests.test_scalable import make_unchecked
+
+    make_unchecked(tmp_path / "old", 100, 0.01, tightening=1e-300).close()
+    lines = tmp_path / "in.txt"
+    lines.write_bytes(b"".join(b"line-%d\n" % i for i in range(1000)))
+    err = one_line_error(run("add", str(tmp_path / "old"), str(lines)), "underflowed", "the rest were not added")
+    committed = int(err.split("; the first ")[1].split(" items were committed")[0].replace(",", ""))
+    assert 290 <= committed <= 1000
+    with open_filter(str(tmp_path / "old"), readonly=True) as f:
+        assert f.contains_many([b"line-%d" % i for i in range(committed)]).all()
 
 
 # -- keys on the command line ------------------------------------------------------------------

@@ -234,7 +234,7 @@ def test_lifecycle_and_closed_use(tmp_path) -> None:  # type: ignore[no-untyped-
     f.add("a")
     f.flush()
     mapping = f._storage.buf
-    lock = f._lock
+    lock = f._storage.lock
     f.close()
     f.close()  # idempotent
     assert f.closed

@@ -507,9 +507,10 @@ def test_one_compatibility_check_for_configs_filters_and_shards(tmp_path, monkey
 
 
 def test_merge_and_extents_use_no_private_fields_of_the_filter() -> None:
-    """merge, extents, dask and scalable use the handle's protected storage interface
-    (``_file_descriptor``, ``_duplicate_descriptor``, ``_check_size``, ``_cell_layout``,
-    ``_cells``, ``_add_items``), never its storage, counter view or bit array directly."""
+    """merge, extents, dask and scalable reach a filter's bytes through its storage
+    object's methods (``fd``, ``duplicate_fd``, ``check_size``, ``body_range``, ``body``)
+    and its items counter through ``_add_items``: never the storage's buffer, the counter
+    or the bit array directly."""
     import re
 
     import mmapbloom
@@ -517,4 +518,4 @@ def test_merge_and_extents_use_no_private_fields_of_the_filter() -> None:
     for name in ("merge", "extents", "dask", "scalable"):
         with open(os.path.join(os.path.dirname(mmapbloom.__file__), f"{name}.py")) as fh:  # the installed package
             source = fh.read()
-        assert not re.findall(r"\._storage|\._items\b|\._bits\(\)", source), name
+        assert not re.findall(r"\._storage\.buf|\.buf\b|\._counter|\._items\b|\._bits\(\)|\._cells\(\)", source), name

@@ -691,7 +691,11 @@ def test_type_stub_lists_the_module() -> None:
     tree = ast.parse(open(stub_path, encoding="utf-8").read())
     stub_funcs = {n.name: [a.arg for a in n.args.posonlyargs] for n in tree.body if isinstance(n, ast.FunctionDef)}
     stub_consts = {n.target.id for n in tree.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    stub_classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef) and not n.name.startswith("_")}
     public = {name for name in dir(K) if not name.startswith("_")}
-    assert set(stub_funcs) | stub_consts == public
+    assert set(stub_funcs) | stub_consts | set(stub_classes) == public
+    for name, node in stub_classes.items():  # every method of a class, public or the LockState protocol
+        stubbed = {n.name for n in node.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("__")}
+        assert stubbed == {m for m in vars(getattr(K, name)) if not m.startswith("__") and callable(getattr(K, name).__dict__[m])}, name
     for name, params in stub_funcs.items():
         assert list(inspect.signature(getattr(K, name)).parameters) == params, name

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Build mmapbloom._kernels with AddressSanitizer + UndefinedBehaviorSanitizer into a
-# temporary directory and run the kernel and property tests (tests/test_native.py,
-# tests/test_backends.py, tests/test_strategies.py) against that build.
+# temporary directory and run the kernel, handle and property tests (tests/test_native.py,
+# tests/test_backends.py, tests/test_strategies.py, tests/test_handle.py: the native
+# handle, use after close, a handle outliving its filter, close during batches in
+# other threads) against that build.
 #
 # Usage: tools/check_native.sh [extra pytest arguments]
 #   PYTHON=...   the interpreter (default: .venv/bin/python if present, else python3)
@@ -32,7 +34,7 @@ echo "== building with $CC: $SAN"
 # A copy of the package (sources and .py files only) so the in-place optimised build
 # is neither used nor overwritten.
 mkdir -p "$WORK/src/mmapbloom" "$WORK/run/tests"
-cp setup.py pyproject.toml README.md "$WORK/src/"
+cp setup.py pyproject.toml README.md LICENSE "$WORK/src/"
 cp mmapbloom/*.py mmapbloom/*.c mmapbloom/*.h "$WORK/src/mmapbloom/"
 (
     cd "$WORK/src"
@@ -41,11 +43,13 @@ cp mmapbloom/*.py mmapbloom/*.c mmapbloom/*.h "$WORK/src/mmapbloom/"
         | grep -v -e "_BetaConfiguration" -e "warnings.warn(msg, _BetaConfiguration)" || true
 )
 cp mmapbloom/*.py mmapbloom/*.pyi "$WORK/run/mmapbloom/"
-cp tests/__init__.py tests/conftest.py tests/test_native.py tests/test_backends.py tests/test_strategies.py "$WORK/run/tests/"
+cp tests/__init__.py tests/conftest.py tests/test_native.py tests/test_backends.py tests/test_strategies.py \
+    tests/test_handle.py "$WORK/run/tests/"
 cp -r tests/golden "$WORK/run/tests/"
 SO=$(ls "$WORK"/run/mmapbloom/_kernels*.so 2>/dev/null || true)
 if [[ -z "$SO" ]]; then echo "FAIL: the sanitizer build produced no extension" >&2; exit 1; fi
-if ! nm -D "$SO" | grep -q __asan_; then echo "FAIL: $SO is not instrumented" >&2; exit 1; fi
+# grep reads all of nm's output (no -q): an early exit would SIGPIPE nm and fail the pipeline.
+if ! nm -D "$SO" | grep __asan_ >/dev/null; then echo "FAIL: $SO is not instrumented" >&2; exit 1; fi
 
 LIBASAN=$("$CC" -print-file-name=libasan.so)
 LOG=$WORK/pytest.log
@@ -60,7 +64,7 @@ set +e
     && env LD_PRELOAD="$LIBASAN" PYTHONMALLOC=malloc PYTHONDONTWRITEBYTECODE=1 \
         ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=0:detect_stack_use_after_return=1:strict_string_checks=1" \
         UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
-        "$PYTHON" -m pytest -q -p no:cacheprovider --capture=sys --rootdir "$WORK/run" tests/test_native.py tests/test_backends.py tests/test_strategies.py "$@"
+        "$PYTHON" -m pytest -q -p no:cacheprovider --capture=sys --rootdir "$WORK/run" tests/test_native.py tests/test_backends.py tests/test_strategies.py tests/test_handle.py "$@"
 ) 2>&1 | tee "$LOG"
 STATUS=${PIPESTATUS[0]}
 set -e
@@ -69,4 +73,4 @@ if grep -q -E "ERROR: AddressSanitizer|runtime error:|ERROR: LeakSanitizer|SUMMA
     exit 1
 fi
 if [[ $STATUS -ne 0 ]]; then echo "FAIL: tests exited with status $STATUS" >&2; exit "$STATUS"; fi
-echo "OK: the kernel and property tests (test_native, test_backends, test_strategies) passed under ASan + UBSan with no sanitizer report"
+echo "OK: the kernel, handle and property tests (test_native, test_backends, test_strategies, test_handle) passed under ASan + UBSan with no sanitizer report"

@@ -148,7 +148,7 @@ def build(path: str, size_gib: float, keys: int, how: str) -> tuple[float, int]:
     finally:
         os.close(fd)
     with BloomFilter.open(path) as f, f.write_lock():
-        f._set_items(keys)  # the keys are distinct; a tool-only shortcut for the header field
+        f._counter.set(keys)  # the keys are distinct; a tool-only shortcut for the header field
     return time.perf_counter() - t0, num_bits
 
 

@@ -93,6 +93,9 @@ def parse_args(argv: Optional[Sequence[str]], prog: Optional[str] = None) -> arg
                    help="only compare BloomFilter with CountingBloomFilter (4- and 8-bit counters), per strategy")
     p.add_argument("--skip", default="", help=f"comma list of parts to skip: {','.join(SKIPPABLE)}")
     p.add_argument("--profile", action="store_true", help="add a cProfile of each mmapbloom path")
+    p.add_argument("--instructions", action="store_true",
+                   help="add instructions per key (valgrind callgrind) and ns of the hot paths against abloom, "
+                        "200k of 1M keys, and the 4-writer figure (tools/bench/instructions.py; minutes)")
     p.add_argument("--seed", type=int, default=5, help="key seed (default 5)")
     p.add_argument("--workdir", default=None, help="directory for filter files (default: a new temporary one)")
     p.add_argument("--emit-json", default=None, help=argparse.SUPPRESS)  # the pure-path child's results
@@ -188,6 +191,14 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
         emit_json(run, args.emit_json)
     command = "python -m tools.bench " + shlex.join(sys.argv[1:] if argv is None else list(argv))
     report = render(run, command.strip(), elapsed)
+    if args.instructions:
+        from tools.bench.instructions import section
+
+        log("measuring instructions per key (valgrind callgrind) and the 4-writer figure")
+        text, lost = section(200_000, 1_000_000, args.fp_rate, args.seed, args.rounds, 1_000_000)
+        report += "\n\n## Instructions and ns per key against abloom (tools/bench/instructions.py)\n\n" + text + "\n"
+        if lost:
+            run.failures.append(f"{lost} bits lost by 4 concurrent writers")
     print(report)
     if args.out:
         with open(args.out, "w") as fh:

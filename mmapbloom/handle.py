@@ -1,0 +1,291 @@
+"""The handle of an open filter: one object bound once to the image, through which every
+hot operation goes (add, contains, add_many, contains_many, and the counting filter's
+remove and count), with the write lock and the items counter included.
+
+:func:`attach` makes it when a filter attaches its storage:
+
+* native backend: ``mmapbloom._kernels.Handle``, a C object holding the image buffer
+  (exported once), the cells, the items word, m, k, strategy, cell width and the
+  :class:`~mmapbloom.locking.WriteLock`'s state. A write takes a free lock in C (thread
+  lock, ``flock(LOCK_EX | LOCK_NB)``), sets the cells, bumps the items word and unlocks
+  with the GIL held; only a real wait calls :meth:`WriteLock.acquire`. A batch resolves
+  its keys once, hashes each chunk before taking the lock (without the GIL for large
+  chunks), then tests-and-sets the chunk and bumps the counter once under the lock.
+* pure path: :class:`PyHandle` below, the reference with the same semantics over
+  :mod:`mmapbloom.kernels`' Python functions (and the only path for custom strategies).
+
+Both answer and write identically (tests/test_backends.py). Either handle raises through
+the filter's ``fail(kind)`` (0: FilterClosedError; 1: the write refusal of a read-only
+handle) and warns through :class:`~mmapbloom.items.ItemsCounter` and the filter's
+``saturated`` callable, after the lock is released.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from . import format as fmt
+from . import kernels
+from .hashing import kernel_keys
+from .items import ItemsCounter
+from .locking import WriteLock, deferred_signals
+
+__all__ = ["CHUNK_KEYS", "FilterBase", "PyFilterBase", "PyHandle", "attach"]
+
+#: Keys per write-lock acquisition in the batch writers (``add_many``, ``update``): other
+#: writers interleave between chunks, never inside one (the native handle uses the same
+#: number, fewer keys for a very large k so that a chunk's positions stay within 8 MiB).
+CHUNK_KEYS = 1 << 16
+
+Fail = Callable[[int], Any]
+
+
+class PyFilterBase:
+    """The filters' base class on the pure path: the hot API straight to the handle.
+
+    On the native backend the base is ``mmapbloom._kernels.FilterBase``, the same three
+    entries in C, so ``x in f`` and ``f.add(x)`` cost no Python frame at all."""
+
+    __slots__ = ("_h",)
+
+    _h: Any
+
+    def add(self, item: Any) -> bool:
+        """Add one item (str, hashed as UTF-8, or bytes-like); return True if it was new
+        (some bit was 0; for a counting filter, some counter was 0).
+
+        An atomic test-and-set across threads and processes: when several add the same
+        new item at once, exactly one gets True. Cost: one hash and k cell operations under
+        the write lock (one ``flock`` pair unless the caller holds ``write_lock()``); the
+        items counter is bumped under the same lock. Counting filters: saturated counters
+        stay at their maximum (SaturationWarning once per handle). OverCapacityWarning
+        once per handle past the design point.
+
+        Raises:
+            TypeError (another item type), UnicodeEncodeError (a str with lone
+            surrogates), ReadOnlyFilterError, FilterClosedError, SelfDeadlockError (this
+            thread holds the file's lock through another handle).
+        """
+        return bool(self._h.add(item))
+
+    def might_contain(self, item: Any) -> bool:
+        """True if ``item`` (str or bytes-like) may have been added; False only if it
+        certainly was not (no false negatives). Same as ``item in f``. Takes no lock;
+        stops at the first zero cell: one hash and at most k cell reads (fewer for most
+        absent items).
+
+        Raises TypeError (an item that is not str or bytes-like), FilterClosedError.
+        """
+        return bool(self._h.contains(item))
+
+    __contains__ = might_contain
+
+
+if TYPE_CHECKING:  # the compiled FilterBase has the same interface (_kernels.pyi)
+    FilterBase = PyFilterBase
+else:
+    FilterBase = kernels.native_module().FilterBase if kernels.native_module() is not None else PyFilterBase
+
+
+def attach(image: Any, header_size: int, config: Any, cell_bits: int, lock: WriteLock, counter: ItemsCounter,
+           writable: bool, fail: Fail, saturated: Optional[Callable[..., None]], pure: bool = False) -> Any:
+    """The handle of a filter over ``image`` (header + cells; a bytearray or an mmap).
+
+    Args:
+        header_size: where the cells start. config: m, k, strategy. cell_bits: 1, 4, 8.
+        lock: the storage's write lock. counter: the items counter over the same image.
+        writable: False for a read-only handle (writes call ``fail(1)``).
+        fail: ``fail(kind)`` raises FilterClosedError (0) or the read-only refusal (1).
+        saturated: ``saturated(depth=0)`` emits the counting filter's saturation warning.
+        pure: the pure-Python handle even where the native one is available (tests).
+    """
+    native = kernels.native_module()
+    kernel_id = config.strategy.kernel_id
+    if native is not None and kernel_id is not None and not pure:
+        return native.Handle(image, header_size, fmt.ITEMS_OFFSET, kernel_id, config.num_bits, config.num_hashes,
+                             cell_bits, writable, lock, counter.limit, fail, counter.over, saturated)
+    body = memoryview(image)[header_size:]
+    bound = kernels.bind_pure(body, config.strategy, config.num_bits, config.num_hashes, cell_bits)
+    return PyHandle(bound, body, cell_bits, lock, counter, writable, fail, saturated)
+
+
+class PyHandle:
+    """The pure-Python handle: :mod:`mmapbloom.kernels`' reference functions behind the
+    same interface and guarantees as ``mmapbloom._kernels.Handle`` (see the module
+    docstring). Thread- and process-safe for writes (the write lock); queries take none."""
+
+    __slots__ = ("_k", "_body", "_width", "_lock", "_counter", "_writable", "_fail", "_saturated", "closed")
+
+    backend = "python"
+
+    def __init__(self, bound: kernels.Kernels, body: memoryview, width: int, lock: WriteLock, counter: ItemsCounter,
+                 writable: bool, fail: Fail, saturated: Optional[Callable[..., None]]):
+        self._k = bound
+        self._body = body
+        self._width = width
+        self._lock = lock
+        self._counter = counter
+        self._writable = writable
+        self._fail = fail
+        self._saturated = saturated
+        self.closed = False
+
+    @property
+    def warned(self) -> bool:
+        return self._counter.warned
+
+    def _refuse(self, write: bool) -> Any:
+        self._fail(1 if write and not self.closed else 0)
+        raise ValueError("operation on a closed filter")  # pragma: no cover - fail raises
+
+    def _write(self, op: Callable[[Any], Any], key: Any) -> Any:
+        """Run ``op(key)`` under the write lock (re-entered inside ``write_lock()``)."""
+        if self.closed or not self._writable:
+            self._refuse(True)
+        lock = self._lock
+        held = lock._towned()
+        try:
+            if held and lock._depth:  # inside this thread's write_lock(): the file lock is held
+                return op(key)
+            lock.acquire()
+            try:
+                return op(key)
+            finally:
+                lock.release()
+        except ValueError:  # e.g. closed by another thread meanwhile
+            if self.closed:
+                self._refuse(False)
+            raise
+        except BaseException:  # a KeyboardInterrupt inside the lock code: never leave it held
+            lock.recover(held)
+            raise
+
+    def _add_locked(self, key: Any) -> tuple[bool, bool]:
+        if self._width == 1:
+            new, sat = self._k.add(key), False
+        else:
+            new, sat = self._k.add(key)
+        if new:
+            self._counter.bump(1)
+        return new, sat
+
+    def add(self, key: Any, depth: int = 1) -> bool:
+        """Add one key; True if it was new (the lock taken around cells and counter).
+        ``depth``: Python frames between this call and the user's, for the warnings (1:
+        a filter method; 0: called from the compiled FilterBase)."""
+        new, sat = self._write(self._add_locked, key)
+        self._warn(sat, depth=depth)
+        return bool(new)
+
+    def _remove_locked(self, key: Any) -> int:
+        result: int = self._k.remove(key)
+        if result > 0:
+            self._counter.bump(-1)
+        return result
+
+    def remove(self, key: Any) -> int:
+        """Counting: -1 (certainly absent, nothing changed), 1 (a counter returned to 0), 0."""
+        if self._width == 1:
+            raise TypeError("remove needs a counting handle")
+        result: int = self._write(self._remove_locked, key)
+        self._warn(False, depth=1)
+        return result
+
+    def _warn(self, sat: bool, depth: int) -> None:
+        # frames above the user's call: this method, the handle method, the filter method
+        self._counter.flush(stacklevel=3 + depth)
+        if sat and self._saturated is not None:
+            self._saturated(depth + 1)
+
+    def contains(self, key: Any) -> bool:
+        """True if the key may be present; stops at the first zero cell. No lock."""
+        if self.closed:
+            self._refuse(False)
+        try:
+            return bool(self._k.contains(key))
+        except ValueError:
+            if self.closed:
+                self._refuse(False)
+            raise
+
+    def count(self, key: Any) -> int:
+        """Counting: the minimum of the key's counters (0: certainly absent). No lock."""
+        if self._width == 1:
+            raise TypeError("count needs a counting handle")
+        if self.closed:
+            self._refuse(False)
+        try:
+            return int(self._k.count(key))
+        except ValueError:
+            if self.closed:
+                self._refuse(False)
+            raise
+
+    def add_many(self, keys: Iterable[Any], out: Optional[npt.NDArray[np.bool_]] = None) -> int:
+        """Add every key in order (as sequential :meth:`add`); returns the number of new
+        keys and sets ``out[i]`` where key i was new. Every key is validated first; the
+        lock is taken once per chunk of :data:`CHUNK_KEYS` keys, with SIGINT, SIGTERM and
+        SIGHUP held during each commit; an exception carries ``committed_items``."""
+        if self.closed or not self._writable:
+            self._refuse(True)
+        committed = 0
+        total = 0
+        saturated = False
+        try:
+            seq = kernel_keys(keys)  # every item validated before any cell changes
+            if out is not None and len(out) != len(seq):
+                raise ValueError(f"out has {len(out)} bytes, expected {len(seq)} (one per key)")
+            add_many = self._k.add_many
+            for start in range(0, len(seq), CHUNK_KEYS):
+                chunk = seq[start:start + CHUNK_KEYS]
+                with self._lock, deferred_signals():  # wait interruptibly; hold signals while committing
+                    if self.closed:
+                        self._refuse(False)
+                    flags, new, *sat = add_many(chunk)  # counting kernels add "saturated"
+                    if new:
+                        self._counter.bump(new)
+                    committed = start + len(chunk)
+                if out is not None:
+                    out[start:start + len(chunk)] = flags
+                total += new
+                saturated = saturated or bool(sat and sat[0])
+        except ValueError as exc:
+            exc.committed_items = committed  # type: ignore[attr-defined]
+            self._counter.flush_on_error(stacklevel=4)
+            if self.closed:
+                try:
+                    self._refuse(False)
+                except ValueError as closed:  # closed by another thread meanwhile
+                    closed.committed_items = committed  # type: ignore[attr-defined]
+                    raise
+            raise
+        except BaseException as exc:  # KeyboardInterrupt: tell the caller how far it got
+            exc.committed_items = committed  # type: ignore[attr-defined]
+            self._counter.flush_on_error(stacklevel=4)
+            raise
+        self._warn(saturated, depth=1)
+        return total
+
+    def contains_many(self, keys: Sequence[Any], out: npt.NDArray[np.bool_]) -> None:
+        """``out[i]`` = key i may be present. No lock."""
+        if self.closed:
+            self._refuse(False)
+        try:
+            out[:] = self._k.contains_many(keys if isinstance(keys, (list, tuple)) else list(keys))
+        except ValueError:
+            if self.closed:
+                self._refuse(False)
+            raise
+
+    def close(self) -> None:
+        """Refuse every later call; release the view of the cells (idempotent). A view
+        still exported to a call in flight in another thread is dropped instead: the
+        mapping stays valid for it."""
+        self.closed = True
+        try:
+            self._body.release()
+        except BufferError:
+            pass
