@@ -535,7 +535,7 @@ class TimedWriteLock:
 def deferred_signals() -> Iterator[None]:
     """Hold SIGINT, SIGTERM and SIGHUP for the duration of a batch commit (cells and items
     counter), then deliver them: an interrupt then lands between chunks, never between a
-    chunk's cells and its count, so bits and ``items_added`` always agree (issue 12).
+    chunk's cells and its count, so bits and ``items_added`` always agree.
 
     Only the main thread receives signals in Python, so elsewhere this does nothing. A
     signal that arrives inside is re-raised with ``signal.raise_signal`` once the original

@@ -11,7 +11,11 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "mmapbloom"
+import mmapbloom
+
+#: The package under test: the checkout's, or the installed one when the tests run from an
+#: unpacked sdist (which has no source copy beside them).
+PACKAGE = Path(mmapbloom.__file__).resolve().parent
 MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__"))
 #: The only import left out of the graph: ``sizing.__getattr__`` re-exports BloomConfig from
 #: ``config`` for code written before the move. It runs on attribute access, never while
