@@ -438,20 +438,29 @@ class MappedFilter(FilterBase, Lifecycle):
                 changed).
             ReadOnlyFilterError, FilterClosedError, LengthMismatchError (file truncated).
         """
-        self._check_writable()
-        batch = as_batch(items, self._native())
+        batch = self._add_batch(items)
         out = np.zeros(len(batch), dtype=np.bool_)
-        self._storage.check_size()  # a truncated file: LengthMismatchError, not SIGBUS
         self._h.add_many(batch, out)
         return out
 
     def update(self, items: Iterable[Any]) -> int:
         """Add many items; return how many were new (as :meth:`add_many`, summed; the same
         guarantees and errors)."""
-        self._check_writable()
-        batch = as_batch(items, self._native())
-        self._storage.check_size()  # a truncated file: LengthMismatchError, not SIGBUS
-        return self._h.add_many(batch)  # type: ignore[no-any-return]
+        return self._h.add_many(self._add_batch(items))  # type: ignore[no-any-return]
+
+    def _add_batch(self, items: Iterable[Any]) -> Any:
+        """The batch writers' first step: the handle's form of ``items`` (validated by
+        :func:`~mmapbloom.batches.as_batch`), the file's size checked. Any exception
+        leaving it (a bad item, a KeyboardInterrupt while a long list is validated)
+        carries ``committed_items`` = 0, as every exception leaving a batch writer does."""
+        try:
+            self._check_writable()
+            batch = as_batch(items, self._native())
+            self._storage.check_size()  # a truncated file: LengthMismatchError, not SIGBUS
+        except BaseException as exc:
+            exc.committed_items = 0  # type: ignore[attr-defined]
+            raise
+        return batch
 
     def _native(self) -> Any:
         """The compiled module when this filter's handle is native, else None (the form
