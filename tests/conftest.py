@@ -8,6 +8,12 @@ from typing import Any
 
 import pytest
 
+# numpy's OpenBLAS starts a worker thread per core when numpy is imported; a test that
+# forks then forks a multi-threaded process (unsafe, and a DeprecationWarning on Python
+# 3.12+). The tests need no BLAS threads (child processes inherit this too).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
