@@ -111,8 +111,7 @@ def _print_text(report: dict[str, Any]) -> None:
         f"new links            {report['links_new']}  ({report['links_enqueued']} enqueued)",
         f"links ignored        {report['links_ignored']}  (off-site, not http, or skip-listed)",
         f"fetch errors         {report['fetch_errors']}",
-        f"pages fetched twice  {report['pages_fetched_twice']}  (exact check over "
-        f"{report['fetch_attempts']} fetches)",
+        f"pages fetched twice  {report['pages_fetched_twice']}  (exact check over {report['fetch_attempts']} fetches)",
         f"false positives      {report['false_positives']}  (distinct links never judged new, "
         f"of {report['distinct_links']})",
         "",
@@ -172,27 +171,58 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Crawl the pydoc documentation site of this Python with several processes "
-                    "that share one Bloom filter file to avoid fetching a page twice.",
+        "that share one Bloom filter file to avoid fetching a page twice.",
     )
-    parser.add_argument("--workers", type=_positive_int, default=DEFAULT_WORKERS,
-                        help=f"worker processes (default {DEFAULT_WORKERS})")
-    parser.add_argument("--max-pages", type=_positive_int, default=DEFAULT_MAX_PAGES,
-                        help=f"fetch at most this many pages (default {DEFAULT_MAX_PAGES})")
-    parser.add_argument("--time-limit", type=_positive_float, default=DEFAULT_TIME_LIMIT, metavar="SECONDS",
-                        help=f"start no fetch after this many seconds (default {DEFAULT_TIME_LIMIT:g})")
-    parser.add_argument("--timeout", type=_positive_float, default=DEFAULT_FETCH_TIMEOUT, metavar="SECONDS",
-                        help=f"timeout of one fetch (default {DEFAULT_FETCH_TIMEOUT:g})")
-    parser.add_argument("--filter", metavar="PATH",
-                        help="filter file to use (opened, or created if missing); default: a new "
-                             "file in a temporary directory, removed at the end")
-    parser.add_argument("--capacity", type=_positive_int, default=DEFAULT_CAPACITY,
-                        help=f"items the filter is sized for (default {DEFAULT_CAPACITY})")
-    parser.add_argument("--fp-rate", type=_probability, default=DEFAULT_FP_RATE,
-                        help=f"target false-positive rate at capacity (default {DEFAULT_FP_RATE})")
-    parser.add_argument("--start-method", choices=multiprocessing.get_all_start_methods(), default="spawn",
-                        help="multiprocessing start method (default spawn)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar (it is off anyway "
-                        "when stderr is not a terminal)")
+    parser.add_argument(
+        "--workers", type=_positive_int, default=DEFAULT_WORKERS, help=f"worker processes (default {DEFAULT_WORKERS})"
+    )
+    parser.add_argument(
+        "--max-pages",
+        type=_positive_int,
+        default=DEFAULT_MAX_PAGES,
+        help=f"fetch at most this many pages (default {DEFAULT_MAX_PAGES})",
+    )
+    parser.add_argument(
+        "--time-limit",
+        type=_positive_float,
+        default=DEFAULT_TIME_LIMIT,
+        metavar="SECONDS",
+        help=f"start no fetch after this many seconds (default {DEFAULT_TIME_LIMIT:g})",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=DEFAULT_FETCH_TIMEOUT,
+        metavar="SECONDS",
+        help=f"timeout of one fetch (default {DEFAULT_FETCH_TIMEOUT:g})",
+    )
+    parser.add_argument(
+        "--filter",
+        metavar="PATH",
+        help="filter file to use (opened, or created if missing); default: a new "
+        "file in a temporary directory, removed at the end",
+    )
+    parser.add_argument(
+        "--capacity",
+        type=_positive_int,
+        default=DEFAULT_CAPACITY,
+        help=f"items the filter is sized for (default {DEFAULT_CAPACITY})",
+    )
+    parser.add_argument(
+        "--fp-rate",
+        type=_probability,
+        default=DEFAULT_FP_RATE,
+        help=f"target false-positive rate at capacity (default {DEFAULT_FP_RATE})",
+    )
+    parser.add_argument(
+        "--start-method",
+        choices=multiprocessing.get_all_start_methods(),
+        default="spawn",
+        help="multiprocessing start method (default spawn)",
+    )
+    parser.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (it is off anyway when stderr is not a terminal)"
+    )
     parser.add_argument("--json", action="store_true", help="print the final numbers as JSON")
     return parser
 
@@ -248,9 +278,16 @@ def _run(args: argparse.Namespace, server: PydocServer) -> int:
         items_before = bloom.items_added
         if items_before and not args.json:
             print(f"note: {path} already holds {items_before} items", file=sys.stderr)
-        result = crawl(root, bloom, workers=args.workers, max_pages=args.max_pages,
-                       time_limit=args.time_limit, fetch_timeout=args.timeout,
-                       start_method=args.start_method, progress=False if args.no_progress else None)
+        result = crawl(
+            root,
+            bloom,
+            workers=args.workers,
+            max_pages=args.max_pages,
+            time_limit=args.time_limit,
+            fetch_timeout=args.timeout,
+            start_method=args.start_method,
+            progress=False if args.no_progress else None,
+        )
         fstats = _filter_stats(bloom, items_before)
     finally:
         if bloom is not None:

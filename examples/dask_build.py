@@ -48,8 +48,12 @@ def generate(path: str, lines: int) -> None:
     with open(path, "w", encoding="ascii") as out:
         step = 100_000
         for start in range(0, lines, step):
-            out.write("".join(f"https://host{i % 100_003}.example.org/path/{i * 2654435761 % 10**12}/{i}\n"
-                              for i in range(start, min(lines, start + step))))
+            out.write(
+                "".join(
+                    f"https://host{i % 100_003}.example.org/path/{i * 2654435761 % 10**12}/{i}\n"
+                    for i in range(start, min(lines, start + step))
+                )
+            )
 
 
 def count_lines(path: str) -> int:
@@ -85,8 +89,10 @@ def main() -> int:
     n = count_lines(args.file)
     cfg = BloomConfig.for_items(max(n, 1), args.fp_rate)
     size = os.path.getsize(args.file)
-    print(f"input: {args.file}, {n:,} lines, {size / 2**20:,.0f} MiB; filter m={cfg.num_bits:,} "
-          f"k={cfg.num_hashes} ({cfg.num_bits / 8 / 2**20:,.1f} MiB); load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"input: {args.file}, {n:,} lines, {size / 2**20:,.0f} MiB; filter m={cfg.num_bits:,} "
+        f"k={cfg.num_hashes} ({cfg.num_bits / 8 / 2**20:,.1f} MiB); load average {os.getloadavg()[0]:.2f}"
+    )
     work = tempfile.mkdtemp(prefix="dask-build-", dir=os.path.dirname(os.path.abspath(args.file)))
     rows = []
     try:
@@ -94,14 +100,23 @@ def main() -> int:
         from distributed import Client, LocalCluster
 
         t = time.perf_counter()
-        with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
-                          dashboard_address=None, silence_logs=40) as cluster, Client(cluster) as client:
+        with (
+            LocalCluster(
+                n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
+            ) as cluster,
+            Client(cluster) as client,
+        ):
             started = time.perf_counter() - t
             bag = db.read_text(args.file, blocksize=args.blocksize).map_partitions(strip_newlines)
             t = time.perf_counter()
             dask_out = build(bag, cfg, os.path.join(work, "dask.blm"), client=client)
-            rows.append((f"Dask, LocalCluster of {args.workers} processes x 1 thread "
-                         f"({bag.npartitions} partitions)", time.perf_counter() - t, dask_out))
+            rows.append(
+                (
+                    f"Dask, LocalCluster of {args.workers} processes x 1 thread ({bag.npartitions} partitions)",
+                    time.perf_counter() - t,
+                    dask_out,
+                )
+            )
         print(f"(cluster start-up: {started:.1f} s, not included)", file=sys.stderr)
 
         t = time.perf_counter()
@@ -112,8 +127,9 @@ def main() -> int:
         t = time.perf_counter()
         cli_out = os.path.join(work, "cli.blm")
         cli = [sys.executable, "-m", "mmapbloom"]
-        subprocess.run(cli + ["create", cli_out, "--bits", str(cfg.num_bits), "--hashes", str(cfg.num_hashes), "-q"],
-                       check=True)
+        subprocess.run(
+            cli + ["create", cli_out, "--bits", str(cfg.num_bits), "--hashes", str(cfg.num_hashes), "-q"], check=True
+        )
         subprocess.run(cli + ["add", cli_out, args.file, "-q"], check=True)
         rows.append(("CLI: mmapbloom create + mmapbloom add FILE", time.perf_counter() - t, cli_out))
 

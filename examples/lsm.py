@@ -102,7 +102,7 @@ def write_new_file(path: str, data: bytes) -> None:
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         os.fsync(fd)
         os.link(tmp, path)
     finally:
@@ -186,7 +186,7 @@ class Segment:
         for _ in range(count):
             (klen,) = struct.unpack_from("<I", raw, pos)
             pos += 4
-            first_keys.append(raw[pos:pos + klen])
+            first_keys.append(raw[pos : pos + klen])
             pos += klen
             offset, length = INDEX_ENTRY_TAIL.unpack_from(raw, pos)
             pos += INDEX_ENTRY_TAIL.size
@@ -242,10 +242,10 @@ class Segment:
         while pos < len(block):
             klen, vlen = RECORD.unpack_from(block, pos)
             pos += RECORD.size
-            k = block[pos:pos + klen]
+            k = block[pos : pos + klen]
             pos += klen
             if k == key:
-                return block[pos:pos + vlen]
+                return block[pos : pos + vlen]
             if k > key:
                 return None
             pos += vlen
@@ -373,8 +373,9 @@ def stdlib_identifiers(corpus: Corpus, files: Sequence[str]) -> Iterator[tuple[s
         rel = os.path.relpath(path, corpus.root)
         try:
             with open(path, "rb") as f:
-                found = [(tok.string, tok.start[0]) for tok in tokenize.tokenize(f.readline)
-                         if tok.type == tokenize.NAME]
+                found = [
+                    (tok.string, tok.start[0]) for tok in tokenize.tokenize(f.readline) if tok.type == tokenize.NAME
+                ]
         except (tokenize.TokenError, SyntaxError, UnicodeDecodeError, OSError):
             corpus.skipped += 1  # e.g. test data written in Python 2 or a bad encoding
             continue
@@ -392,8 +393,14 @@ def absent_key(key: bytes) -> bytes:
 
 
 # -- the run ----------------------------------------------------------------------------------
-def run(directory: str, *, max_files: Optional[int] = None, memtable_keys: int = 8192, fp_rate: float = 0.01,
-        root: Optional[str] = None) -> dict[str, object]:
+def run(
+    directory: str,
+    *,
+    max_files: Optional[int] = None,
+    memtable_keys: int = 8192,
+    fp_rate: float = 0.01,
+    root: Optional[str] = None,
+) -> dict[str, object]:
     """Load the identifiers into a store in ``directory``, look up every key and as many
     absent keys, and return the numbers (see :func:`report`). Raises nothing for lookup
     mistakes: they are counted in ``missing``, ``wrong_value`` and ``absent_found``."""
@@ -427,18 +434,36 @@ def run(directory: str, *, max_files: Optional[int] = None, memtable_keys: int =
         absent = store.stats
         t_lookup = time.perf_counter() - t1
 
-        segments = [{
-            "file": os.path.basename(s.data_path), "keys": s.keys, "data_bytes": s.size_bytes,
-            "filter_bytes": s.filter.size_bytes, "bits_per_key": s.filter.num_bits / max(1, s.keys),
-            "num_hashes": s.filter.num_hashes, "expected_fp_rate": s.filter.expected_fp_rate(),
-        } for s in store.segments]
+        segments = [
+            {
+                "file": os.path.basename(s.data_path),
+                "keys": s.keys,
+                "data_bytes": s.size_bytes,
+                "filter_bytes": s.filter.size_bytes,
+                "bits_per_key": s.filter.num_bits / max(1, s.keys),
+                "num_hashes": s.filter.num_hashes,
+                "expected_fp_rate": s.filter.expected_fp_rate(),
+            }
+            for s in store.segments
+        ]
     return {
-        "root": corpus.root, "files": corpus.files, "skipped_files": corpus.skipped, "source_bytes": corpus.bytes,
-        "keys": len(expected), "memtable_keys": memtable_keys, "fp_rate": fp_rate, "segments": segments,
-        "present": dataclasses.asdict(present), "absent": dataclasses.asdict(absent),
-        "present_measured_fp_rate": present.measured_fp_rate, "absent_measured_fp_rate": absent.measured_fp_rate,
-        "missing": missing, "wrong_value": wrong, "absent_found": absent_found,
-        "load_seconds": t_load, "lookup_seconds": t_lookup,
+        "root": corpus.root,
+        "files": corpus.files,
+        "skipped_files": corpus.skipped,
+        "source_bytes": corpus.bytes,
+        "keys": len(expected),
+        "memtable_keys": memtable_keys,
+        "fp_rate": fp_rate,
+        "segments": segments,
+        "present": dataclasses.asdict(present),
+        "absent": dataclasses.asdict(absent),
+        "present_measured_fp_rate": present.measured_fp_rate,
+        "absent_measured_fp_rate": absent.measured_fp_rate,
+        "missing": missing,
+        "wrong_value": wrong,
+        "absent_found": absent_found,
+        "load_seconds": t_load,
+        "lookup_seconds": t_lookup,
     }
 
 
@@ -461,12 +486,13 @@ def report(r: dict[str, object]) -> str:
         f"{'segment':<16}{'keys':>8}{'data bytes':>12}{'filter bytes':>14}{'bits/key':>10}{'k':>4}{'expected fp':>13}",
     ]
     for s in segs:
-        out.append(f"{s['file']:<16}{s['keys']:>8,}{s['data_bytes']:>12,}{s['filter_bytes']:>14,}"
-                   f"{s['bits_per_key']:>10.2f}{s['num_hashes']:>4}{s['expected_fp_rate']:>13.4g}")
+        out.append(
+            f"{s['file']:<16}{s['keys']:>8,}{s['data_bytes']:>12,}{s['filter_bytes']:>14,}"
+            f"{s['bits_per_key']:>10.2f}{s['num_hashes']:>4}{s['expected_fp_rate']:>13.4g}"
+        )
     total_filter = sum(int(s["filter_bytes"]) for s in segs)
     total_data = sum(int(s["data_bytes"]) for s in segs)
-    out.append(f"{'total':<16}{keys:>8,}{total_data:>12,}{total_filter:>14,}"
-               f"{(8 * total_filter / max(1, keys)):>10.2f}")
+    out.append(f"{'total':<16}{keys:>8,}{total_data:>12,}{total_filter:>14,}{(8 * total_filter / max(1, keys)):>10.2f}")
     out.append("")
     for label, st, n in (("stored keys", p, keys), ("absent keys", a, keys)):
         without = st["probes"]
@@ -489,8 +515,10 @@ def report(r: dict[str, object]) -> str:
         f"correctness: {r['missing']} stored keys reported missing, {r['wrong_value']} wrong values, "
         f"{r['absent_found']} absent keys found"
     )
-    out.append(f"time: load and flush {float(r['load_seconds']):.2f} s, "  # type: ignore[arg-type]
-               f"{2 * keys:,} lookups {float(r['lookup_seconds']):.2f} s")  # type: ignore[arg-type]
+    out.append(
+        f"time: load and flush {float(r['load_seconds']):.2f} s, "  # type: ignore[arg-type]
+        f"{2 * keys:,} lookups {float(r['lookup_seconds']):.2f} s"
+    )  # type: ignore[arg-type]
     return "\n".join(out)
 
 
@@ -508,8 +536,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     directory = args.dir or tempfile.mkdtemp(prefix="mmapbloom-lsm-")
     try:
-        r = run(directory, max_files=args.max_files, memtable_keys=args.memtable_keys, fp_rate=args.fp_rate,
-                root=args.root)
+        r = run(
+            directory, max_files=args.max_files, memtable_keys=args.memtable_keys, fp_rate=args.fp_rate, root=args.root
+        )
     finally:
         if not args.keep and args.dir is None:
             shutil.rmtree(directory, ignore_errors=True)

@@ -97,9 +97,22 @@ class Server:
         self.log = log
         self._stderr = open(log, "w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-u", "-m", "http.server", "--bind", "127.0.0.1", "--directory", os.fspath(directory),
-             "0"],
-            stdout=subprocess.PIPE, stderr=self._stderr, stdin=subprocess.DEVNULL, text=True)
+            [
+                sys.executable,
+                "-u",
+                "-m",
+                "http.server",
+                "--bind",
+                "127.0.0.1",
+                "--directory",
+                os.fspath(directory),
+                "0",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()  # "Serving HTTP on 127.0.0.1 port 40211 (http://127.0.0.1:40211/) ..."
         match = re.search(r"port (\d+)", line)
@@ -123,14 +136,30 @@ class Server:
         self._stderr.close()
 
 
-def start_crawl(start_urls: list[str], out: str, settings: dict[str, Any],
-                go_file: str = "") -> "subprocess.Popen[bytes]":
+def start_crawl(
+    start_urls: list[str], out: str, settings: dict[str, Any], go_file: str = ""
+) -> "subprocess.Popen[bytes]":
     """One ``scrapy runspider`` process running :class:`StdlibSpider` (see there for
     ``go_file``); items to ``out`` (JSON lines), log to ``out + ".log"``."""
-    argv = [sys.executable, "-m", "scrapy", "runspider", os.path.abspath(__file__),
-            "-a", "start_urls=" + " ".join(start_urls), "-a", f"go_file={go_file}", "-O", out]
-    for key, value in {"LOG_LEVEL": "INFO", "TELNETCONSOLE_ENABLED": False, "REMOTE_CONTROL_ENABLED": False,
-                       **settings}.items():
+    argv = [
+        sys.executable,
+        "-m",
+        "scrapy",
+        "runspider",
+        os.path.abspath(__file__),
+        "-a",
+        "start_urls=" + " ".join(start_urls),
+        "-a",
+        f"go_file={go_file}",
+        "-O",
+        out,
+    ]
+    for key, value in {
+        "LOG_LEVEL": "INFO",
+        "TELNETCONSOLE_ENABLED": False,
+        "REMOTE_CONTROL_ENABLED": False,
+        **settings,
+    }.items():
         argv += ["-s", f"{key}={value}"]
     with open(out + ".log", "w") as log:
         return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -144,11 +173,14 @@ def pages_of(out: str, proc: "subprocess.Popen[bytes]") -> tuple[list[str], int]
     with open(out + ".log") as f:
         filtered = re.search(r"'dupefilter/filtered': (\d+)", f.read())
     with open(out) as f:
-        return [re.sub(r"^https?://[^/]+", "", json.loads(line)["url"]) for line in f], \
-            int(filtered.group(1)) if filtered else 0
+        return [re.sub(r"^https?://[^/]+", "", json.loads(line)["url"]) for line in f], int(
+            filtered.group(1)
+        ) if filtered else 0
 
 
-def run(n: int, label: str, server: Server, starts: list[list[str]], settings: dict[str, Any], tmp: str) -> dict[str, Any]:
+def run(
+    n: int, label: str, server: Server, starts: list[list[str]], settings: dict[str, Any], tmp: str
+) -> dict[str, Any]:
     """Run one process per entry of ``starts``, all starting to crawl at the same moment;
     what each fetched, and the overlap."""
     server.fetched()
@@ -169,19 +201,33 @@ def run(n: int, label: str, server: Server, starts: list[list[str]], settings: d
     fetched = server.fetched()
     sets = [set(p) for p in pages]
     overlap = set.intersection(*sets) if len(sets) > 1 else set()
-    return {"label": label, "pages": [len(p) for p in pages], "overlap": len(overlap),
-            "union": len(set.union(*sets)), "filtered": sum(filtered), "requests": sum(fetched.values()),
-            "fetched_twice": sum(1 for c in fetched.values() if c > 1), "seconds": round(seconds, 1),
-            "_union": set.union(*sets)}
+    return {
+        "label": label,
+        "pages": [len(p) for p in pages],
+        "overlap": len(overlap),
+        "union": len(set.union(*sets)),
+        "filtered": sum(filtered),
+        "requests": sum(fetched.values()),
+        "fetched_twice": sum(1 for c in fetched.values() if c > 1),
+        "seconds": round(seconds, 1),
+        "_union": set.union(*sets),
+    }
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--directory", default=sysconfig.get_paths()["stdlib"],
-                        help="directory to serve (default: this Python's standard library)")
-    parser.add_argument("--max-pages", type=int, default=DEFAULT_MAX_PAGES,
-                        help="pages per process before it stops (CLOSESPIDER_PAGECOUNT; 0: no limit; default "
-                             f"{DEFAULT_MAX_PAGES}, more than the about 1,000 pages of a CPython 3.11 stdlib)")
+    parser.add_argument(
+        "--directory",
+        default=sysconfig.get_paths()["stdlib"],
+        help="directory to serve (default: this Python's standard library)",
+    )
+    parser.add_argument(
+        "--max-pages",
+        type=int,
+        default=DEFAULT_MAX_PAGES,
+        help="pages per process before it stops (CLOSESPIDER_PAGECOUNT; 0: no limit; default "
+        f"{DEFAULT_MAX_PAGES}, more than the about 1,000 pages of a CPython 3.11 stdlib)",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
 
@@ -194,12 +240,14 @@ def main(argv: Optional[list[str]] = None) -> int:
             root = [server.url]
             others = [server.url + d + "/" for d in reversed(subdirs)]
             default = {"DUPEFILTER_CLASS": "scrapy.dupefilters.RFPDupeFilter", **limit}
-            bloom = {"DUPEFILTER_CLASS": "mmapbloom.scrapy.BloomDupeFilter",
-                     "MMAPBLOOM_DUPEFILTER_PATH": os.path.join(tmp, "shared.blm"), **limit}
+            bloom = {
+                "DUPEFILTER_CLASS": "mmapbloom.scrapy.BloomDupeFilter",
+                "MMAPBLOOM_DUPEFILTER_PATH": os.path.join(tmp, "shared.blm"),
+                **limit,
+            }
             results = [
                 run(1, "one process, default filter", server, [root], default, tmp),
-                run(2, "one process, BloomDupeFilter", server, [root],
-                    {**bloom, "MMAPBLOOM_DUPEFILTER_PATH": ""}, tmp),
+                run(2, "one process, BloomDupeFilter", server, [root], {**bloom, "MMAPBLOOM_DUPEFILTER_PATH": ""}, tmp),
                 run(3, "two processes, default filter each", server, [root, others], default, tmp),
                 run(4, "two processes, one shared BloomDupeFilter file", server, [root, others], bloom, tmp),
             ]
@@ -209,21 +257,42 @@ def main(argv: Optional[list[str]] = None) -> int:
     for r in results:
         del r["_union"]
     if args.json:
-        print(json.dumps({"site": args.directory, "scrapy": scrapy.__version__, "max_pages": args.max_pages,
-                          "union_equals_single_process": same, "runs": results}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "site": args.directory,
+                    "scrapy": scrapy.__version__,
+                    "max_pages": args.max_pages,
+                    "union_equals_single_process": same,
+                    "runs": results,
+                },
+                indent=1,
+            )
+        )
         return 0
-    print(f"site: {args.directory} served by http.server (Scrapy {scrapy.__version__}"
-          + (f", at most {args.max_pages} pages per process)" if args.max_pages else ")"))
-    print(f"{'crawl':<48} {'pages A':>8} {'pages B':>8} {'overlap':>8} {'union':>7} {'filtered':>9} {'GETs':>6} "
-          f"{'fetched twice':>14} {'s':>6}")
+    print(
+        f"site: {args.directory} served by http.server (Scrapy {scrapy.__version__}"
+        + (f", at most {args.max_pages} pages per process)" if args.max_pages else ")")
+    )
+    print(
+        f"{'crawl':<48} {'pages A':>8} {'pages B':>8} {'overlap':>8} {'union':>7} {'filtered':>9} {'GETs':>6} "
+        f"{'fetched twice':>14} {'s':>6}"
+    )
     for r in results:
         a, b = (r["pages"] + ["-"])[:2]
-        print(f"{r['label']:<48} {a:>8} {b:>8} {r['overlap'] if len(r['pages']) > 1 else '-':>8} {r['union']:>7} "
-              f"{r['filtered']:>9} {r['requests']:>6} {r['fetched_twice']:>14} {r['seconds']:>6}")
-    print("filtered: duplicate requests dropped (dupefilter/filtered, summed); GETs: requests the server"
-          " answered, any status")
-    print("one process with BloomDupeFilter and the shared pair fetched the pages of the reference crawl:", same,
-          "(expected only when no process reached --max-pages)" if args.max_pages else "")
+        print(
+            f"{r['label']:<48} {a:>8} {b:>8} {r['overlap'] if len(r['pages']) > 1 else '-':>8} {r['union']:>7} "
+            f"{r['filtered']:>9} {r['requests']:>6} {r['fetched_twice']:>14} {r['seconds']:>6}"
+        )
+    print(
+        "filtered: duplicate requests dropped (dupefilter/filtered, summed); GETs: requests the server"
+        " answered, any status"
+    )
+    print(
+        "one process with BloomDupeFilter and the shared pair fetched the pages of the reference crawl:",
+        same,
+        "(expected only when no process reached --max-pages)" if args.max_pages else "",
+    )
     return 0
 
 

@@ -53,8 +53,11 @@ def write_tables(directory: str, rows: int, keys: int, match: float, seed: int =
     pq.write_table(pa.table({"url": url(np.arange(keys)), "order_id": np.arange(keys)}), orders)
     hit = rng.random(rows) < match
     ids = np.where(hit, rng.integers(0, keys, rows), rng.integers(keys, keys + 50 * rows + 1, rows))
-    pq.write_table(pa.table({"url": url(ids), "event": np.arange(rows), "amount": rng.integers(1, 1000, rows)}),
-                   events, row_group_size=1 << 18)
+    pq.write_table(
+        pa.table({"url": url(ids), "event": np.arange(rows), "amount": rng.integers(1, 1000, rows)}),
+        events,
+        row_group_size=1 << 18,
+    )
     return orders, events
 
 
@@ -89,8 +92,9 @@ def exact_join(con: duckdb.DuckDBPyConnection, orders: str, events: str) -> tupl
     return result, seconds, rows, rows
 
 
-def filtered_join(con: duckdb.DuckDBPyConnection, orders: str, events: str,
-                  f: BloomFilter) -> tuple[pa.Table, float, int, int]:
+def filtered_join(
+    con: duckdb.DuckDBPyConnection, orders: str, events: str, f: BloomFilter
+) -> tuple[pa.Table, float, int, int]:
     t0 = time.perf_counter()
     read = 0
     kept = []
@@ -105,10 +109,12 @@ def filtered_join(con: duckdb.DuckDBPyConnection, orders: str, events: str,
     return result, seconds, read, survivors.num_rows
 
 
-def sql_filtered_join(con: duckdb.DuckDBPyConnection, orders: str, events: str,
-                      f: BloomFilter) -> tuple[pa.Table, float, int, int]:
-    con.create_function("might_contain", lambda urls: pa.array(f.contains_many(urls)), ["VARCHAR"], "BOOLEAN",
-                        type="arrow")
+def sql_filtered_join(
+    con: duckdb.DuckDBPyConnection, orders: str, events: str, f: BloomFilter
+) -> tuple[pa.Table, float, int, int]:
+    con.create_function(
+        "might_contain", lambda urls: pa.array(f.contains_many(urls)), ["VARCHAR"], "BOOLEAN", type="arrow"
+    )
     inner = f"(SELECT * FROM '{events}' WHERE might_contain(url))"
     t0 = time.perf_counter()
     result = arrow_result(con, JOIN.format(events=inner, orders=orders))
@@ -131,12 +137,16 @@ def main(argv: "list[str] | None" = None) -> int:
     t0 = time.perf_counter()
     f = build_filter(orders, os.path.join(args.directory, "orders.blm"), args.fp_rate)
     build_s = time.perf_counter() - t0
-    print(f"filter: {args.keys:,} keys, {f.size_bytes:,} bytes shipped (orders.parquet: "
-          f"{os.path.getsize(orders):,} bytes), built in {build_s:.2f} s")
+    print(
+        f"filter: {args.keys:,} keys, {f.size_bytes:,} bytes shipped (orders.parquet: "
+        f"{os.path.getsize(orders):,} bytes), built in {build_s:.2f} s"
+    )
     con = duckdb.connect()
-    runs = [("exact join", lambda: exact_join(con, orders, events)),
-            ("filter, then join", lambda: filtered_join(con, orders, events, f)),
-            ("SQL filter, then join", lambda: sql_filtered_join(con, orders, events, f))]
+    runs = [
+        ("exact join", lambda: exact_join(con, orders, events)),
+        ("filter, then join", lambda: filtered_join(con, orders, events, f)),
+        ("SQL filter, then join", lambda: sql_filtered_join(con, orders, events, f)),
+    ]
     print(f"{'method':<22} {'rows read':>11} {'rows kept':>11} {'false pos.':>11} {'joined':>9} {'time':>8}")
     reference = None
     for name, run in runs:

@@ -35,23 +35,34 @@ class ArrowArrayStream(ctypes.Structure):
 
 
 ArrowSchema._fields_ = [
-    ("format", ctypes.c_char_p), ("name", ctypes.c_char_p), ("metadata", ctypes.c_void_p),
-    ("flags", ctypes.c_int64), ("n_children", ctypes.c_int64),
-    ("children", ctypes.POINTER(ctypes.POINTER(ArrowSchema))), ("dictionary", ctypes.POINTER(ArrowSchema)),
-    ("release", ctypes.CFUNCTYPE(None, ctypes.POINTER(ArrowSchema))), ("private_data", ctypes.c_void_p),
+    ("format", ctypes.c_char_p),
+    ("name", ctypes.c_char_p),
+    ("metadata", ctypes.c_void_p),
+    ("flags", ctypes.c_int64),
+    ("n_children", ctypes.c_int64),
+    ("children", ctypes.POINTER(ctypes.POINTER(ArrowSchema))),
+    ("dictionary", ctypes.POINTER(ArrowSchema)),
+    ("release", ctypes.CFUNCTYPE(None, ctypes.POINTER(ArrowSchema))),
+    ("private_data", ctypes.c_void_p),
 ]
 ArrowArray._fields_ = [
-    ("length", ctypes.c_int64), ("null_count", ctypes.c_int64), ("offset", ctypes.c_int64),
-    ("n_buffers", ctypes.c_int64), ("n_children", ctypes.c_int64),
-    ("buffers", ctypes.POINTER(ctypes.c_void_p)), ("children", ctypes.POINTER(ctypes.POINTER(ArrowArray))),
+    ("length", ctypes.c_int64),
+    ("null_count", ctypes.c_int64),
+    ("offset", ctypes.c_int64),
+    ("n_buffers", ctypes.c_int64),
+    ("n_children", ctypes.c_int64),
+    ("buffers", ctypes.POINTER(ctypes.c_void_p)),
+    ("children", ctypes.POINTER(ctypes.POINTER(ArrowArray))),
     ("dictionary", ctypes.POINTER(ArrowArray)),
-    ("release", ctypes.CFUNCTYPE(None, ctypes.POINTER(ArrowArray))), ("private_data", ctypes.c_void_p),
+    ("release", ctypes.CFUNCTYPE(None, ctypes.POINTER(ArrowArray))),
+    ("private_data", ctypes.c_void_p),
 ]
 ArrowArrayStream._fields_ = [
     ("get_schema", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ArrowArrayStream), ctypes.POINTER(ArrowSchema))),
     ("get_next", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ArrowArrayStream), ctypes.POINTER(ArrowArray))),
     ("get_last_error", ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.POINTER(ArrowArrayStream))),
-    ("release", ctypes.CFUNCTYPE(None, ctypes.POINTER(ArrowArrayStream))), ("private_data", ctypes.c_void_p),
+    ("release", ctypes.CFUNCTYPE(None, ctypes.POINTER(ArrowArrayStream))),
+    ("private_data", ctypes.c_void_p),
 ]
 
 _capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
@@ -59,10 +70,23 @@ _capsule_pointer.restype = ctypes.c_void_p
 _capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 _INTS = {"c": "<i1", "C": "<u1", "s": "<i2", "S": "<u2", "i": "<i4", "I": "<u4", "l": "<i8", "L": "<u8"}
-_NAMES = {"n": "null", "b": "bool", "e": "float16", "f": "float32", "g": "float64 (double)", "tdD": "date32",
-          "tdm": "date64", "+l": "list", "+L": "large_list", "+s": "struct", "+m": "map"}
-_KEY_TYPES = ("utf8, large_utf8, utf8_view, binary, large_binary, binary_view, fixed_size_binary, int8..int64, "
-              "uint8..uint64, or a dictionary of those")
+_NAMES = {
+    "n": "null",
+    "b": "bool",
+    "e": "float16",
+    "f": "float32",
+    "g": "float64 (double)",
+    "tdD": "date32",
+    "tdm": "date64",
+    "+l": "list",
+    "+L": "large_list",
+    "+s": "struct",
+    "+m": "map",
+}
+_KEY_TYPES = (
+    "utf8, large_utf8, utf8_view, binary, large_binary, binary_view, fixed_size_binary, int8..int64, "
+    "uint8..uint64, or a dictionary of those"
+)
 
 
 def _moved(capsule: Any, name: bytes, struct: Any) -> Any:
@@ -137,11 +161,14 @@ def _bad_type(fmt: str, in_dict: bool) -> TypeError:
         name = "timestamp"
     elif fmt.startswith("d:"):
         name = "decimal"
-    return TypeError(f"an Arrow key column must be {_KEY_TYPES}; got {'a dictionary of ' if in_dict else ''}"
-                     f"{name} (format '{fmt}')")
+    return TypeError(
+        f"an Arrow key column must be {_KEY_TYPES}; got {'a dictionary of ' if in_dict else ''}{name} (format '{fmt}')"
+    )
 
 
-def _keys(schema: ArrowSchema, arr: ArrowArray, extra: int, length: int, in_dict: bool = False) -> list[Optional[bytes]]:
+def _keys(
+    schema: ArrowSchema, arr: ArrowArray, extra: int, length: int, in_dict: bool = False
+) -> list[Optional[bytes]]:
     """Keys ``[0, length)`` of one array (``extra``: a parent record batch's offset)."""
     fmt = schema.format.decode()
     off = arr.offset + extra
@@ -153,20 +180,21 @@ def _keys(schema: ArrowSchema, arr: ArrowArray, extra: int, length: int, in_dict
     valid = None
     if arr.null_count != 0 and bufs[0]:
         bits = np.frombuffer(_bytes_at(bufs[0], (off + length + 7) // 8), dtype=np.uint8)
-        valid = np.unpackbits(bits, bitorder="little")[off:off + length].astype(np.bool_).tolist()
+        valid = np.unpackbits(bits, bitorder="little")[off : off + length].astype(np.bool_).tolist()
     keys: list[Optional[bytes]]
     if schema.dictionary:
         if in_dict:
             raise _bad_type(schema.dictionary.contents.format.decode(), True)
-        index = np.frombuffer(_bytes_at(bufs[1], (off + length) * np.dtype(_INTS[fmt]).itemsize),
-                              dtype=_INTS[fmt])[off:].tolist()
+        index = np.frombuffer(_bytes_at(bufs[1], (off + length) * np.dtype(_INTS[fmt]).itemsize), dtype=_INTS[fmt])[
+            off:
+        ].tolist()
         dictionary = arr.dictionary.contents
         values = _keys(schema.dictionary.contents, dictionary, 0, dictionary.length, True)
         keys = [values[i] if 0 <= i < len(values) else None for i in index]
     elif fmt in _INTS:
         ints = np.frombuffer(_bytes_at(bufs[1], (off + length) * np.dtype(_INTS[fmt]).itemsize), dtype=_INTS[fmt])
         wide = ints[off:].astype("<i8" if fmt.islower() else "<u8").tobytes()
-        keys = [wide[i:i + 8] for i in range(0, 8 * length, 8)]
+        keys = [wide[i : i + 8] for i in range(0, 8 * length, 8)]
     elif fmt in ("u", "z", "U", "Z"):
         dtype = "<i4" if fmt in ("u", "z") else "<i8"
         offsets = np.frombuffer(_bytes_at(bufs[1], (off + length + 1) * np.dtype(dtype).itemsize), dtype=dtype)
@@ -178,10 +206,10 @@ def _keys(schema: ArrowSchema, arr: ArrowArray, extra: int, length: int, in_dict
         ndata = arr.n_buffers - 3
         keys = []
         for i in range(off, off + length):
-            v = views[16 * i:16 * i + 16]
+            v = views[16 * i : 16 * i + 16]
             n = int.from_bytes(v[:4], "little", signed=True)
             if n <= 12:
-                keys.append(v[4:4 + n])
+                keys.append(v[4 : 4 + n])
             else:
                 buf = int.from_bytes(v[8:12], "little", signed=True)
                 start = int.from_bytes(v[12:16], "little", signed=True)
@@ -189,7 +217,7 @@ def _keys(schema: ArrowSchema, arr: ArrowArray, extra: int, length: int, in_dict
     elif fmt.startswith("w:"):
         width = int(fmt[2:])
         data = _bytes_at(bufs[1], width * (off + length))
-        keys = [data[i * width:(i + 1) * width] for i in range(off, off + length)]
+        keys = [data[i * width : (i + 1) * width] for i in range(off, off + length)]
     else:
         raise _bad_type(fmt, in_dict)
     if valid is not None:

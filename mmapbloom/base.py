@@ -42,7 +42,13 @@ from .sizing import (
 from .storage import DEFAULT_FILE_MODE, FileStorage, MemoryStorage, Storage, create_file
 
 __all__ = [
-    "CHUNK_BYTES", "CHUNK_KEYS", "OVERFILL_RATIO", "MappedFilter", "PathLike", "deferred_signals", "design_limit",
+    "CHUNK_BYTES",
+    "CHUNK_KEYS",
+    "OVERFILL_RATIO",
+    "MappedFilter",
+    "PathLike",
+    "deferred_signals",
+    "design_limit",
     "items_update",
 ]
 
@@ -112,7 +118,7 @@ class MappedFilter(FilterBase, Lifecycle):
             raise TypeError(f"config must be a BloomConfig, got {type(config).__name__}")
         header = self._new_header(config, **options)
         image = bytearray(header.total_size)
-        image[:header.header_size] = self._pack(header)
+        image[: header.header_size] = self._pack(header)
         self._attach(MemoryStorage(image, header.header_size), config, header)
 
     def _attach(self, storage: Storage, config: BloomConfig, header: fmt.Header) -> None:
@@ -120,16 +126,32 @@ class MappedFilter(FilterBase, Lifecycle):
         self._config = config
         self._hs = header.header_size
         self._cell_bits = header.cell_bits
-        self._counter = ItemsCounter(fmt.items_word(storage.buf), config.num_bits, config.num_hashes, config.strategy,
-                                     self._describe(), config.capacity)
+        self._counter = ItemsCounter(
+            fmt.items_word(storage.buf),
+            config.num_bits,
+            config.num_hashes,
+            config.strategy,
+            self._describe(),
+            config.capacity,
+        )
         self._after_attach()
         self._attach_handle()
 
     def _attach_handle(self, pure: bool = False) -> None:
         """Bind the handle (``self._h``) once: the hot loops, the lock and the counter."""
         storage = self._storage
-        self._h = attach(storage.buf, self._hs, self._config, self._cell_bits, storage.lock, self._counter,
-                         not storage.readonly, _failer(storage), self._saturation_hook(), pure=pure)
+        self._h = attach(
+            storage.buf,
+            self._hs,
+            self._config,
+            self._cell_bits,
+            storage.lock,
+            self._counter,
+            not storage.readonly,
+            _failer(storage),
+            self._saturation_hook(),
+            pure=pure,
+        )
 
     @classmethod
     def _from_storage(cls: type[F], storage: Storage, config: BloomConfig, header: fmt.Header) -> F:
@@ -144,8 +166,16 @@ class MappedFilter(FilterBase, Lifecycle):
         return fmt.validate_image(read, size, source=source, magic=cls._magic)
 
     @classmethod
-    def create(cls: type[F], path: PathLike, config: BloomConfig, *, sparse: bool = False,
-               mode: int = DEFAULT_FILE_MODE, overwrite: bool = False, **options: Any) -> F:
+    def create(
+        cls: type[F],
+        path: PathLike,
+        config: BloomConfig,
+        *,
+        sparse: bool = False,
+        mode: int = DEFAULT_FILE_MODE,
+        overwrite: bool = False,
+        **options: Any,
+    ) -> F:
         """Create a new, empty filter file and open it read-write.
 
         The file is built under a temporary name in the same directory and published with
@@ -176,8 +206,7 @@ class MappedFilter(FilterBase, Lifecycle):
         if not isinstance(config, BloomConfig):
             raise TypeError(f"config must be a BloomConfig, got {type(config).__name__}")
         header = cls._new_header(config, **options)
-        fd, apath = create_file(path, cls._pack(header), header.total_size, sparse=sparse, replace=overwrite,
-                                mode=mode)
+        fd, apath = create_file(path, cls._pack(header), header.total_size, sparse=sparse, replace=overwrite, mode=mode)
         # Map the descriptor we created, never the path again (someone may have replaced it,
         # and mode may deny the owner write permission).
         storage = FileStorage.from_fd(fd, apath, readonly=False, validate=cls._validate)
@@ -203,8 +232,14 @@ class MappedFilter(FilterBase, Lifecycle):
         return cls._open_checked(path, readonly=readonly, config=None, options=None)
 
     @classmethod
-    def _open_checked(cls: type[F], path: PathLike, *, readonly: bool, config: Optional[BloomConfig],
-                      options: Optional[dict[str, Any]]) -> F:
+    def _open_checked(
+        cls: type[F],
+        path: PathLike,
+        *,
+        readonly: bool,
+        config: Optional[BloomConfig],
+        options: Optional[dict[str, Any]],
+    ) -> F:
         storage = FileStorage.open(path, readonly=readonly, validate=cls._validate)
         return cls._adopt(storage, config, options)
 
@@ -225,8 +260,9 @@ class MappedFilter(FilterBase, Lifecycle):
         return chosen[0]._adopt(storage, None, None)
 
     @classmethod
-    def _adopt(cls: type[F], storage: FileStorage, config: Optional[BloomConfig],
-               options: Optional[dict[str, Any]]) -> F:
+    def _adopt(
+        cls: type[F], storage: FileStorage, config: Optional[BloomConfig], options: Optional[dict[str, Any]]
+    ) -> F:
         """A handle over a validated file storage (closed on error), after checking it
         against ``config`` and ``options`` when given (``open_or_create``)."""
         source = storage.path or ""
@@ -245,12 +281,20 @@ class MappedFilter(FilterBase, Lifecycle):
     @classmethod
     def _check_options(cls, header: fmt.Header, options: dict[str, Any], source: str) -> None:
         """open_or_create: refuse an existing file whose kind-specific options differ."""
-        cls._new_header(BloomConfig(num_bits=header.num_bits, num_hashes=header.num_hashes,
-                                    strategy=header.strategy), **options)  # TypeError on unknown options
+        cls._new_header(
+            BloomConfig(num_bits=header.num_bits, num_hashes=header.num_hashes, strategy=header.strategy), **options
+        )  # TypeError on unknown options
 
     @classmethod
-    def open_or_create(cls: type[F], path: PathLike, config: BloomConfig, *, sparse: bool = False,
-                       mode: int = DEFAULT_FILE_MODE, **options: Any) -> F:
+    def open_or_create(
+        cls: type[F],
+        path: PathLike,
+        config: BloomConfig,
+        *,
+        sparse: bool = False,
+        mode: int = DEFAULT_FILE_MODE,
+        **options: Any,
+    ) -> F:
         """Open ``path`` if it exists, else create it for ``config``; safe when many
         processes race on the same new path (exactly one file is created, and every
         process opens that complete file).
@@ -286,7 +330,7 @@ class MappedFilter(FilterBase, Lifecycle):
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"from_bytes needs bytes, got {type(data).__name__}")
         mv = memoryview(data).cast("B")
-        header = cls._validate(lambda offset, count: bytes(mv[offset:offset + count]), mv.nbytes, "<bytes>")
+        header = cls._validate(lambda offset, count: bytes(mv[offset : offset + count]), mv.nbytes, "<bytes>")
         config = BloomConfig(num_bits=header.num_bits, num_hashes=header.num_hashes, strategy=header.strategy)
         return cls._from_storage(MemoryStorage(mv, header.header_size), config, header)
 
@@ -553,11 +597,12 @@ class MappedFilter(FilterBase, Lifecycle):
         buf = self._storage.buf
         size = os.fstat(self._storage.fd).st_size if isinstance(self._storage, FileStorage) else len(buf)
         # Reads from the mapping, never past it: the length is checked before the last byte.
-        header = self._validate(lambda offset, count: bytes(buf[offset:offset + count]), size, source)
+        header = self._validate(lambda offset, count: bytes(buf[offset : offset + count]), size, source)
         found = BloomConfig(num_bits=header.num_bits, num_hashes=header.num_hashes, strategy=header.strategy)
         if found != self._config or header.cell_bits != self._cell_bits:
-            raise BadHeaderError(f"header changed under the handle: {found!r}", source=source,
-                                 expected=self._config, actual=found)
+            raise BadHeaderError(
+                f"header changed under the handle: {found!r}", source=source, expected=self._config, actual=found
+            )
 
     # -- combining --------------------------------------------------------------------
     def is_compatible(self, other: object) -> bool:
@@ -649,15 +694,19 @@ class MappedFilter(FilterBase, Lifecycle):
         if self.items_added != other.items_added:
             return False
         a, b = self._cells(), other._cells()
-        return all(np.array_equal(a[s:s + CHUNK_BYTES], b[s:s + CHUNK_BYTES]) for s in range(0, a.shape[0], CHUNK_BYTES))
+        return all(
+            np.array_equal(a[s : s + CHUNK_BYTES], b[s : s + CHUNK_BYTES]) for s in range(0, a.shape[0], CHUNK_BYTES)
+        )
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         where = self._storage.path or "memory"
         state = "closed" if self.closed else ("read-only" if self.readonly else "read-write")
-        return (f"<{type(self).__name__} {where} m={self.num_bits} k={self.num_hashes} "
-                f"strategy={self.strategy.name} {state}>")
+        return (
+            f"<{type(self).__name__} {where} m={self.num_bits} k={self.num_hashes} "
+            f"strategy={self.strategy.name} {state}>"
+        )
 
     # -- the interface of every filter kind (``verify.open_filter``, ``mmapbloom`` CLI) -------
     def describe(self, *, scan: bool = True, progress: Any = False) -> dict[str, Any]:
@@ -691,8 +740,13 @@ class MappedFilter(FilterBase, Lifecycle):
         record.update(expected_fill_ratio=expected_fill_ratio(n, m, k), expected_fp_rate=self.expected_fp_rate())
         if scan:
             record["observed_fp_rate"] = self.observed_fp_rate() if blocked else observed_fp_rate(ones, m, k)
-        record.update(items_saturated=n >= fmt.MAX_ITEMS, over_capacity=self.is_over_capacity(),
-                      kind=type(self).__name__, counter_bits=None, saturated_counters=None)
+        record.update(
+            items_saturated=n >= fmt.MAX_ITEMS,
+            over_capacity=self.is_over_capacity(),
+            kind=type(self).__name__,
+            counter_bits=None,
+            saturated_counters=None,
+        )
         return record
 
     def verify(self) -> None:

@@ -56,8 +56,10 @@ def is_arrow(obj: object) -> bool:
 
 def _check_not_scalar(items: object) -> None:
     if isinstance(items, _NOT_BATCHES):
-        raise TypeError(f"a batch must be an iterable of items, a numpy array or an Arrow column, got "
-                        f"{type_name(items)} (a single item: use add() or might_contain(), or wrap it in a list)")
+        raise TypeError(
+            f"a batch must be an iterable of items, a numpy array or an Arrow column, got "
+            f"{type_name(items)} (a single item: use add() or might_contain(), or wrap it in a list)"
+        )
 
 
 def as_batch(items: Iterable[Any], native: Any, *, query: bool = False) -> Any:
@@ -127,8 +129,10 @@ def _numpy_batch(arr: np.ndarray, native: Any, query: bool) -> Any:
         return _fixed(np.ascontiguousarray(encoded).view(np.uint8), encoded.dtype.itemsize, True, native)
     if kind in "OT":  # object and StringDType: the elements are (or become) Python objects
         return as_batch(arr.tolist(), native, query=query)
-    raise TypeError(f"a numpy batch must have an integer, bytes ('S'), str ('U'), object or StringDType dtype, "
-                    f"got dtype {arr.dtype}")
+    raise TypeError(
+        f"a numpy batch must have an integer, bytes ('S'), str ('U'), object or StringDType dtype, "
+        f"got dtype {arr.dtype}"
+    )
 
 
 def _fixed(raw: np.ndarray, width: int, strip: bool, native: Any) -> Any:
@@ -136,7 +140,7 @@ def _fixed(raw: np.ndarray, width: int, strip: bool, native: Any) -> Any:
     if native is not None:
         return native.fixed_column(raw, width, strip)
     data = raw.tobytes()
-    keys = [data[i:i + width] for i in range(0, len(data), width)]
+    keys = [data[i : i + width] for i in range(0, len(data), width)]
     return [k.rstrip(b"\0") for k in keys] if strip else keys
 
 

@@ -179,8 +179,11 @@ def _prompt_if_terminal() -> None:
     except (AttributeError, ValueError):
         return
     if interactive:
-        print("mmapbloom: reading items from stdin, one per line, until end of input (Ctrl-D)",
-              file=sys.stderr, flush=True)
+        print(
+            "mmapbloom: reading items from stdin, one per line, until end of input (Ctrl-D)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _input_size(names: Sequence[str]) -> Optional[int]:
@@ -237,17 +240,33 @@ def _plan(args: argparse.Namespace) -> int:
         cfg = BloomConfig.for_items(n, p, strategy=_strategy(args.strategy))
         m, k = cfg.num_bits, cfg.num_hashes
         size = fmt.HEADER_SIZE + fmt.body_size(m)
-        rows.append({
-            "n": n, "p": p, "num_bits": m, "num_hashes": k, "size_bytes": size, "size_human": format_bytes(size),
-            "bits_per_item": m / n, "expected_fp_rate": cfg.strategy.expected_fp_rate(n, m, k),
-        })
+        rows.append(
+            {
+                "n": n,
+                "p": p,
+                "num_bits": m,
+                "num_hashes": k,
+                "size_bytes": size,
+                "size_human": format_bytes(size),
+                "bits_per_item": m / n,
+                "expected_fp_rate": cfg.strategy.expected_fp_rate(n, m, k),
+            }
+        )
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     header = ("n", "p", "m (bits)", "k", "file bytes", "about", "bits/item", "fp rate at n")
     table = [header] + [
-        (f"{r['n']:,}", f"{r['p']:.6g}", f"{r['num_bits']:,}", str(r["num_hashes"]), f"{r['size_bytes']:,}",
-         r["size_human"], f"{r['bits_per_item']:.2f}", f"{r['expected_fp_rate']:.4g}")
+        (
+            f"{r['n']:,}",
+            f"{r['p']:.6g}",
+            f"{r['num_bits']:,}",
+            str(r["num_hashes"]),
+            f"{r['size_bytes']:,}",
+            r["size_human"],
+            f"{r['bits_per_item']:.2f}",
+            f"{r['expected_fp_rate']:.4g}",
+        )
         for r in rows
     ]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
@@ -282,16 +301,24 @@ def _strategy(name: str) -> Any:
 
 def _create_scalable(args: argparse.Namespace) -> int:
     if args.n is None or args.p is None or args.bits is not None or args.hashes is not None:
-        args.parser.error("--scalable needs -n (capacity of the first layer) and -p (compound rate), "
-                          "not --bits/--hashes")
-    for given, option in ((args.counting, "--counting"), (args.counter_bits is not None, "--counter-bits"),
-                          (args.sparse, "--sparse")):
+        args.parser.error(
+            "--scalable needs -n (capacity of the first layer) and -p (compound rate), not --bits/--hashes"
+        )
+    for given, option in (
+        (args.counting, "--counting"),
+        (args.counter_bits is not None, "--counter-bits"),
+        (args.sparse, "--sparse"),
+    ):
         if given:  # each would otherwise be silently ignored
-            args.parser.error(f"--scalable and {option} cannot be combined (a scalable filter's layers are "
-                              "plain Bloom filters, allocated in full as they are added)")
+            args.parser.error(
+                f"--scalable and {option} cannot be combined (a scalable filter's layers are "
+                "plain Bloom filters, allocated in full as they are added)"
+            )
     if args.force:
-        args.parser.error("--scalable and --force cannot be combined: a scalable filter's directory is never "
-                          "replaced (remove it first, or add to it)")
+        args.parser.error(
+            "--scalable and --force cannot be combined: a scalable filter's directory is never "
+            "replaced (remove it first, or add to it)"
+        )
     options: dict[str, Any] = {}
     if args.growth is not None:
         options["growth"] = args.growth
@@ -304,9 +331,12 @@ def _create_scalable(args: argparse.Namespace) -> int:
     with f:
         layer = f.layers[0]
         if not args.quiet:
-            print(f"created {args.file}: scalable filter, first layer {layer.num_bits:,} bits, "
-                  f"k={layer.num_hashes}, capacity {f.capacity:,}, growth {f.growth:g}, "
-                  f"tightening {f.tightening:g}, strategy {f.strategy.name}", file=sys.stderr)
+            print(
+                f"created {args.file}: scalable filter, first layer {layer.num_bits:,} bits, "
+                f"k={layer.num_hashes}, capacity {f.capacity:,}, growth {f.growth:g}, "
+                f"tightening {f.tightening:g}, strategy {f.strategy.name}",
+                file=sys.stderr,
+            )
     return 0
 
 
@@ -325,8 +355,10 @@ def _create(args: argparse.Namespace) -> int:
     else:
         size = fmt.HEADER_SIZE + fmt.body_size(cfg.num_bits)
     if not args.quiet and size >= LARGE_FILE_BYTES:  # say what is coming before a long allocation
-        print(f"creating {args.file}: m={cfg.num_bits:,}, k={cfg.num_hashes}, {size:,} bytes "
-              f"({format_bytes(size)})", file=sys.stderr)
+        print(
+            f"creating {args.file}: m={cfg.num_bits:,}, k={cfg.num_hashes}, {size:,} bytes ({format_bytes(size)})",
+            file=sys.stderr,
+        )
     try:
         f = kind.create(args.file, cfg, sparse=args.sparse, overwrite=args.force, **options)
     except FileExistsError as exc:
@@ -334,9 +366,11 @@ def _create(args: argparse.Namespace) -> int:
     f.close()
     if not args.quiet:
         what = f"counting filter, {options['counter_bits']}-bit counters, " if args.counting else ""
-        print(f"created {args.file}: {what}m={cfg.num_bits:,} {'cells' if args.counting else 'bits'}, "
-              f"k={cfg.num_hashes}, strategy {cfg.strategy.name}, {size:,} bytes ({format_bytes(size)})",
-              file=sys.stderr)
+        print(
+            f"created {args.file}: {what}m={cfg.num_bits:,} {'cells' if args.counting else 'bits'}, "
+            f"k={cfg.num_hashes}, strategy {cfg.strategy.name}, {size:,} bytes ({format_bytes(size)})",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -380,9 +414,12 @@ def _add(args: argparse.Namespace) -> int:
         sources = [format_count(len(args.keys), "key")] if args.keys else []
         if names:
             sources.append(format_count(len(names), "input"))
-        print(f"added {format_count(total, 'item')} from {' and '.join(sources)} to {args.file} "
-              f"in {seconds:.2f} s ({format_rate(total, seconds)}items/s): {new:,} new, "
-              f"{total - new:,} already present (duplicates or false positives)", file=sys.stderr)
+        print(
+            f"added {format_count(total, 'item')} from {' and '.join(sources)} to {args.file} "
+            f"in {seconds:.2f} s ({format_rate(total, seconds)}items/s): {new:,} new, "
+            f"{total - new:,} already present (duplicates or false positives)",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -419,8 +456,9 @@ def _kind_text(record: dict[str, Any]) -> str:
     text = "scalable filter" if record["kind"] == "scalable" else record["kind"]
     if record.get("counter_bits"):
         saturated = record.get("saturated_counters")
-        text += f" ({record['counter_bits']}-bit counters" + (f", {saturated:,} saturated)" if saturated is not None
-                                                              else ")")
+        text += f" ({record['counter_bits']}-bit counters" + (
+            f", {saturated:,} saturated)" if saturated is not None else ")"
+        )
     if "num_layers" in record:
         text += f", {format_count(record['num_layers'], 'layer')}"
     return text
@@ -433,25 +471,40 @@ def _info_lines(record: dict[str, Any]) -> list[tuple[str, str]]:
     layered = "layers" in record
     rows = [("path", str(record["path"])), ("kind", _kind_text(record)), ("strategy", record["strategy"])]
     if "capacity" in record:
-        rows.append(("sized for", f"{record['capacity']:,} items in the first layer, compound fp rate "
-                                  f"{record['fp_rate']:g}"))
+        rows.append(
+            ("sized for", f"{record['capacity']:,} items in the first layer, compound fp rate {record['fp_rate']:g}")
+        )
     if "growth" in record:
         rows.append(("growth / tightening", f"{record['growth']:g} / {record['tightening']:g}"))
     if "num_bits" in record:
         rows += [("num_bits (m)", f"{record['num_bits']:,}"), ("num_hashes (k)", str(record["num_hashes"]))]
-    rows.append(("size" if layered else "file size",
-                 f"{record['size_bytes']:,} bytes ({format_bytes(record['size_bytes'])})"))
-    rows.append(("items added", f"{record['items_added']:,}" + (
-        " (saturated at 2^32 - 1: no longer counted; see approx items)" if record.get("items_saturated") else "")))
+    rows.append(
+        ("size" if layered else "file size", f"{record['size_bytes']:,} bytes ({format_bytes(record['size_bytes'])})")
+    )
+    rows.append(
+        (
+            "items added",
+            f"{record['items_added']:,}"
+            + (
+                " (saturated at 2^32 - 1: no longer counted; see approx items)" if record.get("items_saturated") else ""
+            ),
+        )
+    )
     if "approx_items" in record:
         approx = record["approx_items"]
-        rows.append(("approx items", "all bits set (unknown)" if approx is None
-                     else f"{approx:,.0f} (distinct, from the bits)"))
+        rows.append(
+            ("approx items", "all bits set (unknown)" if approx is None else f"{approx:,.0f} (distinct, from the bits)")
+        )
     if "fill_ratio" in record:
-        rows.append(("fill ratio", f"{record['fill_ratio']:.4f} (expected {record['expected_fill_ratio']:.4f} "
-                                   "from items added)"))
-    rows.append(("expected fp rate", f"{record['expected_fp_rate']:.4g} "
-                                     f"({'compound, ' if layered else ''}from items added)"))
+        rows.append(
+            (
+                "fill ratio",
+                f"{record['fill_ratio']:.4f} (expected {record['expected_fill_ratio']:.4f} from items added)",
+            )
+        )
+    rows.append(
+        ("expected fp rate", f"{record['expected_fp_rate']:.4g} ({'compound, ' if layered else ''}from items added)")
+    )
     if "observed_fp_rate" in record:
         rows.append(("observed fp rate", f"{record['observed_fp_rate']:.4g} (from the bits set)"))
     if "over_capacity" in record:
@@ -474,8 +527,10 @@ def _info(args: argparse.Namespace) -> int:
         print("  #  capacity      items        m (bits)   k  target p    fill")
         for i, layer in enumerate(record["layers"]):
             fill = f"{layer['fill_ratio']:.4f}" if "fill_ratio" in layer else ""
-            print(f"  {i}  {layer['capacity']:>9,}  {layer['items_added']:>9,}  {layer['num_bits']:>14,}  "
-                  f"{layer['num_hashes']:>2}  {layer['fp_rate']:<10.3g}  {fill}".rstrip())
+            print(
+                f"  {i}  {layer['capacity']:>9,}  {layer['items_added']:>9,}  {layer['num_bits']:>14,}  "
+                f"{layer['num_hashes']:>2}  {layer['fp_rate']:<10.3g}  {fill}".rstrip()
+            )
     return 0
 
 
@@ -513,11 +568,12 @@ def _merge(args: argparse.Namespace) -> int:
     progress = args.progress  # None: only when stderr is a terminal
     if args.into is not None:
         if args.intersection:
-            raise MergeError("--intersection cannot be combined with --into: clearing bits in place would "
-                             "lose items of the filter's users; write a new output instead")
+            raise MergeError(
+                "--intersection cannot be combined with --into: clearing bits in place would "
+                "lose items of the filter's users; write a new output instead"
+            )
         if args.force:  # it would otherwise be silently ignored
-            args.parser.error("--force cannot be combined with --into: the target is changed in place, "
-                              "never replaced")
+            args.parser.error("--force cannot be combined with --into: the target is changed in place, never replaced")
         shards = expand_shard_args(args.paths)
         result = merge_into(args.into, shards, chunk_bytes=chunk, progress=progress)
     else:
@@ -526,8 +582,9 @@ def _merge(args: argparse.Namespace) -> int:
         out, *rest = args.paths
         shards = expand_shard_args(rest)
         try:
-            result = merge_shards(out, shards, intersection=args.intersection, replace=args.force,
-                                  chunk_bytes=chunk, progress=progress)
+            result = merge_shards(
+                out, shards, intersection=args.intersection, replace=args.force, chunk_bytes=chunk, progress=progress
+            )
         except FileExistsError as exc:
             if exc.filename is None or os.path.abspath(exc.filename) != os.path.abspath(out):
                 raise
@@ -560,16 +617,27 @@ _MERGE_EPILOG = (
 
 
 def _add_merge_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("paths", nargs="+", metavar="OUT SHARD",
-                   help="the output file, then the shards (with --into: only the shards)")
+    p.add_argument(
+        "paths", nargs="+", metavar="OUT SHARD", help="the output file, then the shards (with --into: only the shards)"
+    )
     p.add_argument("--into", metavar="EXISTING", help="OR the shards into this existing filter file in place")
     p.add_argument("--intersection", action="store_true", help="AND instead of OR (not with --into)")
     p.add_argument("--force", action="store_true", help="replace an existing OUT (atomically; not with --into)")
-    p.add_argument("--chunk-mib", type=_arg_type(parse_count), default=16, metavar="MIB",
-                   help="MiB of each shard combined per step (default 16; memory is about twice this)")
+    p.add_argument(
+        "--chunk-mib",
+        type=_arg_type(parse_count),
+        default=16,
+        metavar="MIB",
+        help="MiB of each shard combined per step (default 16; memory is about twice this)",
+    )
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--progress", dest="progress", action="store_true", default=None,
-                   help="always show the progress bar (default: only when stderr is a terminal)")
+    g.add_argument(
+        "--progress",
+        dest="progress",
+        action="store_true",
+        default=None,
+        help="always show the progress bar (default: only when stderr is a terminal)",
+    )
     g.add_argument("--no-progress", dest="progress", action="store_false", help="never show the progress bar")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary line")
     p.set_defaults(func=_merge, parser=p)
@@ -582,18 +650,33 @@ def _item_input_arguments(p: argparse.ArgumentParser) -> None:
     """The filter file, the input files and the framing option, shared by add and check
     (so both frame items identically, FRAMING_HELP)."""
     p.add_argument("file")
-    p.add_argument("inputs", nargs="*", default=[], metavar="INPUT",  # default: not "required" for argparse
-                   help="input files; - for stdin (the default when no --key is given)")
+    p.add_argument(
+        "inputs",
+        nargs="*",
+        default=[],
+        metavar="INPUT",  # default: not "required" for argparse
+        help="input files; - for stdin (the default when no --key is given)",
+    )
     p.add_argument("-0", "--null", action="store_true", help="items are NUL-separated; nothing is removed")
-    p.add_argument("--key", dest="keys", action="append", default=[], metavar="KEY",
-                   help="an item given on the command line, as its bytes (no framing; repeatable); "
-                        "taken before the inputs, and stdin is not read unless - is given")
+    p.add_argument(
+        "--key",
+        dest="keys",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="an item given on the command line, as its bytes (no framing; repeatable); "
+        "taken before the inputs, and stdin is not read unless - is given",
+    )
 
 
 def _strategy_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--strategy", default=DEFAULT_STRATEGY.name, metavar="NAME",
-                   help=f"hash strategy: one of {', '.join(sorted(registered_strategies()))} "
-                        f"(default {DEFAULT_STRATEGY.name}; M3B2 is cache-line blocked, for big filters)")
+    p.add_argument(
+        "--strategy",
+        default=DEFAULT_STRATEGY.name,
+        metavar="NAME",
+        help=f"hash strategy: one of {', '.join(sorted(registered_strategies()))} "
+        f"(default {DEFAULT_STRATEGY.name}; M3B2 is cache-line blocked, for big filters)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -602,98 +685,178 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mmapbloom",
         description="Bloom filters in memory-mapped files.",
         epilog="Exit status: 0 ok; 1 a check found an item absent (see check --help); 2 bad usage, "
-               "a damaged or unreadable file, or another error. Run 'mmapbloom COMMAND --help'.",
+        "a damaged or unreadable file, or another error. Run 'mmapbloom COMMAND --help'.",
     )
     from . import __version__
 
-    parser.add_argument("--version", action="version",
-                        version=f"mmapbloom {__version__} ({BACKEND} backend: "
-                                f"{'compiled kernels' if BACKEND == 'native' else 'pure Python and numpy'})")
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"mmapbloom {__version__} ({BACKEND} backend: "
+        f"{'compiled kernels' if BACKEND == 'native' else 'pure Python and numpy'})",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("plan", help="size a filter: m, k and file size for n items at rate p",
-                       description="Print m (bits), k, the file size, bits per item and the expected "
-                                   "false-positive rate at n, for every combination of the given n and p.")
-    p.add_argument("-n", "--items", dest="n", type=_arg_type(parse_count), nargs="+", action="extend",
-                   required=True, metavar="N", help="expected distinct items: 1000, 1_000, 10k, 50M, 1e6 (repeatable)")
-    p.add_argument("-p", "--fp-rate", dest="p", type=_arg_type(parse_fp_rate), nargs="+", action="extend",
-                   required=True, metavar="P", help="target false-positive rate: 0.01, 1%%, 1e-3 (repeatable)")
+    p = sub.add_parser(
+        "plan",
+        help="size a filter: m, k and file size for n items at rate p",
+        description="Print m (bits), k, the file size, bits per item and the expected "
+        "false-positive rate at n, for every combination of the given n and p.",
+    )
+    p.add_argument(
+        "-n",
+        "--items",
+        dest="n",
+        type=_arg_type(parse_count),
+        nargs="+",
+        action="extend",
+        required=True,
+        metavar="N",
+        help="expected distinct items: 1000, 1_000, 10k, 50M, 1e6 (repeatable)",
+    )
+    p.add_argument(
+        "-p",
+        "--fp-rate",
+        dest="p",
+        type=_arg_type(parse_fp_rate),
+        nargs="+",
+        action="extend",
+        required=True,
+        metavar="P",
+        help="target false-positive rate: 0.01, 1%%, 1e-3 (repeatable)",
+    )
     _strategy_argument(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_plan)
 
-    p = sub.add_parser("create", help="create an empty filter file",
-                       description="Create an empty filter file sized for -n items at rate -p, or with "
-                                   "exactly --bits and --hashes. An existing file is refused unless --force, "
-                                   "which replaces it atomically (processes that have the old file open "
-                                   "keep using the old file).")
+    p = sub.add_parser(
+        "create",
+        help="create an empty filter file",
+        description="Create an empty filter file sized for -n items at rate -p, or with "
+        "exactly --bits and --hashes. An existing file is refused unless --force, "
+        "which replaces it atomically (processes that have the old file open "
+        "keep using the old file).",
+    )
     p.add_argument("file")
-    p.add_argument("-n", "--items", dest="n", type=_arg_type(parse_count), metavar="N",
-                   help="expected distinct items (10k, 50M, 1e6 ...)")
-    p.add_argument("-p", "--fp-rate", dest="p", type=_arg_type(parse_fp_rate), metavar="P",
-                   help="target false-positive rate (1%%, 0.001 ...)")
+    p.add_argument(
+        "-n",
+        "--items",
+        dest="n",
+        type=_arg_type(parse_count),
+        metavar="N",
+        help="expected distinct items (10k, 50M, 1e6 ...)",
+    )
+    p.add_argument(
+        "-p",
+        "--fp-rate",
+        dest="p",
+        type=_arg_type(parse_fp_rate),
+        metavar="P",
+        help="target false-positive rate (1%%, 0.001 ...)",
+    )
     p.add_argument("--bits", type=_arg_type(parse_count), metavar="M", help="number of bits m")
     p.add_argument("--hashes", type=_arg_type(parse_count), metavar="K", help="number of hashes k")
     _strategy_argument(p)
-    p.add_argument("--scalable", action="store_true",
-                   help="create a scalable filter (a directory of layers that grows past -n, keeping the "
-                        "compound false-positive rate below -p; Almeida et al. 2007)")
-    p.add_argument("--growth", type=float, default=None, metavar="S",
-                   help="--scalable: capacity factor of each new layer (default 2)")
-    p.add_argument("--tightening", type=float, default=None, metavar="R",
-                   help="--scalable: error-target factor of each new layer, 0 < R < 1 (default 0.5)")
-    p.add_argument("--counting", action="store_true",
-                   help="create a counting filter (BLC1: supports removal; 4 or 8 times the size)")
-    p.add_argument("--counter-bits", type=int, choices=(4, 8), default=None,
-                   help="counter width of a --counting filter (default 4)")
+    p.add_argument(
+        "--scalable",
+        action="store_true",
+        help="create a scalable filter (a directory of layers that grows past -n, keeping the "
+        "compound false-positive rate below -p; Almeida et al. 2007)",
+    )
+    p.add_argument(
+        "--growth",
+        type=float,
+        default=None,
+        metavar="S",
+        help="--scalable: capacity factor of each new layer (default 2)",
+    )
+    p.add_argument(
+        "--tightening",
+        type=float,
+        default=None,
+        metavar="R",
+        help="--scalable: error-target factor of each new layer, 0 < R < 1 (default 0.5)",
+    )
+    p.add_argument(
+        "--counting",
+        action="store_true",
+        help="create a counting filter (BLC1: supports removal; 4 or 8 times the size)",
+    )
+    p.add_argument(
+        "--counter-bits",
+        type=int,
+        choices=(4, 8),
+        default=None,
+        help="counter width of a --counting filter (default 4)",
+    )
     p.add_argument("--force", action="store_true", help="replace an existing file atomically (not with --scalable)")
-    p.add_argument("--sparse", action="store_true",
-                   help="do not reserve disk space now (a full disk later kills writers with SIGBUS; not with --scalable)")
+    p.add_argument(
+        "--sparse",
+        action="store_true",
+        help="do not reserve disk space now (a full disk later kills writers with SIGBUS; not with --scalable)",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
     p.set_defaults(func=_create, parser=p)
 
-    p = sub.add_parser("add", help="add items (one per line) from files or stdin",
-                       description="Add items to an existing filter file. Uses the batch API: items are "
-                                   "added in chunks of 65,536 lines, each under one acquisition of the file's "
-                                   "write lock, so other processes may add concurrently. Prints the "
-                                   "throughput and the new and already-present counts on stderr.",
-                       epilog=FRAMING_HELP)
+    p = sub.add_parser(
+        "add",
+        help="add items (one per line) from files or stdin",
+        description="Add items to an existing filter file. Uses the batch API: items are "
+        "added in chunks of 65,536 lines, each under one acquisition of the file's "
+        "write lock, so other processes may add concurrently. Prints the "
+        "throughput and the new and already-present counts on stderr.",
+        epilog=FRAMING_HELP,
+    )
     _item_input_arguments(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no summary line")
     p.set_defaults(func=_add)
 
-    p = sub.add_parser("check", help="print the items that might be present (or --absent)",
-                       description="Check items against a filter (opened read-only). Prints the items that "
-                                   "might be present, each followed by \\n (NUL with -0), as the same bytes "
-                                   "that were read. Exit status 0 if every item got the asked-for answer "
-                                   "(might be present; with --absent: certainly absent), 1 if at least one "
-                                   "did not, 2 on error. Empty input: exit 0.",
-                       epilog=FRAMING_HELP)
+    p = sub.add_parser(
+        "check",
+        help="print the items that might be present (or --absent)",
+        description="Check items against a filter (opened read-only). Prints the items that "
+        "might be present, each followed by \\n (NUL with -0), as the same bytes "
+        "that were read. Exit status 0 if every item got the asked-for answer "
+        "(might be present; with --absent: certainly absent), 1 if at least one "
+        "did not, 2 on error. Empty input: exit 0.",
+        epilog=FRAMING_HELP,
+    )
     _item_input_arguments(p)
     p.add_argument("--absent", action="store_true", help="print the items that are certainly absent instead")
     p.add_argument("-c", "--count", action="store_true", help="print only the counts")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing; only set the exit status")
     p.set_defaults(func=_check)
 
-    p = sub.add_parser("info", help="show a filter file's shape and fill",
-                       description="Show strategy, m, k, file size, items added, approximate distinct items "
-                                   "(from the bits), fill ratio, expected and observed false-positive rate "
-                                   "and whether the filter is past its design point.")
+    p = sub.add_parser(
+        "info",
+        help="show a filter file's shape and fill",
+        description="Show strategy, m, k, file size, items added, approximate distinct items "
+        "(from the bits), fill ratio, expected and observed false-positive rate "
+        "and whether the filter is past its design point.",
+    )
     p.add_argument("file")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_info)
 
-    p = sub.add_parser("verify", help="check files' header, length and padding",
-                       description="Check that each file is a sound filter without trusting it (like zip -T): "
-                                   "magic, registered strategy, m >= 1, 1 <= k <= 4096, a length of exactly "
-                                   "24 + ceil(m / 8) bytes for a Bloom filter (BLM1) or 32 + ceil(m * width / 8) "
-                                   "for a counting filter (BLC1), and zero padding bits; for a scalable filter's "
-                                   "directory, the manifest and every layer. Exit 0 only if all are sound.")
+    p = sub.add_parser(
+        "verify",
+        help="check files' header, length and padding",
+        description="Check that each file is a sound filter without trusting it (like zip -T): "
+        "magic, registered strategy, m >= 1, 1 <= k <= 4096, a length of exactly "
+        "24 + ceil(m / 8) bytes for a Bloom filter (BLM1) or 32 + ceil(m * width / 8) "
+        "for a counting filter (BLC1), and zero padding bits; for a scalable filter's "
+        "directory, the manifest and every layer. Exit 0 only if all are sound.",
+    )
     p.add_argument("files", nargs="+", metavar="FILE")
     p.set_defaults(func=_verify)
 
-    p = sub.add_parser("merge", help="merge shard files (OR, or AND with --intersection)",
-                       description=_MERGE_DESCRIPTION, epilog=_MERGE_EPILOG, usage=_MERGE_USAGE)
+    p = sub.add_parser(
+        "merge",
+        help="merge shard files (OR, or AND with --intersection)",
+        description=_MERGE_DESCRIPTION,
+        epilog=_MERGE_EPILOG,
+        usage=_MERGE_USAGE,
+    )
     _add_merge_arguments(p)
     return parser
 
@@ -710,15 +873,24 @@ def _describe_error(exc: BaseException, path: Optional[str] = None) -> str:
     return text
 
 
-def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-                  file: Optional[TextIO] = None, line: Optional[str] = None) -> None:
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Optional[TextIO] = None,
+    line: Optional[str] = None,
+) -> None:
     print(f"mmapbloom: warning: {message}", file=sys.stderr)
 
 
 def _run(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]], prog: str) -> int:
     args, extra = parser.parse_known_args(argv)
-    if extra and isinstance(getattr(args, "inputs", None), list) and not any(
-            x.startswith("-") and x != "-" for x in extra):
+    if (
+        extra
+        and isinstance(getattr(args, "inputs", None), list)
+        and not any(x.startswith("-") and x != "-" for x in extra)
+    ):
         # argparse matches FILE and INPUT... in one go, so INPUTs after an option
         # (``check f.blm --key x -``) come back unmatched: they are inputs, in order.
         args.inputs = [*args.inputs, *extra]
@@ -738,8 +910,11 @@ def _call(args: argparse.Namespace, prog: str) -> int:
         if isinstance(exc, BrokenPipeError):
             return _broken_pipe()
         committed = getattr(args, "committed", None)  # an add that stopped part-way says how far it got
-        print(f"{prog}: error: {_describe_error(exc, getattr(args, 'file', None))}"
-              + (f"; {committed}" if committed else ""), file=sys.stderr)
+        print(
+            f"{prog}: error: {_describe_error(exc, getattr(args, 'file', None))}"
+            + (f"; {committed}" if committed else ""),
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP (mmapbloom.termination)
         by = f" by {exc}" if isinstance(exc, TerminationSignal) else ""

@@ -40,7 +40,8 @@ def _resolve(strategy: object) -> HashStrategy:
     if registered is None:
         raise ConfigError(
             f"strategy {strategy!r} is not the one registered under its name "
-            f"(registered: {sorted(registered_strategies())}); call register_strategy() first")
+            f"(registered: {sorted(registered_strategies())}); call register_strategy() first"
+        )
     return registered
 
 

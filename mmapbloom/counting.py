@@ -80,8 +80,9 @@ class CountingBloomFilter(MappedFilter):
             raise TypeError(f"unexpected options {sorted(options)}")
         if isinstance(counter_bits, bool) or counter_bits not in fmt.COUNTER_WIDTHS:
             raise ConfigError(f"counter_bits must be 4 or 8, got {counter_bits!r}")
-        return fmt.Header(cls._magic, config.strategy, config.num_bits, config.num_hashes, 0,
-                          counter_bits, fmt.COUNTING_HEADER_SIZE)
+        return fmt.Header(
+            cls._magic, config.strategy, config.num_bits, config.num_hashes, 0, counter_bits, fmt.COUNTING_HEADER_SIZE
+        )
 
     @classmethod
     def _pack(cls, header: fmt.Header) -> bytes:
@@ -98,8 +99,10 @@ class CountingBloomFilter(MappedFilter):
         self._max = (1 << self._cell_bits) - 1
 
     def _saturation_hook(self) -> Any:
-        message = (f"{self._describe()}: a {self._cell_bits}-bit counter saturated at {self._max}; it will never be "
-                   "decremented again (extra positives possible, never a false negative)")
+        message = (
+            f"{self._describe()}: a {self._cell_bits}-bit counter saturated at {self._max}; it will never be "
+            "decremented again (extra positives possible, never a false negative)"
+        )
         warned: list[bool] = []
 
         def saturated(depth: int = 0) -> None:
@@ -173,7 +176,7 @@ class CountingBloomFilter(MappedFilter):
         per_chunk = CHUNK_BYTES
         total = 0
         for start in range(0, cells.shape[0], per_chunk):
-            values = _unpack_counters(cells[start:start + per_chunk], self._cell_bits)
+            values = _unpack_counters(cells[start : start + per_chunk], self._cell_bits)
             total += int(np.count_nonzero(test(values)))
         return total
 
@@ -199,7 +202,7 @@ class CountingBloomFilter(MappedFilter):
         step = CHUNK_BYTES - CHUNK_BYTES % per_block
         hist = np.zeros(block_bits + 1, dtype=np.int64)
         for start in range(0, cells.shape[0], step):
-            values = _unpack_counters(cells[start:start + step], self._cell_bits)
+            values = _unpack_counters(cells[start : start + step], self._cell_bits)
             nonzero = np.count_nonzero(values.reshape(-1, block_bits), axis=1)
             hist += np.bincount(nonzero, minlength=block_bits + 1)
         counts: list[int] = hist.tolist()
@@ -226,10 +229,10 @@ class CountingBloomFilter(MappedFilter):
             # The snapshot of a second handle of this file is taken under our lock (which
             # excludes every writer, so the snapshot takes no lock of its own, never waiting
             # for ourselves) and the sum is atomic.
-            source = other.to_bytes()[other._hs:] if same else None
+            source = other.to_bytes()[other._hs :] if same else None
             theirs = np.frombuffer(source, dtype=np.uint8) if source is not None else other._cells()
             for start in range(0, mine.shape[0], CHUNK_BYTES):
-                a, b = mine[start:start + CHUNK_BYTES], theirs[start:start + CHUNK_BYTES]
+                a, b = mine[start : start + CHUNK_BYTES], theirs[start : start + CHUNK_BYTES]
                 if self._cell_bits == 8:
                     a[:] = np.minimum(a.astype(np.uint16) + b, 255).astype(np.uint8)
                 else:
@@ -268,9 +271,9 @@ class CountingBloomFilter(MappedFilter):
         for c0 in range(0, m, per_cell_chunk):
             c1 = min(m, c0 + per_cell_chunk)
             b0 = c0 * self._cell_bits // 8
-            values = _unpack_counters(cells[b0:b0 + bytes_per_chunk], self._cell_bits)[:c1 - c0]
+            values = _unpack_counters(cells[b0 : b0 + bytes_per_chunk], self._cell_bits)[: c1 - c0]
             packed = np.packbits(values != 0, bitorder="little")
-            bits[c0 // 8:c0 // 8 + packed.shape[0]] = packed
+            bits[c0 // 8 : c0 // 8 + packed.shape[0]] = packed
         out._counter.set(self.items_added)
         # A copy of a count is no add: drop the warning set() may have recorded, so it is
         # not emitted by the result's first (unrelated) add. The result warns, once, on its

@@ -97,13 +97,13 @@ def _require_dask() -> Any:
         import dask.bag
         import dask.dataframe
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError("mmapbloom.dask needs dask: pip install 'mmapbloom[dask]' "
-                          f"(dask[bag,dataframe] and distributed); {exc}") from exc
+        raise ImportError(
+            f"mmapbloom.dask needs dask: pip install 'mmapbloom[dask]' (dask[bag,dataframe] and distributed); {exc}"
+        ) from exc
     return dask
 
 
-def _shard_collection(collection: Any, shape: tuple[int, int, str], root: str, prefix: str,
-                      overwrite: bool) -> Any:
+def _shard_collection(collection: Any, shape: tuple[int, int, str], root: str, prefix: str, overwrite: bool) -> Any:
     """A collection with one shard-writing task per partition of ``collection``, each
     depending on that partition only, so that Dask fuses it with the tasks that produce
     the partition (one task: read, transform, add, write; the partition is never an
@@ -120,19 +120,30 @@ def _shard_collection(collection: Any, shape: tuple[int, int, str], root: str, p
         from dask.highlevelgraph import HighLevelGraph
 
         name = f"mmapbloom-shards-{uuid.uuid4().hex}"  # never a cached result: always run
-        layer: dict[Any, Any] = {(name, i): (_bag_shard, (coll.name, i), shape, path(i), overwrite, i)
-                                 for i in range(coll.npartitions)}
+        layer: dict[Any, Any] = {
+            (name, i): (_bag_shard, (coll.name, i), shape, path(i), overwrite, i) for i in range(coll.npartitions)
+        }
         graph = HighLevelGraph.from_collections(name, layer, dependencies=[coll])
         return db.Bag(graph, name, coll.npartitions)
     if isinstance(collection, dd.Series):
         pd: Any = importlib.import_module("pandas")
         # The uuid makes the task keys new on every call (no cached result is reused).
-        return coll.map_partitions(_series_shard, shape, root, prefix, overwrite, uuid.uuid4().hex,
-                                         meta=pd.Series([], dtype=object), enforce_metadata=False,
-                                         align_dataframes=False)
+        return coll.map_partitions(
+            _series_shard,
+            shape,
+            root,
+            prefix,
+            overwrite,
+            uuid.uuid4().hex,
+            meta=pd.Series([], dtype=object),
+            enforce_metadata=False,
+            align_dataframes=False,
+        )
     if isinstance(collection, dd.DataFrame):
-        raise TypeError("build_shards takes a Dask Bag or ONE DataFrame column (a Dask Series, "
-                        f"e.g. df['url']), got a DataFrame with columns {list(collection.columns)}")
+        raise TypeError(
+            "build_shards takes a Dask Bag or ONE DataFrame column (a Dask Series, "
+            f"e.g. df['url']), got a DataFrame with columns {list(collection.columns)}"
+        )
     raise TypeError(f"build_shards takes a Dask Bag or a Dask Series, got {type(collection).__name__}")
 
 
@@ -140,8 +151,15 @@ def _bag_shard(partition: Any, shape: tuple[int, int, str], path: str, overwrite
     return [_build_shard(partition, shape, path, overwrite, index)]
 
 
-def _series_shard(partition: Any, shape: tuple[int, int, str], root: str, prefix: str, overwrite: bool,
-                  token: str, partition_info: Optional[dict[str, Any]] = None) -> Any:
+def _series_shard(
+    partition: Any,
+    shape: tuple[int, int, str],
+    root: str,
+    prefix: str,
+    overwrite: bool,
+    token: str,
+    partition_info: Optional[dict[str, Any]] = None,
+) -> Any:
     pd: Any = importlib.import_module("pandas")
     if partition_info is None:  # meta inference on an empty frame: write nothing
         return pd.Series([], dtype=object)
@@ -163,7 +181,7 @@ def _chunks(partition: Any) -> Iterable[Any]:
     if hasattr(partition, "iloc") and hasattr(partition, "tolist"):  # pandas Series
         columnar = _columnar(partition)
         for start in range(0, len(partition), SHARD_CHUNK_ITEMS):
-            part = partition.iloc[start:start + SHARD_CHUNK_ITEMS]
+            part = partition.iloc[start : start + SHARD_CHUNK_ITEMS]
             yield part if columnar else part.tolist()
         return
     items = iter(partition)
@@ -202,8 +220,10 @@ def _build_shard(partition: Any, shape: tuple[int, int, str], path: str, overwri
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)  # never leave a partial shard behind
         if isinstance(exc, TypeError):
-            raise TypeError(f"partition {index}: {exc} (items must be str, bytes-like or int; a column "
-                            "of another type must be converted first, e.g. series.astype(str))") from exc
+            raise TypeError(
+                f"partition {index}: {exc} (items must be str, bytes-like or int; a column "
+                "of another type must be converted first, e.g. series.astype(str))"
+            ) from exc
         if isinstance(exc, OSError) and tmp in str(exc):
             raise _renamed(exc, tmp, path) from None
         raise
@@ -235,8 +255,15 @@ def _compute(shards: Any, client: Any) -> list[str]:
     return [str(p) for p in (result.tolist() if hasattr(result, "tolist") else result)]
 
 
-def build_shards(collection: Any, config: BloomConfig, directory: PathLike, *, client: Any = None,
-                 prefix: str = "shard", overwrite: bool = False) -> list[str]:
+def build_shards(
+    collection: Any,
+    config: BloomConfig,
+    directory: PathLike,
+    *,
+    client: Any = None,
+    prefix: str = "shard",
+    overwrite: bool = False,
+) -> list[str]:
     """Write each partition of ``collection`` to its own BLM1 shard file, on the worker
     that holds the partition; return the shard paths in partition order.
 
@@ -280,8 +307,17 @@ def build_shards(collection: Any, config: BloomConfig, directory: PathLike, *, c
     return _compute(shards, client)
 
 
-def build(collection: Any, config: BloomConfig, path: PathLike, *, client: Any = None, overwrite: bool = False,
-          into: bool = False, chunk_bytes: int = DEFAULT_CHUNK_BYTES, progress: Optional[bool] = False) -> str:
+def build(
+    collection: Any,
+    config: BloomConfig,
+    path: PathLike,
+    *,
+    client: Any = None,
+    overwrite: bool = False,
+    into: bool = False,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    progress: Optional[bool] = False,
+) -> str:
     """Build one filter file at ``path`` from a Dask collection: shards on the workers
     (:func:`build_shards`), then one streamed OR merge, then the shards are removed.
 
@@ -356,14 +392,23 @@ def build(collection: Any, config: BloomConfig, path: PathLike, *, client: Any =
 
 def _about_output(exc: OSError, dest: str) -> OSError:
     """``exc``, met in the internal shard directory, reworded to name ``dest``."""
-    internal = re.compile(re.escape(os.path.join(os.path.dirname(dest) or ".", "")) + r"\.mmapbloom-[0-9]+-[0-9a-f]+\.tmp/?")
+    internal = re.compile(
+        re.escape(os.path.join(os.path.dirname(dest) or ".", "")) + r"\.mmapbloom-[0-9]+-[0-9a-f]+\.tmp/?"
+    )
     if isinstance(exc, NoSpaceError):
         text = internal.sub("", str(exc))
-        return NoSpaceError(f"{dest}: {text} (building the shards in a temporary directory next to it)", path=dest,
-                            needed=exc.needed, available=exc.available)
+        return NoSpaceError(
+            f"{dest}: {text} (building the shards in a temporary directory next to it)",
+            path=dest,
+            needed=exc.needed,
+            available=exc.available,
+        )
     if exc.errno is None:
         return exc
     shard = internal.sub("", str(exc.filename)) if exc.filename else ""
     what = f"{shard}, " if shard else ""
-    return type(exc)(exc.errno, f"{internal.sub('', str(exc.strerror))} ({what}building the shards in a temporary "
-                     "directory next to it)", dest)
+    return type(exc)(
+        exc.errno,
+        f"{internal.sub('', str(exc.strerror))} ({what}building the shards in a temporary directory next to it)",
+        dest,
+    )

@@ -222,8 +222,9 @@ class NoSpaceError(MmapBloomError, OSError):
 
     errno = _errno.ENOSPC
 
-    def __init__(self, message: str, *, path: Optional[str] = None, needed: Optional[int] = None,
-                 available: Optional[int] = None):
+    def __init__(
+        self, message: str, *, path: Optional[str] = None, needed: Optional[int] = None, available: Optional[int] = None
+    ):
         super().__init__(message)
         self.path = path
         self.needed = needed

@@ -186,8 +186,15 @@ class _Reporter:
             self._bar.close()
 
 
-def _scan(fd: int, start: int, stop: int, count: Callable[[npt.NDArray[np.uint8]], int],
-          progress: Progress, desc: str, buffer_bytes: int) -> int:
+def _scan(
+    fd: int,
+    start: int,
+    stop: int,
+    count: Callable[[npt.NDArray[np.uint8]], int],
+    progress: Progress,
+    desc: str,
+    buffer_bytes: int,
+) -> int:
     """Pack the data extents of ``[start, stop)`` into one reused buffer and sum
     ``count(filled part)`` over the buffer fills. ``count`` must return 0 for zero bytes
     (holes are skipped) and must not depend on where a byte sits in the file beyond its
@@ -204,7 +211,7 @@ def _scan(fd: int, start: int, stop: int, count: Callable[[npt.NDArray[np.uint8]
             eof = False
             while length and not eof:
                 take = min(length, buffer_bytes - fill)
-                got = _pread_into(fd, view[fill:fill + take], off)
+                got = _pread_into(fd, view[fill : fill + take], off)
                 eof = got < take  # the file ends before stop: the rest reads as zeros
                 fill += got
                 off += got
@@ -235,7 +242,7 @@ def _pread_into(fd: int, view: memoryview, offset: int) -> int:
         else:  # pragma: no cover - platforms without preadv: one copy more
             data = os.pread(fd, len(view) - done, offset + done)
             got = len(data)
-            view[done:done + got] = data
+            view[done : done + got] = data
         if got == 0:
             break
         done += got
@@ -255,8 +262,9 @@ def popcount_chunk(chunk: npt.NDArray[np.uint8]) -> int:
     return total
 
 
-def count_set_bits(fd: int, start: int, stop: int, progress: Progress = None, *,
-                   buffer_bytes: int = BUFFER_BYTES) -> int:
+def count_set_bits(
+    fd: int, start: int, stop: int, progress: Progress = None, *, buffer_bytes: int = BUFFER_BYTES
+) -> int:
     """Number of set bits in bytes ``[start, stop)`` of ``fd``, reading only data extents.
 
     Equal to the popcount of the whole range read byte by byte (holes are zeros). Memory:
@@ -278,8 +286,16 @@ def count_set_bits(fd: int, start: int, stop: int, progress: Progress = None, *,
     return _scan(fd, start, stop, popcount_chunk, progress, "count bits", buffer_bytes)
 
 
-def count_cells(fd: int, start: int, stop: int, cell_bits: int, test: Callable[[Any], Any],
-                progress: Progress = None, *, buffer_bytes: int = BUFFER_BYTES) -> int:
+def count_cells(
+    fd: int,
+    start: int,
+    stop: int,
+    cell_bits: int,
+    test: Callable[[Any], Any],
+    progress: Progress = None,
+    *,
+    buffer_bytes: int = BUFFER_BYTES,
+) -> int:
     """Number of ``cell_bits``-wide counters in bytes ``[start, stop)`` whose value passes
     ``test``, reading only data extents.
 
@@ -304,17 +320,20 @@ def count_cells(fd: int, start: int, stop: int, cell_bits: int, test: Callable[[
         raise ValueError("test must be False for a zero counter (holes are skipped)")
 
     if cell_bits == 8:
+
         def count(chunk: npt.NDArray[np.uint8]) -> int:
             return int(np.count_nonzero(test(chunk)))
     else:
+
         def count(chunk: npt.NDArray[np.uint8]) -> int:
             return int(np.count_nonzero(test(chunk & np.uint8(0x0F)))) + int(np.count_nonzero(test(chunk >> 4)))
 
     return _scan(fd, start, stop, count, progress, "count cells", buffer_bytes)
 
 
-def count_nonzero_cells(fd: int, start: int, stop: int, cell_bits: int, progress: Progress = None, *,
-                        buffer_bytes: int = BUFFER_BYTES) -> int:
+def count_nonzero_cells(
+    fd: int, start: int, stop: int, cell_bits: int, progress: Progress = None, *, buffer_bytes: int = BUFFER_BYTES
+) -> int:
     """Number of non-zero ``cell_bits``-wide counters (4 or 8) in ``[start, stop)``:
     :func:`count_cells` with ``test = v != 0``. Raises as :func:`count_cells`."""
     return count_cells(fd, start, stop, cell_bits, _nonzero, progress, buffer_bytes=buffer_bytes)
@@ -325,8 +344,7 @@ def _nonzero(values: npt.NDArray[np.uint8]) -> npt.NDArray[np.bool_]:
     return out
 
 
-def count_filter_cells(f: Any, progress: Progress = None,
-                       test: Optional[Callable[[Any], Any]] = None) -> Optional[int]:
+def count_filter_cells(f: Any, progress: Progress = None, test: Optional[Callable[[Any], Any]] = None) -> Optional[int]:
     """Count, from the file, the set bits (BLM1) or the counters passing ``test`` (BLC1;
     default: non-zero) of an open filter handle; ``None`` if the filter is in memory (the
     caller then counts through its buffer).

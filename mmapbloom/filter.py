@@ -34,7 +34,9 @@ Item = Union[str, bytes, bytearray, memoryview]
 def popcount(view: npt.NDArray[np.uint8]) -> int:
     """Number of set bits in a ``uint8`` array, counted in chunks with ``numpy.bitwise_count``
     on 64-bit words where the length allows. Cost: O(len) at memory bandwidth."""
-    return sum(extents.popcount_chunk(view[start:start + CHUNK_BYTES]) for start in range(0, view.shape[0], CHUNK_BYTES))
+    return sum(
+        extents.popcount_chunk(view[start : start + CHUNK_BYTES]) for start in range(0, view.shape[0], CHUNK_BYTES)
+    )
 
 
 class BloomFilter(MappedFilter):
@@ -149,7 +151,7 @@ class BloomFilter(MappedFilter):
         step = CHUNK_BYTES - CHUNK_BYTES % per_block
         hist = np.zeros(block_bits + 1, dtype=np.int64)
         for start in range(0, bits.shape[0], step):
-            words = bits[start:start + step].view(np.uint64)
+            words = bits[start : start + step].view(np.uint64)
             ones = np.bitwise_count(words).reshape(-1, per_block // 8).sum(axis=1, dtype=np.int64)
             hist += np.bincount(ones, minlength=block_bits + 1)
         counts: list[int] = hist.tolist()

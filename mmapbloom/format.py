@@ -113,7 +113,7 @@ def items_word(buf: Union[bytearray, mmap.mmap]) -> memoryview:
     the file little-endian on any host). The view pins ``buf``: release it before
     unmapping.
     """
-    word = memoryview(buf)[ITEMS_OFFSET:ITEMS_OFFSET + 4].cast("I")
+    word = memoryview(buf)[ITEMS_OFFSET : ITEMS_OFFSET + 4].cast("I")
     assert word.itemsize == 4, "C unsigned int is not 32 bits on this platform"
     return word
 
@@ -191,7 +191,9 @@ def parse_header(data: bytes, *, source: str = "<bytes>", magic: bytes = MAGIC) 
     if len(data) < HEADER_SIZE:
         raise BadHeaderError(
             f"truncated header: expected at least {need} bytes, got {len(data)}",
-            source=source, expected=need, actual=len(data),
+            source=source,
+            expected=need,
+            actual=len(data),
         )
     got_magic, strategy, m, k, items = HEADER.unpack_from(data, 0)
     if got_magic != magic:
@@ -199,7 +201,9 @@ def parse_header(data: bytes, *, source: str = "<bytes>", magic: bytes = MAGIC) 
         what = f" (a {known}, not a {kind})" if known else ""
         raise BadMagicError(
             f"bad magic: expected {magic!r} ({kind}), got {got_magic!r}{what}",
-            source=source, expected=magic, actual=got_magic,
+            source=source,
+            expected=magic,
+            actual=got_magic,
         )
     try:
         name = strategy.decode("ascii")
@@ -212,27 +216,42 @@ def parse_header(data: bytes, *, source: str = "<bytes>", magic: bytes = MAGIC) 
         raise BadHeaderError("num_hashes is 0: expected at least 1", source=source, expected=">= 1", actual=0)
     if k > MAX_NUM_HASHES:
         # Every operation costs O(k): a forged k must not make each call take minutes.
-        raise BadHeaderError(f"num_hashes is {k}: expected at most {MAX_NUM_HASHES} (the supported maximum)",
-                             source=source, expected=f"<= {MAX_NUM_HASHES}", actual=k)
+        raise BadHeaderError(
+            f"num_hashes is {k}: expected at most {MAX_NUM_HASHES} (the supported maximum)",
+            source=source,
+            expected=f"<= {MAX_NUM_HASHES}",
+            actual=k,
+        )
     try:
         strategy.check_num_bits(m)
     except ValueError as exc:
-        raise BadHeaderError(f"num_bits {m} is not valid for strategy {name}: {exc}", source=source,
-                             expected=f"num_bits valid for {name}", actual=m) from None
+        raise BadHeaderError(
+            f"num_bits {m} is not valid for strategy {name}: {exc}",
+            source=source,
+            expected=f"num_bits valid for {name}",
+            actual=m,
+        ) from None
     if magic != COUNTING_MAGIC:
         return Header(got_magic, strategy, m, k, items)
     if len(data) < COUNTING_HEADER_SIZE:
         raise BadHeaderError(
             f"truncated header: expected at least {need} bytes, got {len(data)}",
-            source=source, expected=need, actual=len(data),
+            source=source,
+            expected=need,
+            actual=len(data),
         )
     width, reserved = COUNTING_EXT.unpack_from(data, HEADER_SIZE)
     if width not in COUNTER_WIDTHS:
-        raise BadHeaderError(f"counter width must be 4 or 8 bits, got {width}", source=source,
-                             expected=COUNTER_WIDTHS, actual=width)
+        raise BadHeaderError(
+            f"counter width must be 4 or 8 bits, got {width}", source=source, expected=COUNTER_WIDTHS, actual=width
+        )
     if reserved != bytes(7):
-        raise BadHeaderError(f"reserved header bytes 25..31 must be 0, got {reserved.hex()}", source=source,
-                             expected="00" * 7, actual=reserved.hex())
+        raise BadHeaderError(
+            f"reserved header bytes 25..31 must be 0, got {reserved.hex()}",
+            source=source,
+            expected="00" * 7,
+            actual=reserved.hex(),
+        )
     return Header(got_magic, strategy, m, k, items, width, COUNTING_HEADER_SIZE)
 
 
@@ -246,7 +265,9 @@ def check_length(header_total: int, actual: int, *, source: str = "<bytes>") -> 
         word = "truncated" if actual < header_total else "over-long"
         raise LengthMismatchError(
             f"{word} filter: header says {header_total} bytes in all, got {actual}",
-            source=source, expected=header_total, actual=actual,
+            source=source,
+            expected=header_total,
+            actual=actual,
         )
 
 
@@ -267,7 +288,9 @@ def check_padding(last_byte: int, num_bits: int, *, source: str = "<bytes>", cel
     if last_byte & mask:
         raise PaddingError(
             f"padding bits past num_bits {num_bits} must be 0, last byte is 0x{last_byte:02x}",
-            source=source, expected=0, actual=last_byte & mask,
+            source=source,
+            expected=0,
+            actual=last_byte & mask,
         )
 
 

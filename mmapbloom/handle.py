@@ -93,8 +93,18 @@ else:
     FilterBase = kernels.native_module().FilterBase if kernels.native_module() is not None else PyFilterBase
 
 
-def attach(image: Any, header_size: int, config: Any, cell_bits: int, lock: WriteLock, counter: ItemsCounter,
-           writable: bool, fail: Fail, saturated: Optional[Callable[..., None]], pure: bool = False) -> Any:
+def attach(
+    image: Any,
+    header_size: int,
+    config: Any,
+    cell_bits: int,
+    lock: WriteLock,
+    counter: ItemsCounter,
+    writable: bool,
+    fail: Fail,
+    saturated: Optional[Callable[..., None]],
+    pure: bool = False,
+) -> Any:
     """The handle of a filter over ``image`` (header + cells; a bytearray or an mmap).
 
     Args:
@@ -108,8 +118,21 @@ def attach(image: Any, header_size: int, config: Any, cell_bits: int, lock: Writ
     native = kernels.native_module()
     kernel_id = config.strategy.kernel_id
     if native is not None and kernel_id is not None and not pure:
-        return native.Handle(image, header_size, fmt.ITEMS_OFFSET, kernel_id, config.num_bits, config.num_hashes,
-                             cell_bits, writable, lock, counter.limit, fail, counter.over, saturated)
+        return native.Handle(
+            image,
+            header_size,
+            fmt.ITEMS_OFFSET,
+            kernel_id,
+            config.num_bits,
+            config.num_hashes,
+            cell_bits,
+            writable,
+            lock,
+            counter.limit,
+            fail,
+            counter.over,
+            saturated,
+        )
     body = memoryview(image)[header_size:]
     bound = kernels.bind_pure(body, config.strategy, config.num_bits, config.num_hashes, cell_bits)
     return PyHandle(bound, body, cell_bits, lock, counter, writable, fail, saturated)
@@ -124,8 +147,17 @@ class PyHandle:
 
     backend = "python"
 
-    def __init__(self, bound: kernels.Kernels, body: memoryview, width: int, lock: WriteLock, counter: ItemsCounter,
-                 writable: bool, fail: Fail, saturated: Optional[Callable[..., None]]):
+    def __init__(
+        self,
+        bound: kernels.Kernels,
+        body: memoryview,
+        width: int,
+        lock: WriteLock,
+        counter: ItemsCounter,
+        writable: bool,
+        fail: Fail,
+        saturated: Optional[Callable[..., None]],
+    ):
         self._k = bound
         self._body = body
         self._width = width
@@ -245,7 +277,7 @@ class PyHandle:
                 raise ValueError(f"out has {len(out)} bytes, expected {len(seq)} (one per key)")
             add_many = self._k.add_many
             for start in range(0, len(seq), CHUNK_KEYS):
-                chunk = seq[start:start + CHUNK_KEYS]
+                chunk = seq[start : start + CHUNK_KEYS]
                 with self._lock, deferred_signals():  # wait interruptibly; hold signals while committing
                     if self.closed:
                         self._refuse(False)
@@ -254,7 +286,7 @@ class PyHandle:
                         self._counter.bump(new)
                     committed = start + len(chunk)
                 if out is not None:
-                    out[start:start + len(chunk)] = flags
+                    out[start : start + len(chunk)] = flags
                 total += new
                 saturated = saturated or bool(sat and sat[0])
         except ValueError as exc:

@@ -369,7 +369,9 @@ class M3KM(HashStrategy):
             warnings.warn(
                 f"M3KM cannot deliver fp_rate {fp_rate:g} at m = {m}: its positions put a floor of about "
                 f"{M3KM_FP_FLOOR / m:.2g} ({M3KM_FP_FLOOR:g}/m) under the rate; use the default strategy M3M2",
-                UserWarning, stacklevel=4)
+                UserWarning,
+                stacklevel=4,
+            )
         return m, k
 
     def positions(self, key: bytes, num_hashes: int, num_bits: int) -> list[int]:
@@ -472,8 +474,10 @@ class _BlockedHash(HashStrategy):
     def check_num_bits(self, num_bits: int) -> None:
         """Raise ``ValueError`` unless ``num_bits`` is a positive multiple of 512."""
         if num_bits < BLOCK_BITS or num_bits % BLOCK_BITS:
-            raise ValueError(f"{self.name} needs num_bits to be a positive multiple of {BLOCK_BITS} "
-                             f"(whole 64-byte blocks), got {num_bits}")
+            raise ValueError(
+                f"{self.name} needs num_bits to be a positive multiple of {BLOCK_BITS} "
+                f"(whole 64-byte blocks), got {num_bits}"
+            )
 
     def positions(self, key: bytes, num_hashes: int, num_bits: int) -> list[int]:
         """The positions of ``key`` (definitions of M3BL / M3B2 in the module docstring)."""
@@ -588,8 +592,10 @@ def register_strategy(strategy: Union[HashStrategy, Strategy]) -> HashStrategy:
     elif isinstance(strategy, Strategy) and callable(strategy.positions):
         candidate = _ProtocolStrategy(strategy)
     else:
-        raise TypeError("register_strategy needs an object with a 4-character name and "
-                        f"positions(key, num_hashes, num_bits), got {strategy!r}")
+        raise TypeError(
+            "register_strategy needs an object with a 4-character name and "
+            f"positions(key, num_hashes, num_bits), got {strategy!r}"
+        )
     name: object = candidate.name
     if not isinstance(name, str) or len(name) != 4 or not name.isascii():
         raise ValueError(f"a strategy name must be exactly 4 ASCII characters, got {name!r}")

@@ -56,8 +56,16 @@ def design_limit(num_bits: int, num_hashes: int, capacity: Optional[int] = None)
     return limit
 
 
-def items_update(count: int, num_bits: int, num_hashes: int, *, source: str, limit: Optional[float] = None,
-                 warn: bool = True, strategy: Optional[HashStrategy] = None) -> tuple[int, Optional[str]]:
+def items_update(
+    count: int,
+    num_bits: int,
+    num_hashes: int,
+    *,
+    source: str,
+    limit: Optional[float] = None,
+    warn: bool = True,
+    strategy: Optional[HashStrategy] = None,
+) -> tuple[int, Optional[str]]:
     """The one rule for a new value of an items counter.
 
     Args:
@@ -97,8 +105,15 @@ class ItemsCounter:
 
     __slots__ = ("_word", "_m", "_k", "_strategy", "_source", "limit", "warned", "_pending")
 
-    def __init__(self, word: memoryview, num_bits: int, num_hashes: int, strategy: HashStrategy, source: str,
-                 capacity: Optional[int] = None):
+    def __init__(
+        self,
+        word: memoryview,
+        num_bits: int,
+        num_hashes: int,
+        strategy: HashStrategy,
+        source: str,
+        capacity: Optional[int] = None,
+    ):
         self._word = word
         self._m = num_bits
         self._k = num_hashes
@@ -115,8 +130,15 @@ class ItemsCounter:
     def set(self, count: int) -> int:
         """Store ``count`` by :func:`items_update` (clamped) and record the warning past
         the design point; returns the stored count. The caller holds the write lock."""
-        count, msg = items_update(count, self._m, self._k, source=self._source, limit=self.limit,
-                                  warn=not self.warned, strategy=self._strategy)
+        count, msg = items_update(
+            count,
+            self._m,
+            self._k,
+            source=self._source,
+            limit=self.limit,
+            warn=not self.warned,
+            strategy=self._strategy,
+        )
         fmt.store_items(self._word, count)
         if msg is not None:
             self.warned = True
@@ -160,8 +182,7 @@ class ItemsCounter:
         handle, which has no frame of its own)."""
         if self.warned:
             return
-        _, msg = items_update(count, self._m, self._k, source=self._source, limit=self.limit,
-                              strategy=self._strategy)
+        _, msg = items_update(count, self._m, self._k, source=self._source, limit=self.limit, strategy=self._strategy)
         if msg is not None:
             self.warned = True
             warnings.warn(msg, OverCapacityWarning, stacklevel=3 + depth)

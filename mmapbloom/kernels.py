@@ -175,11 +175,11 @@ def _bind_pure_bits(out: Kernels, body: memoryview, strategy: HashStrategy, m: i
         bits = np.frombuffer(body, dtype=np.uint8)
         step = max(1, PURE_CHUNK_PAIRS // probes)
         for start in range(0, len(keys), step):
-            chunk = keys[start:start + step]
+            chunk = keys[start : start + step]
             pos, idx, masks = byte_masks(chunk)
             new = _test_and_set(bits, pos, idx, masks, len(chunk), probes)
             if new is not None:
-                flags[start:start + len(chunk)] = new
+                flags[start : start + len(chunk)] = new
         return flags, int(np.count_nonzero(flags))
 
     def contains_many(items: Sequence[Any]) -> npt.NDArray[np.bool_]:
@@ -188,16 +188,22 @@ def _bind_pure_bits(out: Kernels, body: memoryview, strategy: HashStrategy, m: i
         bits = np.frombuffer(body, dtype=np.uint8)
         step = max(1, PURE_CHUNK_PAIRS // probes)
         for start in range(0, len(keys), step):
-            chunk = keys[start:start + step]
+            chunk = keys[start : start + step]
             _, idx, masks = byte_masks(chunk)
-            flags[start:start + len(chunk)] = (bits[idx] & masks).reshape(-1, probes).all(axis=1)
+            flags[start : start + len(chunk)] = (bits[idx] & masks).reshape(-1, probes).all(axis=1)
         return flags
 
     out.add, out.contains, out.add_many, out.contains_many = add, contains, add_many, contains_many
 
 
-def _test_and_set(bits: npt.NDArray[np.uint8], pos: npt.NDArray[np.uint64], idx: npt.NDArray[np.intp],
-                  masks: npt.NDArray[np.uint8], n: int, k: int) -> Optional[npt.NDArray[np.bool_]]:
+def _test_and_set(
+    bits: npt.NDArray[np.uint8],
+    pos: npt.NDArray[np.uint64],
+    idx: npt.NDArray[np.intp],
+    masks: npt.NDArray[np.uint8],
+    n: int,
+    k: int,
+) -> Optional[npt.NDArray[np.bool_]]:
     """Set the bits of n items (k flattened pairs each, in item order) and return which
     items were new under sequential semantics, or None if no bit was 0.
 
@@ -240,18 +246,21 @@ def _test_and_set(bits: npt.NDArray[np.uint8], pos: npt.NDArray[np.uint64], idx:
     return new
 
 
-def _bind_pure_counters(out: Kernels, body: memoryview, strategy: HashStrategy, m: int, probes: int,
-                        width: int) -> None:
+def _bind_pure_counters(
+    out: Kernels, body: memoryview, strategy: HashStrategy, m: int, probes: int, width: int
+) -> None:
     positions = strategy.positions
     top = (1 << width) - 1
 
     if width == 8:
+
         def get(c: int) -> int:
             return body[c]
 
         def put(c: int, v: int) -> None:
             body[c] = v
     else:
+
         def get(c: int) -> int:
             return (body[c >> 1] >> ((c & 1) << 2)) & 0x0F
 
@@ -313,9 +322,9 @@ def _bind_pure_counters(out: Kernels, body: memoryview, strategy: HashStrategy, 
         saturated = False
         step = max(1, PURE_CHUNK_PAIRS // probes)
         for start in range(0, len(keys), step):
-            chunk = keys[start:start + step]
+            chunk = keys[start : start + step]
             fresh, sat = _add_rows(cells, _positions_many(strategy, chunk, probes, m), width, top)
-            flags[start:start + len(chunk)] = fresh
+            flags[start : start + len(chunk)] = fresh
             saturated |= sat
         return flags, int(np.count_nonzero(flags)), saturated
 
@@ -325,9 +334,9 @@ def _bind_pure_counters(out: Kernels, body: memoryview, strategy: HashStrategy, 
         cells = np.frombuffer(body, dtype=np.uint8)
         step = max(1, PURE_CHUNK_PAIRS // probes)
         for start in range(0, len(keys), step):
-            chunk = keys[start:start + step]
+            chunk = keys[start : start + step]
             pos = _positions_many(strategy, chunk, probes, m)
-            flags[start:start + len(chunk)] = (counters_at(cells, pos.astype(np.intp), width) != 0).all(axis=1)
+            flags[start : start + len(chunk)] = (counters_at(cells, pos.astype(np.intp), width) != 0).all(axis=1)
         return flags
 
     out.add, out.remove, out.count, out.contains = add, remove, count, contains
@@ -343,8 +352,9 @@ def counters_at(cells: npt.NDArray[np.uint8], index: npt.NDArray[np.intp], width
     return values
 
 
-def _add_rows(view: npt.NDArray[np.uint8], pos: npt.NDArray[np.uint64], width: int,
-              top: int) -> tuple[npt.NDArray[np.bool_], bool]:
+def _add_rows(
+    view: npt.NDArray[np.uint8], pos: npt.NDArray[np.uint64], width: int, top: int
+) -> tuple[npt.NDArray[np.bool_], bool]:
     """Vectorised counting add over the rows of ``pos`` (shape ``(n, probes)``, one item per
     row, in order): the same counters, "new" flags and saturation as adding the items one
     by one. Returns (new flags, some counter saturated now). Caller holds the lock.

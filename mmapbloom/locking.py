@@ -166,6 +166,7 @@ class _ThreadLockView:
     def __exit__(self, *exc: object) -> None:
         self._lock._trelease()
 
+
 _LIVE: "weakref.WeakSet[WriteLock]" = weakref.WeakSet()
 
 
@@ -376,7 +377,8 @@ class WriteLock(_LockState):
                 f"{self._path}: this thread already holds the write lock of this file through another "
                 f"handle ({holder._path}); a write through this handle would wait for itself forever. "
                 "Write through the handle whose write_lock() is held, or leave its block first",
-                path=self._path)
+                path=self._path,
+            )
         if deadline is None:
             if _DIRECT_FLOCK:
                 _FLOCK(fd, _LOCK_EX)
@@ -392,17 +394,19 @@ class WriteLock(_LockState):
             delay = min(delay * 2, 0.05)
 
     def _timeout_error(self, timeout: Optional[float]) -> LockTimeout:
-        return LockTimeout(f"{self._path or '<memory>'}: could not take the write lock within {timeout} s "
-                           "(another process, handle or thread held it all along)",
-                           path=self._path, timeout=timeout)
+        return LockTimeout(
+            f"{self._path or '<memory>'}: could not take the write lock within {timeout} s "
+            "(another process, handle or thread held it all along)",
+            path=self._path,
+            timeout=timeout,
+        )
 
     def _held_by_this_thread(self) -> "Optional[WriteLock]":
         """Another live lock of the same file whose file lock the calling thread holds."""
         if self._ino is None:
             return None
         for lock in list(_LIVE):
-            if (lock is not self and lock._ino == self._ino and lock._depth > 0 and not lock._closed
-                    and lock._towned()):
+            if lock is not self and lock._ino == self._ino and lock._depth > 0 and not lock._closed and lock._towned():
                 return lock
         return None
 
@@ -480,7 +484,9 @@ class WriteLock(_LockState):
         self.acquire()
         return self
 
-    def __exit__(self, et: Optional[type[BaseException]], ev: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+    def __exit__(
+        self, et: Optional[type[BaseException]], ev: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
         self.release()
 
     def close(self) -> None:
@@ -509,8 +515,12 @@ class TimedWriteLock:
     __slots__ = ("_lock", "timeout")
 
     def __init__(self, lock: WriteLock, timeout: float):
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) \
-                or timeout < 0:
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not math.isfinite(timeout)
+            or timeout < 0
+        ):
             raise ValueError(f"timeout must be a finite number of seconds >= 0, got {timeout!r}")
         self._lock = lock
         self.timeout = float(timeout)
@@ -527,7 +537,9 @@ class TimedWriteLock:
         self._lock.acquire(self.timeout)
         return self
 
-    def __exit__(self, et: Optional[type[BaseException]], ev: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+    def __exit__(
+        self, et: Optional[type[BaseException]], ev: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
         self._lock.release()
 
 

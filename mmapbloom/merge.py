@@ -153,8 +153,10 @@ class MergeResult:
         op = "AND" if self.intersection else "OR"
         where = "into" if self.in_place else "->"
         noun = "shard" if self.shards == 1 else "shards"
-        return (f"merged {self.shards} {noun} ({op}): {self.bytes_read:,} bytes in {self.seconds:.3f} s, "
-                f"{self.gb_per_s:.2f} GB/s {where} {self.output} (items added {self.items_added:,})")
+        return (
+            f"merged {self.shards} {noun} ({op}): {self.bytes_read:,} bytes in {self.seconds:.3f} s, "
+            f"{self.gb_per_s:.2f} GB/s {where} {self.output} (items added {self.items_added:,})"
+        )
 
 
 # -- shard lists ----------------------------------------------------------------------
@@ -229,8 +231,11 @@ def _read_shard_header(fd: int, path: str) -> tuple[fmt.Header, os.stat_result]:
 def _refuse_scalable(path: str) -> None:
     """MergeError for a scalable filter's directory (as shard or ``merge_into`` target)."""
     if is_scalable(path):
-        raise MergeError(f"{path}: a scalable filter (a directory of layers); merging scalable filters is not "
-                         "supported: merge plain BLM1 files, or add the items to one scalable filter", path=path)
+        raise MergeError(
+            f"{path}: a scalable filter (a directory of layers); merging scalable filters is not "
+            "supported: merge plain BLM1 files, or add the items to one scalable filter",
+            path=path,
+        )
 
 
 def _open_shard(path: str) -> int:
@@ -245,8 +250,16 @@ def _inspect_one(path: PathLike) -> ShardInfo:
         header, st = _read_shard_header(fd, apath)
     finally:
         os.close(fd)
-    return ShardInfo(apath, header.num_bits, header.num_hashes, header.strategy.name,
-                     header.items_added, st.st_size, st.st_dev, st.st_ino)
+    return ShardInfo(
+        apath,
+        header.num_bits,
+        header.num_hashes,
+        header.strategy.name,
+        header.items_added,
+        st.st_size,
+        st.st_dev,
+        st.st_ino,
+    )
 
 
 def inspect_shards(paths: Sequence[PathLike]) -> list[ShardInfo]:
@@ -280,8 +293,9 @@ def inspect_shards(paths: Sequence[PathLike]) -> list[ShardInfo]:
         info = _inspect_one(path)
         twin = seen.get((info.dev, info.ino))
         if twin is not None:
-            raise MergeError(f"{info.path}: the same file is named twice among the shards (also as {twin})",
-                             path=info.path)
+            raise MergeError(
+                f"{info.path}: the same file is named twice among the shards (also as {twin})", path=info.path
+            )
         seen[(info.dev, info.ino)] = info.path
         if first is None:
             first = info.config
@@ -302,7 +316,11 @@ def _read_chunk(shard: ShardInfo, offset: int, out: npt.NDArray[np.uint8]) -> No
         if (st.st_dev, st.st_ino, st.st_size) != (shard.dev, shard.ino, shard.size_bytes):
             raise MergeError(f"{shard.path}: shard was replaced or resized during the merge", path=shard.path)
         header = fmt.parse_header(os.pread(fd, fmt.HEADER_SIZE, 0), source=shard.path)
-        if (header.num_bits, header.num_hashes, header.strategy.name) != (shard.num_bits, shard.num_hashes, shard.strategy):
+        if (header.num_bits, header.num_hashes, header.strategy.name) != (
+            shard.num_bits,
+            shard.num_hashes,
+            shard.strategy,
+        ):
             raise MergeError(f"{shard.path}: shard header changed during the merge", path=shard.path)
         view = memoryview(out)  # type: ignore[arg-type]
         pos = fmt.HEADER_SIZE + offset
@@ -350,8 +368,14 @@ def _chunks(body: int, chunk_bytes: int) -> Iterable[tuple[int, int]]:
         yield start, min(chunk_bytes, body - start)
 
 
-def _accumulate(shards: Sequence[ShardInfo], start: int, acc: npt.NDArray[np.uint8],
-                scratch: npt.NDArray[np.uint8], intersection: bool, progress: _Progress) -> None:
+def _accumulate(
+    shards: Sequence[ShardInfo],
+    start: int,
+    acc: npt.NDArray[np.uint8],
+    scratch: npt.NDArray[np.uint8],
+    intersection: bool,
+    progress: _Progress,
+) -> None:
     """Fill ``acc`` with the OR (or AND) of every shard's bytes ``[start, start + acc.size)``."""
     _read_chunk(shards[0], start, acc)
     progress.update(acc.size)
@@ -380,9 +404,16 @@ def _sum_items(values: Iterable[int], intersection: bool) -> int:
 
 
 # -- public entry points ----------------------------------------------------------------
-def merge_shards(output: PathLike, shards: Sequence[PathLike], *, intersection: bool = False,
-                 replace: bool = False, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-                 progress: Optional[bool] = None, mode: int = DEFAULT_FILE_MODE) -> MergeResult:
+def merge_shards(
+    output: PathLike,
+    shards: Sequence[PathLike],
+    *,
+    intersection: bool = False,
+    replace: bool = False,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    progress: Optional[bool] = None,
+    mode: int = DEFAULT_FILE_MODE,
+) -> MergeResult:
     """Merge shard files into a new filter file ``output``, atomically.
 
     Args:
@@ -434,8 +465,13 @@ def merge_shards(output: PathLike, shards: Sequence[PathLike], *, intersection: 
     body = fmt.body_size(first.num_bits)
     # The one rule for the counter (saturating; the OverCapacityWarning, emitted once the
     # output is published): base.items_update, as every filter handle's writes.
-    items, over = items_update(_sum_items((s.items_added for s in infos), intersection), first.num_bits,
-                               first.num_hashes, source=dest, strategy=first.config.strategy)
+    items, over = items_update(
+        _sum_items((s.items_added for s in infos), intersection),
+        first.num_bits,
+        first.num_hashes,
+        source=dest,
+        strategy=first.config.strategy,
+    )
     acc = np.empty(min(chunk, body), dtype=np.uint8)
     scratch = np.empty_like(acc)
     bar = _Progress(body * len(infos), progress, "merge")
@@ -450,12 +486,28 @@ def merge_shards(output: PathLike, shards: Sequence[PathLike], *, intersection: 
         bar.close()
     if over is not None:
         warnings.warn(over, OverCapacityWarning, stacklevel=2)
-    return MergeResult(dest, len(infos), body * len(infos), time.perf_counter() - t0, first.num_bits,
-                       first.num_hashes, first.strategy, items, intersection, in_place=False)
+    return MergeResult(
+        dest,
+        len(infos),
+        body * len(infos),
+        time.perf_counter() - t0,
+        first.num_bits,
+        first.num_hashes,
+        first.strategy,
+        items,
+        intersection,
+        in_place=False,
+    )
 
 
-def merge_into(target: PathLike, shards: Sequence[PathLike], *, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-               progress: Optional[bool] = None, flush: bool = True) -> MergeResult:
+def merge_into(
+    target: PathLike,
+    shards: Sequence[PathLike],
+    *,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    progress: Optional[bool] = None,
+    flush: bool = True,
+) -> MergeResult:
     """OR shard files into an existing filter file in place, while others may use it.
 
     All shards are validated and compared with the target before any bit is changed. Then,
@@ -508,8 +560,7 @@ def merge_into(target: PathLike, shards: Sequence[PathLike], *, chunk_bytes: int
         tfd = storage.fd
         assert tfd is not None  # opened from a file
         tst = os.fstat(tfd)
-        mine = ShardInfo(tpath, f.num_bits, f.num_hashes, f.strategy.name, 0, f.size_bytes,
-                         tst.st_dev, tst.st_ino)
+        mine = ShardInfo(tpath, f.num_bits, f.num_hashes, f.strategy.name, 0, f.size_bytes, tst.st_dev, tst.st_ino)
         infos = inspect_shards(shards)
         for info in infos:
             if (info.dev, info.ino) == (mine.dev, mine.ino):
@@ -526,7 +577,7 @@ def merge_into(target: PathLike, shards: Sequence[PathLike], *, chunk_bytes: int
                 _accumulate(infos, start, part, scratch[:size], False, bar)
                 with f.write_lock():
                     storage.check_size()  # truncated meanwhile: LengthMismatchError, not SIGBUS
-                    _combine(bits[start:start + size], part, intersection=False)
+                    _combine(bits[start : start + size], part, intersection=False)
             # The one writer of the counter: saturating, OverCapacityWarning past the design point.
             items = f._add_items(sum(s.items_added for s in infos), stacklevel=2)
         finally:
@@ -534,5 +585,15 @@ def merge_into(target: PathLike, shards: Sequence[PathLike], *, chunk_bytes: int
             del bits
         if flush:
             f.flush()
-    return MergeResult(tpath, len(infos), body * len(infos), time.perf_counter() - t0, mine.num_bits,
-                       mine.num_hashes, mine.strategy, items, intersection=False, in_place=True)
+    return MergeResult(
+        tpath,
+        len(infos),
+        body * len(infos),
+        time.perf_counter() - t0,
+        mine.num_bits,
+        mine.num_hashes,
+        mine.strategy,
+        items,
+        intersection=False,
+        in_place=True,
+    )

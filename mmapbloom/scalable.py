@@ -173,8 +173,12 @@ def _about_destination(exc: BaseException, tmp: str, dest: str) -> BaseException
     """An error met while building the directory under its temporary name ``tmp``,
     reworded to name ``dest`` (the user's path), never the internal temporary."""
     if isinstance(exc, NoSpaceError):
-        return NoSpaceError(str(exc).replace(tmp, dest), path=(exc.path or dest).replace(tmp, dest),
-                            needed=exc.needed, available=exc.available)
+        return NoSpaceError(
+            str(exc).replace(tmp, dest),
+            path=(exc.path or dest).replace(tmp, dest),
+            needed=exc.needed,
+            available=exc.available,
+        )
     if isinstance(exc, OSError) and not isinstance(exc, MmapBloomError) and exc.errno is not None:
         names = [n for n in (exc.filename, exc.filename2) if n is not None]
         if not any(tmp in str(n) for n in names) and tmp not in str(exc.strerror):
@@ -182,10 +186,12 @@ def _about_destination(exc: BaseException, tmp: str, dest: str) -> BaseException
         if exc.errno == errno.ENOSPC:
             return NoSpaceError(f"{dest}: no space left on device while creating it", path=dest)
         parent = os.path.dirname(dest) or "."
-        detail = {errno.ENOENT: f" (directory {parent} does not exist)",
-                  errno.ENOTDIR: f" ({parent} is not a directory)",
-                  errno.EACCES: f" (creating a directory in {parent})",
-                  errno.EROFS: f" (creating a directory in {parent})"}.get(exc.errno, "")
+        detail = {
+            errno.ENOENT: f" (directory {parent} does not exist)",
+            errno.ENOTDIR: f" ({parent} is not a directory)",
+            errno.EACCES: f" (creating a directory in {parent})",
+            errno.EROFS: f" (creating a directory in {parent})",
+        }.get(exc.errno, "")
         return type(exc)(exc.errno, f"{exc.strerror}{detail}", dest)
     return exc
 
@@ -241,8 +247,23 @@ class ScalableBloomFilter(Lifecycle):
     (True, False, True, False)
     """
 
-    __slots__ = ("_path", "_lock_path", "_params", "_strategy", "_readonly", "_no_write", "_closed", "_lock",
-                 "_lock_fd", "_seen", "_layers", "_inodes", "_retired", "_reload_lock", "__weakref__")
+    __slots__ = (
+        "_path",
+        "_lock_path",
+        "_params",
+        "_strategy",
+        "_readonly",
+        "_no_write",
+        "_closed",
+        "_lock",
+        "_lock_fd",
+        "_seen",
+        "_layers",
+        "_inodes",
+        "_retired",
+        "_reload_lock",
+        "__weakref__",
+    )
 
     _path: str
     _lock_path: str
@@ -264,9 +285,17 @@ class ScalableBloomFilter(Lifecycle):
         raise TypeError("use ScalableBloomFilter.create(), open() or open_or_create()")
 
     @classmethod
-    def create(cls, path: PathLike, capacity: int, fp_rate: float, *, growth: Union[int, float] = DEFAULT_GROWTH,
-               tightening: float = DEFAULT_TIGHTENING, strategy: Optional[HashStrategy] = None,
-               mode: Optional[int] = None) -> "ScalableBloomFilter":
+    def create(
+        cls,
+        path: PathLike,
+        capacity: int,
+        fp_rate: float,
+        *,
+        growth: Union[int, float] = DEFAULT_GROWTH,
+        tightening: float = DEFAULT_TIGHTENING,
+        strategy: Optional[HashStrategy] = None,
+        mode: Optional[int] = None,
+    ) -> "ScalableBloomFilter":
         """Create a new scalable filter directory with its first layer, and open it read-write.
 
         The whole directory (layer 0, manifest, lock file) is built under a temporary name
@@ -385,8 +414,12 @@ class ScalableBloomFilter(Lifecycle):
         try:
             lst = os.fstat(fd)
             if not stat.S_ISREG(lst.st_mode):
-                raise ManifestError("the lock file is not a regular file", source=lock_path,
-                                    expected="regular file", actual=stat.filemode(lst.st_mode))
+                raise ManifestError(
+                    "the lock file is not a regular file",
+                    source=lock_path,
+                    expected="regular file",
+                    actual=stat.filemode(lst.st_mode),
+                )
             count = check_lock_image(os.pread(fd, LOCK_SIZE, 0), lst.st_size, lock_path)
         except BaseException:
             os.close(fd)
@@ -404,9 +437,17 @@ class ScalableBloomFilter(Lifecycle):
         return self
 
     @classmethod
-    def open_or_create(cls, path: PathLike, capacity: int, fp_rate: float, *,
-                       growth: Union[int, float] = DEFAULT_GROWTH, tightening: float = DEFAULT_TIGHTENING,
-                       strategy: Optional[HashStrategy] = None, mode: Optional[int] = None) -> "ScalableBloomFilter":
+    def open_or_create(
+        cls,
+        path: PathLike,
+        capacity: int,
+        fp_rate: float,
+        *,
+        growth: Union[int, float] = DEFAULT_GROWTH,
+        tightening: float = DEFAULT_TIGHTENING,
+        strategy: Optional[HashStrategy] = None,
+        mode: Optional[int] = None,
+    ) -> "ScalableBloomFilter":
         """Open ``path`` if it exists, else create it with these parameters (``mode`` as in
         :meth:`create`); safe when many processes race on the same new path (one
         directory is created, all open it).
@@ -428,9 +469,13 @@ class ScalableBloomFilter(Lifecycle):
                     continue
             try:
                 have = f._params
-                for field, want, got in (("capacity", n0, have.capacity), ("fp_rate", p, have.fp_rate),
-                                         ("growth", s, have.growth), ("tightening", r, have.tightening),
-                                         ("strategy", strategy_name, have.strategy)):
+                for field, want, got in (
+                    ("capacity", n0, have.capacity),
+                    ("fp_rate", p, have.fp_rate),
+                    ("growth", s, have.growth),
+                    ("tightening", r, have.tightening),
+                    ("strategy", strategy_name, have.strategy),
+                ):
                     if want != got:
                         raise ConfigMismatchError(f._path, field, want, got)
             except BaseException:
@@ -473,8 +518,12 @@ class ScalableBloomFilter(Lifecycle):
                 if count == len(layers):
                     return layers
                 if count < len(layers):
-                    raise ManifestError(f"the committed layer count went back from {len(layers)} to {count}",
-                                        source=self._lock_path, expected=f">= {len(layers)}", actual=count)
+                    raise ManifestError(
+                        f"the committed layer count went back from {len(layers)} to {count}",
+                        source=self._lock_path,
+                        expected=f">= {len(layers)}",
+                        actual=count,
+                    )
             entries = validate_directory(self._path, self._params, count)
             new = list(layers)
             inodes = list(self._inodes)
@@ -485,7 +534,7 @@ class ScalableBloomFilter(Lifecycle):
                     new.append(layer)
                     inodes.append(ino)
             except BaseException:
-                for layer in new[len(layers):]:
+                for layer in new[len(layers) :]:
                     layer.close()
                 raise
             self._inodes = inodes
@@ -496,8 +545,9 @@ class ScalableBloomFilter(Lifecycle):
     def _layer_path(self, i: int) -> str:
         return os.path.join(self._path, layer_name(i))
 
-    def _open_layer(self, i: int, entry: dict[str, Any], count: int, *,
-                    writable: bool) -> tuple[BloomFilter, tuple[int, int]]:
+    def _open_layer(
+        self, i: int, entry: dict[str, Any], count: int, *, writable: bool
+    ) -> tuple[BloomFilter, tuple[int, int]]:
         """Open layer ``i``; read-write only if ``writable`` on a read-write handle and this
         user may write it (else read-only: queries never need write access)."""
         path = self._layer_path(i)
@@ -510,8 +560,9 @@ class ScalableBloomFilter(Lifecycle):
             else:
                 layer = BloomFilter.open(path, readonly=True)
         except FileNotFoundError:
-            raise MissingLayerError(f"layer {i} of {count} committed layers is missing", source=path,
-                                    expected=count, actual=i) from None
+            raise MissingLayerError(
+                f"layer {i} of {count} committed layers is missing", source=path, expected=count, actual=i
+            ) from None
         try:
             check_layer_shape(self._params, self._strategy, i, layer.config, path)
             st = os.stat(path)
@@ -532,9 +583,13 @@ class ScalableBloomFilter(Lifecycle):
             layer = BloomFilter.open(path)
         except PermissionError as exc:
             st = os.stat(path)
-            raise PermissionError(exc.errno, f"{exc.strerror}: the newest layer (mode {stat.filemode(st.st_mode)}, "
-                                  f"owner uid {st.st_uid}, gid {st.st_gid}) is not writable by this user, so "
-                                  "items cannot be added (queries work)", path) from None
+            raise PermissionError(
+                exc.errno,
+                f"{exc.strerror}: the newest layer (mode {stat.filemode(st.st_mode)}, "
+                f"owner uid {st.st_uid}, gid {st.st_gid}) is not writable by this user, so "
+                "items cannot be added (queries work)",
+                path,
+            ) from None
         with self._reload_lock:
             self._retired.append(layers[last])  # other threads may still be querying it
             new = layers[:last] + [layer]
@@ -626,7 +681,7 @@ class ScalableBloomFilter(Lifecycle):
             last = len(layers) - 1
             # Layers older than the newest one seen above were already frozen (only the
             # newest layer is ever written) and said no: ask only the ones since.
-            for layer in layers[len(seen) - 1:last]:
+            for layer in layers[len(seen) - 1 : last]:
                 if layer.might_contain(key):
                     return False
             newest = layers[last]
@@ -668,7 +723,7 @@ class ScalableBloomFilter(Lifecycle):
             for start in range(0, len(keys), _CHUNK):
                 progress[0] = 0
                 with self._lock, deferred_signals():
-                    total += self._update_locked(keys[start:start + _CHUNK], progress)
+                    total += self._update_locked(keys[start : start + _CHUNK], progress)
         except BaseException as exc:
             exc.committed_items = start + progress[0]  # type: ignore[attr-defined]
             raise
@@ -752,7 +807,7 @@ class ScalableBloomFilter(Lifecycle):
             raise
         if same:
             return False
-        for layer in reversed(self._current()[len(layers):]):
+        for layer in reversed(self._current()[len(layers) :]):
             if layer.might_contain(key):
                 return True
         return False
@@ -808,10 +863,19 @@ class ScalableBloomFilter(Lifecycle):
         """A snapshot of every committed layer's shape and fill, oldest first."""
         out = []
         for i, layer in enumerate(self._current()):
-            out.append(LayerInfo(index=i, path=self._layer_path(i), capacity=self._params.layer_capacity(i),
-                                 fp_rate=self._params.layer_fp_rate(i), num_bits=layer.num_bits,
-                                 num_hashes=layer.num_hashes, items_added=layer.items_added,
-                                 expected_fp_rate=layer.expected_fp_rate(), size_bytes=layer.size_bytes))
+            out.append(
+                LayerInfo(
+                    index=i,
+                    path=self._layer_path(i),
+                    capacity=self._params.layer_capacity(i),
+                    fp_rate=self._params.layer_fp_rate(i),
+                    num_bits=layer.num_bits,
+                    num_hashes=layer.num_hashes,
+                    items_added=layer.items_added,
+                    expected_fp_rate=layer.expected_fp_rate(),
+                    size_bytes=layer.size_bytes,
+                )
+            )
         return out
 
     @property
@@ -835,8 +899,12 @@ class ScalableBloomFilter(Lifecycle):
             entry = dataclasses.asdict(info)
             if scan:
                 ones = layer.count_ones()
-                entry.update(count_ones=ones, fill_ratio=ones / layer.num_bits,
-                             observed_fp_rate=layer.observed_fp_rate(), approx_items=layer.approx_items())
+                entry.update(
+                    count_ones=ones,
+                    fill_ratio=ones / layer.num_bits,
+                    observed_fp_rate=layer.observed_fp_rate(),
+                    approx_items=layer.approx_items(),
+                )
             entries.append(entry)
         out: dict[str, Any] = {
             "kind": "scalable",
@@ -919,19 +987,28 @@ class ScalableBloomFilter(Lifecycle):
         mine = os.fstat(self._lock_fd)
         count = check_lock_image(os.pread(self._lock_fd, LOCK_SIZE, 0), mine.st_size, lock_path)
         if (lst.st_dev, lst.st_ino) != (mine.st_dev, mine.st_ino):
-            raise ManifestError("the lock file was replaced since the handle opened it", source=lock_path,
-                                expected=(mine.st_dev, mine.st_ino), actual=(lst.st_dev, lst.st_ino))
+            raise ManifestError(
+                "the lock file was replaced since the handle opened it",
+                source=lock_path,
+                expected=(mine.st_dev, mine.st_ino),
+                actual=(lst.st_dev, lst.st_ino),
+            )
         validate_directory(self._path, self._params, count)
         for i, layer in enumerate(layers):
             path = self._layer_path(i)
             try:
                 st = os.stat(path)
             except FileNotFoundError:
-                raise MissingLayerError(f"layer {i} of {count} committed layers is missing", source=path,
-                                        expected=count, actual=i) from None
+                raise MissingLayerError(
+                    f"layer {i} of {count} committed layers is missing", source=path, expected=count, actual=i
+                ) from None
             if (st.st_dev, st.st_ino) != self._inodes[i]:
-                raise LayerMismatchError(f"layer {i} was replaced since the handle opened it", source=path,
-                                         expected=self._inodes[i], actual=(st.st_dev, st.st_ino))
+                raise LayerMismatchError(
+                    f"layer {i} was replaced since the handle opened it",
+                    source=path,
+                    expected=self._inodes[i],
+                    actual=(st.st_dev, st.st_ino),
+                )
             check_layer_shape(self._params, self._strategy, i, layer.config, path)
             layer.check()
 
@@ -1002,8 +1079,10 @@ class ScalableBloomFilter(Lifecycle):
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("read-only" if self._readonly else "read-write")
         n = len(self._layers)
-        return (f"<ScalableBloomFilter {self._path} n0={self._params.capacity} p={self._params.fp_rate} "
-                f"s={self._params.growth} r={self._params.tightening} layers={n} {state}>")
+        return (
+            f"<ScalableBloomFilter {self._path} n0={self._params.capacity} p={self._params.fp_rate} "
+            f"s={self._params.growth} r={self._params.tightening} layers={n} {state}>"
+        )
 
     # -- the interface of every filter kind (``verify.open_filter``, ``mmapbloom`` CLI) -------
     def describe(self, *, scan: bool = True, progress: Any = False) -> dict[str, Any]:

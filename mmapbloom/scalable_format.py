@@ -114,8 +114,8 @@ class GrowthRule:
     def layer_capacity(self, i: int) -> int:
         """``n0 * s**i``, exact for an integer s, else rounded up."""
         if isinstance(self.growth, int):
-            return int(self.capacity * self.growth ** i)
-        return math.ceil(self.capacity * self.growth ** i)
+            return int(self.capacity * self.growth**i)
+        return math.ceil(self.capacity * self.growth**i)
 
     @functools.lru_cache(maxsize=256)  # noqa: B019  (frozen, hashable, few instances)
     def layer_limit(self, i: int) -> int:
@@ -125,7 +125,7 @@ class GrowthRule:
 
     def layer_fp_rate(self, i: int) -> float:
         """``p0 * r**i`` with ``p0 = p * (1 - r)``."""
-        return self.fp_rate * (1.0 - self.tightening) * self.tightening ** i
+        return self.fp_rate * (1.0 - self.tightening) * self.tightening**i
 
     def items_before(self, i: int) -> int:
         """Items the layers before layer ``i`` hold when full."""
@@ -148,15 +148,17 @@ class GrowthRule:
         underflows to 0."""
         p_i = self.layer_fp_rate(i)
         if not p_i > 0.0:
-            raise ConfigError(f"layer {i}: error target p * (1 - r) * r**i underflowed to {p_i!r} "
-                              f"(tightening r = {self.tightening!r}); the filter cannot grow past "
-                              f"{self.items_before(i):,} items")
+            raise ConfigError(
+                f"layer {i}: error target p * (1 - r) * r**i underflowed to {p_i!r} "
+                f"(tightening r = {self.tightening!r}); the filter cannot grow past "
+                f"{self.items_before(i):,} items"
+            )
         n = self.layer_capacity(i)
         base = BloomConfig.for_items(n, p_i, strategy)
         k = base.num_hashes
         if strategy.block_bits or strategy.expected_fp_rate(n, base.num_bits, k) <= p_i:
             return base  # a blocked strategy's own sizing already meets p_i (whole blocks)
-        m = max(base.num_bits, math.ceil(-k * n / math.log1p(-p_i ** (1.0 / k))))
+        m = max(base.num_bits, math.ceil(-k * n / math.log1p(-(p_i ** (1.0 / k)))))
         while strategy.expected_fp_rate(n, m, k) > p_i:  # float rounding at the boundary
             m += 1
         return BloomConfig(num_bits=m, num_hashes=k, strategy=strategy, capacity=n, fp_rate=p_i)
@@ -164,8 +166,14 @@ class GrowthRule:
     def layer_entry(self, i: int, strategy: HashStrategy) -> dict[str, Any]:
         """Layer i's manifest entry (index, file, capacity, fp_rate, num_bits, num_hashes)."""
         cfg = self.layer_config(i, strategy)
-        return {"index": i, "file": layer_name(i), "capacity": self.layer_capacity(i),
-                "fp_rate": self.layer_fp_rate(i), "num_bits": cfg.num_bits, "num_hashes": cfg.num_hashes}
+        return {
+            "index": i,
+            "file": layer_name(i),
+            "capacity": self.layer_capacity(i),
+            "fp_rate": self.layer_fp_rate(i),
+            "num_bits": cfg.num_bits,
+            "num_hashes": cfg.num_hashes,
+        }
 
     def check_growth(self, strategy: HashStrategy) -> None:
         """Check, before a filter is created, that it can grow: every layer up to the first
@@ -187,15 +195,19 @@ class GrowthRule:
                     raise ConfigError(
                         f"tightening={self.tightening!r} cannot grow: {where} would need an error target "
                         f"p * (1 - r) * r**{i}, which underflows to 0.0; use a tightening closer to 1 "
-                        f"(default {DEFAULT_TIGHTENING})") from None
-                raise ConfigError(f"growth={self.growth!r}, tightening={self.tightening!r} cannot grow: {where} "
-                                  f"has no valid shape: {exc}") from None
+                        f"(default {DEFAULT_TIGHTENING})"
+                    ) from None
+                raise ConfigError(
+                    f"growth={self.growth!r}, tightening={self.tightening!r} cannot grow: {where} "
+                    f"has no valid shape: {exc}"
+                ) from None
             if self.layer_capacity(i) >= MAX_ITEMS:
                 return
 
 
-def check_params(capacity: object, fp_rate: object, growth: object,
-                 tightening: object) -> tuple[int, float, Union[int, float], float]:
+def check_params(
+    capacity: object, fp_rate: object, growth: object, tightening: object
+) -> tuple[int, float, Union[int, float], float]:
     """Validate the four numbers of a scalable filter; return them normalised (capacity
     and fp_rate exactly as :meth:`BloomConfig.for_items` checks them; growth a finite
     number > 1, an ``int`` when whole; tightening strictly between 0 and 1).
@@ -232,8 +244,9 @@ def manifest_bytes(rule: GrowthRule, count: int, strategy: HashStrategy) -> byte
     return (json.dumps(doc, indent=1) + "\n").encode("ascii")
 
 
-def write_manifest(directory: str, rule: GrowthRule, count: int, strategy: HashStrategy, *,
-                   mode: Optional[int] = None) -> None:
+def write_manifest(
+    directory: str, rule: GrowthRule, count: int, strategy: HashStrategy, *, mode: Optional[int] = None
+) -> None:
     """Replace ``manifest.json`` atomically: temporary file, fsync, rename, directory fsync.
 
     Args:
@@ -250,7 +263,7 @@ def write_manifest(directory: str, rule: GrowthRule, count: int, strategy: HashS
             os.fchmod(fd, mode)
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
 
 
 def _manifest_field(doc: dict[str, Any], name: str, kind: Any, source: str) -> Any:
@@ -258,8 +271,12 @@ def _manifest_field(doc: dict[str, Any], name: str, kind: Any, source: str) -> A
         raise ManifestError(f"manifest has no field {name!r}", source=source, expected=name, actual=sorted(doc))
     value = doc[name]
     if isinstance(value, bool) or not isinstance(value, kind):
-        raise ManifestError(f"manifest field {name!r} has type {type(value).__name__}, expected {kind}",
-                            source=source, expected=kind, actual=value)
+        raise ManifestError(
+            f"manifest field {name!r} has type {type(value).__name__}, expected {kind}",
+            source=source,
+            expected=kind,
+            actual=value,
+        )
     return value
 
 
@@ -273,16 +290,28 @@ def read_manifest(directory: str) -> tuple[GrowthRule, HashStrategy, list[dict[s
     try:
         fd = os.open(source, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
-        raise ManifestError("the manifest is missing (not a scalable filter directory, or damaged)",
-                            source=source, expected=MANIFEST_NAME, actual=None) from None
+        raise ManifestError(
+            "the manifest is missing (not a scalable filter directory, or damaged)",
+            source=source,
+            expected=MANIFEST_NAME,
+            actual=None,
+        ) from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise ManifestError("the manifest is not a regular file", source=source, expected="regular file",
-                                actual=stat.filemode(st.st_mode))
+            raise ManifestError(
+                "the manifest is not a regular file",
+                source=source,
+                expected="regular file",
+                actual=stat.filemode(st.st_mode),
+            )
         if st.st_size > MAX_MANIFEST_BYTES:
-            raise ManifestError(f"the manifest is {st.st_size} bytes, more than {MAX_MANIFEST_BYTES}",
-                                source=source, expected=MAX_MANIFEST_BYTES, actual=st.st_size)
+            raise ManifestError(
+                f"the manifest is {st.st_size} bytes, more than {MAX_MANIFEST_BYTES}",
+                source=source,
+                expected=MAX_MANIFEST_BYTES,
+                actual=st.st_size,
+            )
         chunks = []
         while True:
             chunk = os.read(fd, 1 << 16)
@@ -295,46 +324,69 @@ def read_manifest(directory: str) -> tuple[GrowthRule, HashStrategy, list[dict[s
     try:
         doc = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise ManifestError(f"the manifest is not valid JSON ({exc})", source=source, expected="JSON object",
-                            actual=raw[:40]) from None
+        raise ManifestError(
+            f"the manifest is not valid JSON ({exc})", source=source, expected="JSON object", actual=raw[:40]
+        ) from None
     if not isinstance(doc, dict):
-        raise ManifestError("the manifest is not a JSON object", source=source, expected="object",
-                            actual=type(doc).__name__)
+        raise ManifestError(
+            "the manifest is not a JSON object", source=source, expected="object", actual=type(doc).__name__
+        )
     fmt_name = _manifest_field(doc, "format", str, source)
     if fmt_name != MANIFEST_FORMAT:
-        raise ManifestError(f"manifest format is {fmt_name!r}, expected {MANIFEST_FORMAT!r}", source=source,
-                            expected=MANIFEST_FORMAT, actual=fmt_name)
+        raise ManifestError(
+            f"manifest format is {fmt_name!r}, expected {MANIFEST_FORMAT!r}",
+            source=source,
+            expected=MANIFEST_FORMAT,
+            actual=fmt_name,
+        )
     version = _manifest_field(doc, "version", int, source)
     if version != MANIFEST_VERSION:
-        raise ManifestError(f"manifest version is {version}, expected {MANIFEST_VERSION}", source=source,
-                            expected=MANIFEST_VERSION, actual=version)
+        raise ManifestError(
+            f"manifest version is {version}, expected {MANIFEST_VERSION}",
+            source=source,
+            expected=MANIFEST_VERSION,
+            actual=version,
+        )
     strategy_name = _manifest_field(doc, "strategy", str, source)
     strategy = get_strategy(strategy_name, source=source)
     try:
         capacity, fp_rate, growth, tightening = check_params(
-            _manifest_field(doc, "capacity", int, source), _manifest_field(doc, "fp_rate", (int, float), source),
+            _manifest_field(doc, "capacity", int, source),
+            _manifest_field(doc, "fp_rate", (int, float), source),
             _manifest_field(doc, "growth", (int, float), source),
-            _manifest_field(doc, "tightening", (int, float), source))
+            _manifest_field(doc, "tightening", (int, float), source),
+        )
     except ConfigError as exc:
-        raise ManifestError(f"invalid parameters: {exc}", source=source, expected="valid parameters",
-                            actual=str(exc)) from None
+        raise ManifestError(
+            f"invalid parameters: {exc}", source=source, expected="valid parameters", actual=str(exc)
+        ) from None
     rule = GrowthRule(capacity, fp_rate, growth, tightening, strategy_name)
     layers = _manifest_field(doc, "layers", list, source)
     for i, entry in enumerate(layers):
         if not isinstance(entry, dict):
-            raise ManifestError(f"layer entry {i} is not an object", source=source, expected="object",
-                                actual=entry)
+            raise ManifestError(f"layer entry {i} is not an object", source=source, expected="object", actual=entry)
         try:
             want = rule.layer_entry(i, strategy)
         except ConfigError as exc:
             raise ManifestError(f"layer {i} cannot exist: {exc}", source=source, expected=None, actual=entry) from None
         for key, value in want.items():
             got = entry.get(key)
-            same = (isinstance(got, (int, float)) and not isinstance(got, bool)
-                    and math.isclose(got, value, rel_tol=1e-12)) if key == "fp_rate" else got == value
+            same = (
+                (
+                    isinstance(got, (int, float))
+                    and not isinstance(got, bool)
+                    and math.isclose(got, value, rel_tol=1e-12)
+                )
+                if key == "fp_rate"
+                else got == value
+            )
             if not same:
-                raise ManifestError(f"layer {i}: {key} is {got!r}, expected {value!r} from the growth rule",
-                                    source=source, expected=value, actual=got)
+                raise ManifestError(
+                    f"layer {i}: {key} is {got!r}, expected {value!r} from the growth rule",
+                    source=source,
+                    expected=value,
+                    actual=got,
+                )
     return rule, strategy, layers
 
 
@@ -350,21 +402,29 @@ def check_lock_image(head: bytes, size: int, source: str) -> int:
 
     Raises ManifestError: wrong length, magic, version, reserved word, or a count of 0."""
     if size != LOCK_SIZE or len(head) != LOCK_SIZE:
-        raise ManifestError(f"lock file is {size} bytes, expected {LOCK_SIZE}", source=source,
-                            expected=LOCK_SIZE, actual=size)
+        raise ManifestError(
+            f"lock file is {size} bytes, expected {LOCK_SIZE}", source=source, expected=LOCK_SIZE, actual=size
+        )
     magic, version, count, reserved = LOCK.unpack(head)
     if magic != LOCK_MAGIC:
-        raise ManifestError(f"lock file magic is {magic!r}, expected {LOCK_MAGIC!r}", source=source,
-                            expected=LOCK_MAGIC, actual=magic)
+        raise ManifestError(
+            f"lock file magic is {magic!r}, expected {LOCK_MAGIC!r}", source=source, expected=LOCK_MAGIC, actual=magic
+        )
     if version != LOCK_VERSION:
-        raise ManifestError(f"lock file version is {version}, expected {LOCK_VERSION}", source=source,
-                            expected=LOCK_VERSION, actual=version)
+        raise ManifestError(
+            f"lock file version is {version}, expected {LOCK_VERSION}",
+            source=source,
+            expected=LOCK_VERSION,
+            actual=version,
+        )
     if reserved != 0:
-        raise ManifestError(f"lock file reserved word is {reserved}, expected 0", source=source, expected=0,
-                            actual=reserved)
+        raise ManifestError(
+            f"lock file reserved word is {reserved}, expected 0", source=source, expected=0, actual=reserved
+        )
     if count < 1:
-        raise ManifestError(f"committed layer count is {count}, expected at least 1", source=source,
-                            expected=">= 1", actual=count)
+        raise ManifestError(
+            f"committed layer count is {count}, expected at least 1", source=source, expected=">= 1", actual=count
+        )
     return int(count)
 
 
@@ -379,12 +439,17 @@ def read_count(fd: int, source: str) -> int:
     raw = os.pread(fd, 4, COUNT_OFFSET)
     if len(raw) != 4:
         size = os.fstat(fd).st_size
-        raise ManifestError(f"lock file is {size} bytes, expected {LOCK_SIZE} (truncated under the open handle)",
-                            source=source, expected=LOCK_SIZE, actual=size)
+        raise ManifestError(
+            f"lock file is {size} bytes, expected {LOCK_SIZE} (truncated under the open handle)",
+            source=source,
+            expected=LOCK_SIZE,
+            actual=size,
+        )
     (count,) = _COUNT.unpack(raw)
     if count < 1:
-        raise ManifestError(f"committed layer count is {count}, expected at least 1", source=source,
-                            expected=">= 1", actual=count)
+        raise ManifestError(
+            f"committed layer count is {count}, expected at least 1", source=source, expected=">= 1", actual=count
+        )
     return int(count)
 
 
@@ -413,11 +478,19 @@ def validate_directory(directory: str, rule: GrowthRule, count: int) -> list[dic
     got, _, entries = read_manifest(directory)
     source = os.path.join(directory, MANIFEST_NAME)
     if got != rule:
-        raise ManifestError(f"the manifest's parameters changed under the handle: {got} != {rule}",
-                            source=source, expected=rule, actual=got)
+        raise ManifestError(
+            f"the manifest's parameters changed under the handle: {got} != {rule}",
+            source=source,
+            expected=rule,
+            actual=got,
+        )
     if len(entries) < count:
-        raise ManifestError(f"the manifest lists {len(entries)} layers, the lock file commits {count}",
-                            source=source, expected=count, actual=len(entries))
+        raise ManifestError(
+            f"the manifest lists {len(entries)} layers, the lock file commits {count}",
+            source=source,
+            expected=count,
+            actual=len(entries),
+        )
     return entries
 
 
@@ -427,5 +500,6 @@ def check_layer_shape(rule: GrowthRule, strategy: HashStrategy, i: int, config: 
     diff = rule.layer_config(i, strategy).difference(config)
     if diff is not None:
         field, want, got = diff
-        raise LayerMismatchError(f"layer {i} has {field} {got!r}, the manifest says {want!r}",
-                                 source=path, expected=want, actual=got)
+        raise LayerMismatchError(
+            f"layer {i} has {field} {got!r}, the manifest says {want!r}", source=path, expected=want, actual=got
+        )

@@ -190,8 +190,9 @@ class BloomDupeFilter(BaseDupeFilter):
             chosen = get_strategy(strategy, source="MMAPBLOOM_DUPEFILTER_STRATEGY") if strategy else None
             config = BloomConfig.for_items(capacity, fp_rate, chosen)
         except ConfigError as exc:
-            raise ConfigError(f"MMAPBLOOM_DUPEFILTER_CAPACITY={capacity!r}, MMAPBLOOM_DUPEFILTER_FP_RATE={fp_rate!r}:"
-                              f" {exc}") from exc
+            raise ConfigError(
+                f"MMAPBLOOM_DUPEFILTER_CAPACITY={capacity!r}, MMAPBLOOM_DUPEFILTER_FP_RATE={fp_rate!r}: {exc}"
+            ) from exc
         self._tempdir: Optional[str] = None
         if path is None:
             self._tempdir = tempfile.mkdtemp(prefix="mmapbloom-scrapy-")
@@ -210,8 +211,15 @@ class BloomDupeFilter(BaseDupeFilter):
                 " MMAPBLOOM_DUPEFILTER_STRATEGY=%(strategy)r) give %(expected)r: set them as when the file"
                 " was made, or set MMAPBLOOM_DUPEFILTER_REUSE=False to start from an empty filter, or"
                 " use another MMAPBLOOM_DUPEFILTER_PATH",
-                {"path": exc.path, "field": exc.field, "actual": exc.actual, "expected": exc.expected,
-                 "capacity": capacity, "fp_rate": fp_rate, "strategy": strategy},
+                {
+                    "path": exc.path,
+                    "field": exc.field,
+                    "actual": exc.actual,
+                    "expected": exc.expected,
+                    "capacity": capacity,
+                    "fp_rate": fp_rate,
+                    "strategy": strategy,
+                },
             )
             self._remove_tempdir()
             raise
@@ -222,8 +230,14 @@ class BloomDupeFilter(BaseDupeFilter):
         self.logger.info(
             "Duplicate filter: %(path)s (%(mib).1f MiB, %(m)d bits, %(k)d hashes, %(strategy)s,"
             " %(items)d requests already seen)",
-            {"path": path, "mib": self.filter.size_bytes / 2**20, "m": self.filter.num_bits,
-             "k": self.filter.num_hashes, "strategy": self.filter.strategy.name, "items": self.filter.items_added},
+            {
+                "path": path,
+                "mib": self.filter.size_bytes / 2**20,
+                "m": self.filter.num_bits,
+                "k": self.filter.num_hashes,
+                "strategy": self.filter.strategy.name,
+                "items": self.filter.items_added,
+            },
         )
 
     @classmethod
@@ -273,8 +287,12 @@ class BloomDupeFilter(BaseDupeFilter):
             self.logger.info(
                 "Duplicate filter closed (%(reason)s): %(path)s holds about %(items)d requests,"
                 " expected false-positive rate now %(fp).3g",
-                {"reason": reason, "path": self.path, "items": self.filter.items_added,
-                 "fp": self.filter.expected_fp_rate()},
+                {
+                    "reason": reason,
+                    "path": self.path,
+                    "items": self.filter.items_added,
+                    "fp": self.filter.expected_fp_rate(),
+                },
             )
             self.filter.close()
         self._remove_tempdir()

@@ -146,7 +146,9 @@ def classic_size(capacity: int, fp_rate: float) -> tuple[int, int]:
         m_float = math.inf
     if not m_float < MAX_NUM_BITS:
         need = f"{m_float:.4g} bits" if math.isfinite(m_float) else "more bits than a float can count"
-        raise ConfigError(f"capacity {_show(n)} at fp_rate {p} needs {need}, more than the maximum {MAX_NUM_BITS:,} bits")
+        raise ConfigError(
+            f"capacity {_show(n)} at fp_rate {p} needs {need}, more than the maximum {MAX_NUM_BITS:,} bits"
+        )
     m = math.ceil(m_float)
     k = max(1, round(m / n * math.log(2)))
     if k == 1:
@@ -198,8 +200,9 @@ def blocked_size(capacity: int, fp_rate: float, block_bits: int) -> tuple[int, i
         # The classic optimum k0 = (s / lam) ln 2 overshoots when few items share a block
         # (the Poisson tail dominates), so every k from 1 to a little past it is tried.
         k0 = max(1, round(block_bits / lam * math.log(2)))
-        return min((blocked_fp_rate(capacity, blocks * block_bits, k, block_bits), k)
-                   for k in range(1, min(k0 + 12, 128) + 1))
+        return min(
+            (blocked_fp_rate(capacity, blocks * block_bits, k, block_bits), k) for k in range(1, min(k0 + 12, 128) + 1)
+        )
 
     lo = max(1, -(-m0 // block_bits))
     hi = lo
@@ -207,8 +210,10 @@ def blocked_size(capacity: int, fp_rate: float, block_bits: int) -> tuple[int, i
         lo = hi + 1
         hi *= 2
         if hi * block_bits > MAX_NUM_BITS:
-            raise ConfigError(f"capacity {capacity} at fp_rate {fp_rate} needs more than {MAX_NUM_BITS} bits "
-                              f"with {block_bits}-bit blocks")
+            raise ConfigError(
+                f"capacity {capacity} at fp_rate {fp_rate} needs more than {MAX_NUM_BITS} bits "
+                f"with {block_bits}-bit blocks"
+            )
     while lo < hi:
         mid = (lo + hi) // 2
         if best(mid)[0] <= fp_rate:

@@ -292,7 +292,10 @@ class FileStorage(Storage):
             raise LengthMismatchError(
                 f"truncated under the open handle: {mapped} bytes are mapped but the file now has {size} "
                 "(another program truncated it; reading the missing pages would raise SIGBUS)",
-                source=self.path or "", expected=mapped, actual=size)
+                source=self.path or "",
+                expected=mapped,
+                actual=size,
+            )
 
     def flush(self) -> None:
         if self.closed:
@@ -349,7 +352,7 @@ def file_system_type(fd: int) -> Optional[str]:
             for raw in table:
                 fields = raw.split()
                 if len(fields) > 2 and fields[2].decode() == dev and b"-" in fields:
-                    after = fields[fields.index(b"-") + 1:]
+                    after = fields[fields.index(b"-") + 1 :]
                     if after:
                         return after[0].decode(errors="replace")
     except OSError:
@@ -391,9 +394,11 @@ def check_backing(fd: int, path: str, size: int, *, readonly: bool) -> None:
     free = _free_bytes(fd)
     if missing <= free:
         return
-    message = (f"{path}: sparse filter on {fstype}, which allocates memory for a hole even when it is "
-               f"only read through the mapping: {missing:,} bytes of holes need backing but only {free:,} "
-               f"bytes are free; using it would end in SIGBUS. Copy it to a disk file system or make room")
+    message = (
+        f"{path}: sparse filter on {fstype}, which allocates memory for a hole even when it is "
+        f"only read through the mapping: {missing:,} bytes of holes need backing but only {free:,} "
+        f"bytes are free; using it would end in SIGBUS. Copy it to a disk file system or make room"
+    )
     if readonly:
         warnings.warn(message, SparseFileWarning, stacklevel=4)
         return
@@ -417,17 +422,30 @@ def check_space(fd: int, path: str, size: int, *, sparse: bool) -> None:
     if size <= free:
         return
     if not sparse:
-        raise NoSpaceError(f"{path}: not enough space for a filter of {size:,} bytes ({_human(size)}): "
-                           f"only {free:,} bytes ({_human(free)}) are free on its file system",
-                           path=path, needed=size, available=free)
+        raise NoSpaceError(
+            f"{path}: not enough space for a filter of {size:,} bytes ({_human(size)}): "
+            f"only {free:,} bytes ({_human(free)}) are free on its file system",
+            path=path,
+            needed=size,
+            available=free,
+        )
     fstype = file_system_type(fd)
     if fstype in ALLOCATE_ON_READ:
-        raise NoSpaceError(f"{path}: a sparse filter of {size:,} bytes does not fit on {fstype}, which allocates "
-                           f"memory for a hole even when it is only read through the mapping: only {free:,} bytes "
-                           "are free; using it would end in SIGBUS", path=path, needed=size, available=free)
-    warnings.warn(f"{path}: sparse filter of {size:,} bytes ({_human(size)}) is larger than the {free:,} bytes "
-                  f"({_human(free)}) free on its file system: a write into a hole once the disk is full kills "
-                  "the writer with SIGBUS", SparseFileWarning, stacklevel=4)
+        raise NoSpaceError(
+            f"{path}: a sparse filter of {size:,} bytes does not fit on {fstype}, which allocates "
+            f"memory for a hole even when it is only read through the mapping: only {free:,} bytes "
+            "are free; using it would end in SIGBUS",
+            path=path,
+            needed=size,
+            available=free,
+        )
+    warnings.warn(
+        f"{path}: sparse filter of {size:,} bytes ({_human(size)}) is larger than the {free:,} bytes "
+        f"({_human(free)}) free on its file system: a write into a hole once the disk is full kills "
+        "the writer with SIGBUS",
+        SparseFileWarning,
+        stacklevel=4,
+    )
 
 
 def _human(n: float) -> str:
@@ -557,8 +575,10 @@ def remove_stale_temporaries(directory: str) -> list[str]:
             continue
         path = os.path.join(directory, entry.name)
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-                         | getattr(os, "O_CLOEXEC", 0))
+            fd = os.open(
+                path,
+                os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0),
+            )
         except OSError:
             continue  # a symlink (ELOOP), gone already, or not ours to open
         try:
@@ -652,8 +672,9 @@ def _about_destination(exc: OSError, tmp: str, dest: str, directory: str) -> OSE
             detail = "; no free inode" if vfs.f_files and not vfs.f_favail else f"; {free:,} bytes free"
         except OSError:  # pragma: no cover
             pass
-        return NoSpaceError(f"{dest}: {exc.strerror or 'No space left on device'} (while writing it{detail})",
-                            path=dest, available=free)
+        return NoSpaceError(
+            f"{dest}: {exc.strerror or 'No space left on device'} (while writing it{detail})", path=dest, available=free
+        )
     if exc.filename not in (None, tmp) or exc.filename2 not in (None, tmp, dest):
         return exc
     if exc.filename is None and exc.filename2 is None:
@@ -667,8 +688,15 @@ def _about_destination(exc: OSError, tmp: str, dest: str, directory: str) -> OSE
     return type(exc)(exc.errno, f"{exc.strerror} (creating a file in {directory})", dest)
 
 
-def create_file(path: Union[str, "os.PathLike[str]"], header: bytes, size: int, *, sparse: bool, replace: bool,
-                mode: int = DEFAULT_FILE_MODE) -> tuple[int, str]:
+def create_file(
+    path: Union[str, "os.PathLike[str]"],
+    header: bytes,
+    size: int,
+    *,
+    sparse: bool,
+    replace: bool,
+    mode: int = DEFAULT_FILE_MODE,
+) -> tuple[int, str]:
     """Create a zero-filled file of ``size`` bytes starting with ``header``, atomically, and
     return ``(fd, absolute path)`` with ``fd`` open read-write on the published file.
 
@@ -692,15 +720,20 @@ def create_file(path: Union[str, "os.PathLike[str]"], header: bytes, size: int, 
             if exc.errno != errno.ENOSPC:
                 raise
             free = _free_bytes(fd)
-            raise NoSpaceError(f"{dest}: no space left for a filter of {size:,} bytes ({_human(size)}): "
-                               f"{free:,} bytes free", path=dest, needed=size, available=free) from None
+            raise NoSpaceError(
+                f"{dest}: no space left for a filter of {size:,} bytes ({_human(size)}): {free:,} bytes free",
+                path=dest,
+                needed=size,
+                available=free,
+            ) from None
         os.pwrite(fd, header, 0)
     return fd, absolute_path(path)
 
 
 @contextlib.contextmanager
-def atomic_file(path: Union[str, os.PathLike[str]], *, replace: bool, mode: int = DEFAULT_FILE_MODE,
-                keep_open: bool = False) -> Iterator[int]:
+def atomic_file(
+    path: Union[str, os.PathLike[str]], *, replace: bool, mode: int = DEFAULT_FILE_MODE, keep_open: bool = False
+) -> Iterator[int]:
     """Build a file under a temporary name and publish it at ``path`` only when complete.
 
     Yields a read-write descriptor of an empty temporary file created exclusively in the

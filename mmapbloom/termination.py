@@ -32,7 +32,8 @@ __all__ = ["TERMINATION_SIGNALS", "TerminationSignal", "exit_status", "run_main"
 
 #: The signals turned into :class:`TerminationSignal` (those present on this platform).
 TERMINATION_SIGNALS: tuple[int, ...] = tuple(
-    getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+    getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
 
 
 class TerminationSignal(KeyboardInterrupt):

@@ -117,8 +117,9 @@ def progress_bar(total: Optional[int], desc: str, enabled: Optional[bool] = None
         enabled = sys.stderr.isatty()
     if not enabled:
         return None
-    return _bar_class()(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, file=sys.stderr,
-                        leave=False)
+    return _bar_class()(
+        total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, file=sys.stderr, leave=False
+    )
 
 
 @functools.lru_cache(maxsize=1)

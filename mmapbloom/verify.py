@@ -54,8 +54,12 @@ def open_filter(path: Union[str, "os.PathLike[str]"], readonly: bool = False) ->
     if os.path.isdir(path):
         names = (MANIFEST_NAME, LOCK_NAME)
         if not any(os.path.lexists(os.path.join(path, name)) for name in names):
-            raise ManifestError(f"a directory, and not a scalable filter's (it has no {' and no '.join(names)})",
-                                source=os.fspath(path), expected=names, actual=None)
+            raise ManifestError(
+                f"a directory, and not a scalable filter's (it has no {' and no '.join(names)})",
+                source=os.fspath(path),
+                expected=names,
+                actual=None,
+            )
         return ScalableBloomFilter.open(path, readonly=readonly)
     return open_any(path, readonly=readonly)
 

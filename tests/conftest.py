@@ -22,8 +22,12 @@ from mmapbloom import BloomConfig, BloomFilter  # noqa: E402  (after the path fi
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--torture", action="store_true", default=False,
-                     help="run the slow reliability trials many more times (also MMAPBLOOM_TORTURE=1)")
+    parser.addoption(
+        "--torture",
+        action="store_true",
+        default=False,
+        help="run the slow reliability trials many more times (also MMAPBLOOM_TORTURE=1)",
+    )
 
 
 @pytest.fixture

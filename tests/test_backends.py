@@ -19,7 +19,9 @@ from mmapbloom import BloomConfig, BloomFilter, CountingBloomFilter, get_strateg
 pytestmark = pytest.mark.filterwarnings("ignore::mmapbloom.OverCapacityWarning", "ignore::mmapbloom.SaturationWarning")
 
 native = kernels.native_module()
-needs_native = pytest.mark.skipif(native is None, reason="the compiled kernel is not in use (MMAPBLOOM_PURE=1 or not built)")
+needs_native = pytest.mark.skipif(
+    native is None, reason="the compiled kernel is not in use (MMAPBLOOM_PURE=1 or not built)"
+)
 
 
 def _pure(f: Any) -> Any:
@@ -31,8 +33,12 @@ def _pure(f: Any) -> Any:
 
 def test_backend_is_reported() -> None:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
-    pure = subprocess.run([sys.executable, "-m", "mmapbloom", "--version"], capture_output=True, text=True,
-                          env={**env, "MMAPBLOOM_PURE": "1"})
+    pure = subprocess.run(
+        [sys.executable, "-m", "mmapbloom", "--version"],
+        capture_output=True,
+        text=True,
+        env={**env, "MMAPBLOOM_PURE": "1"},
+    )
     assert "python backend" in pure.stdout
     assert mmapbloom.BACKEND in ("native", "python")
     if native is not None:
@@ -44,8 +50,13 @@ keys_st = st.lists(st.one_of(st.text(max_size=40), st.binary(max_size=300)), max
 
 @needs_native
 @settings(max_examples=150, deadline=None)
-@given(keys=keys_st, name=st.sampled_from(["M3KM", "M3MX", "M3BL"]), k=st.integers(1, 64),
-       m=st.one_of(st.integers(1, 4000), st.integers(1, 2**20)), width=st.sampled_from([1, 4, 8]))
+@given(
+    keys=keys_st,
+    name=st.sampled_from(["M3KM", "M3MX", "M3BL"]),
+    k=st.integers(1, 64),
+    m=st.one_of(st.integers(1, 4000), st.integers(1, 2**20)),
+    width=st.sampled_from([1, 4, 8]),
+)
 def test_native_and_pure_build_the_same_image(keys: list, name: str, k: int, m: int, width: int) -> None:
     strategy = get_strategy(name)
     if name == "M3BL":
@@ -77,8 +88,10 @@ def test_native_and_pure_agree_above_2_to_33_bits(tmp_path: Path, name: str) -> 
     m = 2**33 + (512 if name == "M3BL" else 17)
     config = BloomConfig(num_bits=m, num_hashes=9, strategy=get_strategy(name))
     keys = [f"k{i}".encode() * (i % 7) for i in range(3000)]
-    with BloomFilter.create(tmp_path / "a", config, sparse=True) as a, \
-            BloomFilter.create(tmp_path / "b", config, sparse=True) as b:
+    with (
+        BloomFilter.create(tmp_path / "a", config, sparse=True) as a,
+        BloomFilter.create(tmp_path / "b", config, sparse=True) as b,
+    ):
         _pure(b)
         assert a.update(keys) == b.update(keys)
         pos = np.unique(config.strategy.positions_many(keys, 9, m).ravel() >> np.uint64(3)).astype(np.int64)

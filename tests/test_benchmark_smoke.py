@@ -26,9 +26,30 @@ def test_benchmark_runs_tiny(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "BENCHMARKS.md"
     chart = tmp_path / "benchmark.png"
     cmd = [
-        sys.executable, "-m", "tools.bench", "--keys", "2000", "--absent", "2000", "--rounds", "1",
-        "--big-keys", "0", "--union-mb", "1", "--open-mb", "1", "--procs", "2,4", "--profile",
-        "--workdir", str(tmp_path / "work"), "--out", str(out), "--chart", str(chart),
+        sys.executable,
+        "-m",
+        "tools.bench",
+        "--keys",
+        "2000",
+        "--absent",
+        "2000",
+        "--rounds",
+        "1",
+        "--big-keys",
+        "0",
+        "--union-mb",
+        "1",
+        "--open-mb",
+        "1",
+        "--procs",
+        "2,4",
+        "--profile",
+        "--workdir",
+        str(tmp_path / "work"),
+        "--out",
+        str(out),
+        "--chart",
+        str(chart),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -66,15 +87,33 @@ def test_benchmark_runs_tiny(tmp_path: pathlib.Path) -> None:
 
 
 def test_old_commands_and_counting_mode(tmp_path: pathlib.Path) -> None:
-    helped = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "benchmark.py"), "--help"],
-                            capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
+    helped = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "tools", "benchmark.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(tmp_path),
+    )
     assert helped.returncode == 0, helped.stderr
     assert helped.stdout.startswith("usage: benchmark.py") and "--strategies" in helped.stdout
 
     default = mmapbloom.DEFAULT_STRATEGY.name
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench_counting.py"), "--keys", "500",
-                           "--rounds", "1", "--strategies", f"{default},ZZZZ"],
-                          capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "tools", "bench_counting.py"),
+            "--keys",
+            "500",
+            "--rounds",
+            "1",
+            "--strategies",
+            f"{default},ZZZZ",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(tmp_path),
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "## Counting filters: 500 keys" in proc.stdout
     for row in (f"| BloomFilter {default} |", f"| Counting 4-bit {default} |", f"| Counting 8-bit {default} |"):

@@ -14,21 +14,29 @@ from mmapbloom import BloomConfig, BloomFilter
 from tests.conftest import ROOT, run_on_terminal
 
 # One BLAS thread: numpy's import then costs a third less CPU in each of the many processes.
-ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-       "OPENBLAS_NUM_THREADS": "1"}
+ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), "OPENBLAS_NUM_THREADS": "1"}
 
 
 def run(*args: str, stdin: bytes = b"", cwd: str | None = None) -> subprocess.CompletedProcess[bytes]:
     """``python -m mmapbloom ARGS`` in a subprocess (stderr is a pipe, not a terminal)."""
-    return subprocess.run([sys.executable, "-m", "mmapbloom", *args], input=stdin, capture_output=True,
-                          timeout=120, env=ENV, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "mmapbloom", *args], input=stdin, capture_output=True, timeout=120, env=ENV, cwd=cwd
+    )
 
 
 def run_all(*calls: tuple[list[str], bytes]) -> list[subprocess.CompletedProcess[bytes]]:
     """Run several independent ``python -m mmapbloom`` commands concurrently (each a real
     process); return their results in order."""
-    procs = [subprocess.Popen([sys.executable, "-m", "mmapbloom", *args], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV) for args, _ in calls]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "mmapbloom", *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=ENV,
+        )
+        for args, _ in calls
+    ]
     results = []
     for proc, (_args, stdin) in zip(procs, calls):
         out, err = proc.communicate(stdin, timeout=120)
@@ -62,16 +70,25 @@ def items_in(path: str, items: list[bytes]) -> list[bool]:
 
 # -- plan --------------------------------------------------------------------------------
 def test_plan_golden_table_and_human_numbers() -> None:
-    proc, text, big = run_all((["plan", "-n", "1_000", "1e6", "-p", "1%", "0.1%", "--json"], b""),
-                              (["plan", "-n", "1M", "-n", "1000", "-p", "0.01"], b""),
-                              (["plan", "-n", "50M", "10k", "-p", "1%"], b""))
+    proc, text, big = run_all(
+        (["plan", "-n", "1_000", "1e6", "-p", "1%", "0.1%", "--json"], b""),
+        (["plan", "-n", "1M", "-n", "1000", "-p", "0.01"], b""),
+        (["plan", "-n", "50M", "10k", "-p", "1%"], b""),
+    )
     assert proc.returncode == 0, proc.stderr
     rows = {(r["n"], r["p"]): r for r in json.loads(proc.stdout)}
     assert len(rows) == 4
-    assert (rows[1000, 0.01]["num_bits"], rows[1000, 0.01]["num_hashes"], rows[1000, 0.01]["size_human"]) == (9586, 7, "1.2 KB")
+    assert (rows[1000, 0.01]["num_bits"], rows[1000, 0.01]["num_hashes"], rows[1000, 0.01]["size_human"]) == (
+        9586,
+        7,
+        "1.2 KB",
+    )
     assert (rows[10**6, 0.01]["num_bits"], rows[10**6, 0.01]["size_human"]) == (9_585_059, "1.2 MB")
-    assert (rows[10**6, 0.001]["num_bits"], rows[10**6, 0.001]["num_hashes"], rows[10**6, 0.001]["size_human"]) == \
-        (14_377_588, 10, "1.8 MB")
+    assert (rows[10**6, 0.001]["num_bits"], rows[10**6, 0.001]["num_hashes"], rows[10**6, 0.001]["size_human"]) == (
+        14_377_588,
+        10,
+        "1.8 MB",
+    )
     assert rows[1000, 0.01]["size_bytes"] == 24 + (9586 + 7) // 8
     assert rows[1000, 0.01]["expected_fp_rate"] == pytest.approx(0.01, rel=0.01)
     assert rows[1000, 0.01]["bits_per_item"] == pytest.approx(9.586)
@@ -138,8 +155,9 @@ def test_create_bad_usage(tmp_path) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_create_in_missing_directory_is_exit_2(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    assert_one_line_error(run("create", str(tmp_path / "no" / "x.blm"), "-n", "10", "-p", "1%"),
-                          "No such file or directory")
+    assert_one_line_error(
+        run("create", str(tmp_path / "no" / "x.blm"), "-n", "10", "-p", "1%"), "No such file or directory"
+    )
 
 
 # -- add and check: framing --------------------------------------------------------------
@@ -244,8 +262,27 @@ def test_add_takes_the_lock_once_per_chunk(tmp_path) -> None:  # type: ignore[no
     src = tmp_path / "many.txt"
     src.write_bytes(b"".join(b"line-%d\n" % i for i in range(200_000)))
     log = tmp_path / "strace.log"
-    proc = subprocess.run(["strace", "-f", "-qq", "-e", "trace=flock", "-o", str(log), sys.executable, "-m",
-                           "mmapbloom", "add", "-q", filt, str(src)], capture_output=True, timeout=300, env=ENV)
+    proc = subprocess.run(
+        [
+            "strace",
+            "-f",
+            "-qq",
+            "-e",
+            "trace=flock",
+            "-o",
+            str(log),
+            sys.executable,
+            "-m",
+            "mmapbloom",
+            "add",
+            "-q",
+            filt,
+            str(src),
+        ],
+        capture_output=True,
+        timeout=300,
+        env=ENV,
+    )
     if proc.returncode != 0 and b"ptrace" in proc.stderr:
         pytest.skip(f"strace cannot trace here: {proc.stderr.decode().strip()}")
     assert proc.returncode == 0, proc.stderr
@@ -267,8 +304,12 @@ def test_check_into_a_closed_pipe_exits_quietly(filt: str, tmp_path) -> None:  #
     src = tmp_path / "many.txt"
     src.write_bytes(b"".join(b"line-%d\n" % i for i in range(100_000)))  # > a pipe buffer of output
     assert run("add", "-q", filt, str(src)).returncode == 0
-    proc = subprocess.Popen([sys.executable, "-m", "mmapbloom", "check", filt, str(src)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mmapbloom", "check", filt, str(src)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=ENV,
+    )
     assert proc.stdout is not None and proc.stderr is not None
     assert proc.stdout.readline() == b"line-0\n"
     proc.stdout.close()  # like `| head -1`
@@ -366,8 +407,14 @@ def test_verify_good_and_each_kind_of_damage(tmp_path) -> None:  # type: ignore[
 def test_damaged_or_missing_file_is_exit_2_without_traceback(tmp_path) -> None:  # type: ignore[no-untyped-def]
     path, words = damaged_files(tmp_path)["truncated"]
     missing = str(tmp_path / "nope.blm")
-    calls = [(["info", path], b""), (["add", path], b"x\n"), (["check", path], b"x\n"),
-             (["info", missing], b""), (["add", missing], b"x\n"), (["check", str(tmp_path)], b"x\n")]
+    calls = [
+        (["info", path], b""),
+        (["add", path], b"x\n"),
+        (["check", path], b"x\n"),
+        (["info", missing], b""),
+        (["add", missing], b"x\n"),
+        (["check", str(tmp_path)], b"x\n"),
+    ]
     info, add, check, info_missing, add_missing, check_dir = run_all(*calls)
     for proc in (info, add, check):
         assert_one_line_error(proc, words, path)
@@ -388,12 +435,25 @@ def test_merge_subcommand_and_tools_script_agree(tmp_path) -> None:  # type: ign
     a = run("merge", str(tmp_path / "a.blm"), *shards)
     assert a.returncode == 0, a.stderr
     assert "merged 3 shards (OR)" in a.stderr.decode() and "GB/s" in a.stderr.decode()
-    tool = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "merge_shards.py"), str(tmp_path / "b.blm"),
-                           str(tmp_path / "s*.blm")], capture_output=True, timeout=120, env=ENV)
+    tool = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "tools", "merge_shards.py"),
+            str(tmp_path / "b.blm"),
+            str(tmp_path / "s*.blm"),
+        ],
+        capture_output=True,
+        timeout=120,
+        env=ENV,
+    )
     assert tool.returncode == 0, tool.stderr
     assert (tmp_path / "a.blm").read_bytes() == (tmp_path / "b.blm").read_bytes()
-    bad = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "merge_shards.py"), str(tmp_path / "c.blm")],
-                         capture_output=True, timeout=120, env=ENV)
+    bad = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "tools", "merge_shards.py"), str(tmp_path / "c.blm")],
+        capture_output=True,
+        timeout=120,
+        env=ENV,
+    )
     assert_one_line_error(bad, "merge_shards.py: error:")
 
 

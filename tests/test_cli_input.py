@@ -17,14 +17,14 @@ from mmapbloom import BloomFilter, open_filter
 from mmapbloom import cli
 from tests.conftest import ROOT
 
-ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-       "OPENBLAS_NUM_THREADS": "1"}
+ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), "OPENBLAS_NUM_THREADS": "1"}
 
 
 def run(*args: str | bytes, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
     """``python -m mmapbloom ARGS`` in a real subprocess."""
-    return subprocess.run([sys.executable, "-m", "mmapbloom", *args], input=stdin, capture_output=True,
-                          timeout=120, env=ENV)
+    return subprocess.run(
+        [sys.executable, "-m", "mmapbloom", *args], input=stdin, capture_output=True, timeout=120, env=ENV
+    )
 
 
 class Pieces(io.RawIOBase):
@@ -37,7 +37,7 @@ class Pieces(io.RawIOBase):
     def read1(self, n: int = -1) -> bytes:
         size = min(n, self._sizes[self._i % len(self._sizes)])
         self._i += 1
-        out = self._data[self._pos:self._pos + size]
+        out = self._data[self._pos : self._pos + size]
         self._pos += len(out)
         return out
 
@@ -62,9 +62,13 @@ def reference(data: bytes, null: bool) -> list[bytes]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(data=st.lists(st.sampled_from([b"a", b"bc", b"\n", b"\r", b"\r\n", b"\0", b"\xff", b""]), max_size=60)
-       .map(b"".join),
-       null=st.booleans(), sizes=st.lists(st.integers(1, 7), min_size=1, max_size=5))
+@given(
+    data=st.lists(st.sampled_from([b"a", b"bc", b"\n", b"\r", b"\r\n", b"\0", b"\xff", b""]), max_size=60).map(
+        b"".join
+    ),
+    null=st.booleans(),
+    sizes=st.lists(st.integers(1, 7), min_size=1, max_size=5),
+)
 def test_framing_does_not_depend_on_where_reads_end(data: bytes, null: bool, sizes: list[int]) -> None:
     items, consumed = frame(data, null, sizes)
     assert items == reference(data, null)
@@ -74,8 +78,10 @@ def test_framing_does_not_depend_on_where_reads_end(data: bytes, null: bool, siz
 def test_items_longer_than_a_read_block(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setattr(cli, "READ_BYTES", 64)
     rng = random.Random(7)
-    long_items = [bytes(rng.getrandbits(8) | 1 for _ in range(n)).replace(b"\n", b"x").replace(b"\r", b"y")
-                  for n in (0, 63, 64, 65, 640, 6401)]
+    long_items = [
+        bytes(rng.getrandbits(8) | 1 for _ in range(n)).replace(b"\n", b"x").replace(b"\r", b"y")
+        for n in (0, 63, 64, 65, 640, 6401)
+    ]
     data = b"".join(item + (b"\r\n" if i % 2 else b"\n") for i, item in enumerate(long_items)) + b"tail" * 100
     items, consumed = frame(data, False, [64])
     assert items == long_items + [b"tail" * 100]
@@ -137,8 +143,9 @@ def test_add_with_a_directory_among_the_inputs_adds_nothing(tmp_path) -> None:  
 def test_add_with_a_missing_input_after_stdin_reads_nothing(tmp_path) -> None:  # type: ignore[no-untyped-def]
     filt = make_filter(tmp_path)
     stdin = b"".join(b"%d\n" % i for i in range(1, 1001))
-    one_line_error(run("add", filt, "-", str(tmp_path / "nonexistent"), stdin=stdin),
-                   "nonexistent: No such file or directory")
+    one_line_error(
+        run("add", filt, "-", str(tmp_path / "nonexistent"), stdin=stdin), "nonexistent: No such file or directory"
+    )
     assert items_added(filt) == 0
     # check refuses the same way, before printing any answer
     proc = run("check", filt, "-", str(tmp_path / "nonexistent"), stdin=stdin)
@@ -166,9 +173,12 @@ def test_add_failing_while_reading_reports_what_it_committed(tmp_path) -> None: 
     filt = make_filter(tmp_path)
     a = tmp_path / "a.txt"
     a.write_bytes(b"".join(b"%d\n" % i for i in range(100_000)))
-    err = one_line_error(run("add", filt, str(a), "/proc/self/mem"),
-                         "Input/output error", f"the first 65,536 items were committed to {filt}",
-                         "the rest were not added")
+    err = one_line_error(
+        run("add", filt, str(a), "/proc/self/mem"),
+        "Input/output error",
+        f"the first 65,536 items were committed to {filt}",
+        "the rest were not added",
+    )
     assert err.startswith("mmapbloom: error: /proc/self/mem")
     assert items_added(filt) == 65_536
     with BloomFilter.open(filt, readonly=True) as f:
@@ -193,8 +203,9 @@ def test_add_to_a_scalable_filter_that_cannot_grow_reports_what_it_committed(tmp
 # -- keys on the command line ------------------------------------------------------------------
 def test_keys_on_the_command_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
     filt = make_filter(tmp_path)
-    proc = run("add", filt, "--key", "https://example.org/a", "--key", "", "--key", b"\xff not utf-8",
-               "--key", " spaced\r")
+    proc = run(
+        "add", filt, "--key", "https://example.org/a", "--key", "", "--key", b"\xff not utf-8", "--key", " spaced\r"
+    )
     assert proc.returncode == 0, proc.stderr
     assert "added 4 items from 4 keys" in proc.stderr.decode()
     with BloomFilter.open(filt, readonly=True) as f:

@@ -38,8 +38,12 @@ def _pure(f: Any) -> Any:
     return f
 
 
-MAKERS: list[Callable[[], Any]] = [lambda: BloomFilter(CFG), lambda: _pure(BloomFilter(CFG)),
-                                   lambda: CountingBloomFilter(CFG), lambda: _pure(CountingBloomFilter(CFG))]
+MAKERS: list[Callable[[], Any]] = [
+    lambda: BloomFilter(CFG),
+    lambda: _pure(BloomFilter(CFG)),
+    lambda: CountingBloomFilter(CFG),
+    lambda: _pure(CountingBloomFilter(CFG)),
+]
 
 
 def check_same_as_list(batch: Any, values: list[Any], make: Callable[[], Any]) -> None:
@@ -91,8 +95,13 @@ def test_int_widths_are_one_key() -> None:
 @pytest.mark.parametrize("make", MAKERS)
 def test_numpy_text_arrays_equal_their_tolist(make: Callable[[], Any]) -> None:
     words = ["a", "", "héllo", "trailing\x00", "x" * 40]
-    for arr in (np.array(words), np.array([w.encode() for w in words]), np.array(words, dtype=object),
-                np.array(words, dtype=np.dtypes.StringDType()), np.array(words)[::2]):
+    for arr in (
+        np.array(words),
+        np.array([w.encode() for w in words]),
+        np.array(words, dtype=object),
+        np.array(words, dtype=np.dtypes.StringDType()),
+        np.array(words)[::2],
+    ):
         check_same_as_list(arr, arr.tolist(), make)
 
 
@@ -108,8 +117,11 @@ def test_numpy_masked_array_is_its_tolist() -> None:
 
 def test_numpy_refused_dtypes() -> None:
     f = BloomFilter(CFG)
-    for arr, text in ((np.array([1.5]), "dtype float64"), (np.array([True]), "dtype bool"),
-                      (np.zeros((2, 2), dtype=np.int64), "1-dimensional")):
+    for arr, text in (
+        (np.array([1.5]), "dtype float64"),
+        (np.array([True]), "dtype bool"),
+        (np.zeros((2, 2), dtype=np.int64), "1-dimensional"),
+    ):
         with pytest.raises(TypeError, match=text):
             f.update(arr)
         with pytest.raises(TypeError, match=text):
@@ -117,6 +129,7 @@ def test_numpy_refused_dtypes() -> None:
 
 
 # ---- Arrow producers ------------------------------------------------------------------------
+
 
 def _producers(values: list[Optional[str]]) -> dict[str, Any]:
     """Every producer of the same string column (None = null)."""
@@ -135,8 +148,11 @@ def _producers(values: list[Optional[str]]) -> dict[str, Any]:
         "chunked": pa.chunked_array([values[:half], values[half:]], pa.string()),
         "record_batches": pa.RecordBatchReader.from_batches(
             pa.schema([("k", pa.string())]),
-            [pa.record_batch([pa.array(values[:half], pa.string())], names=["k"]),
-             pa.record_batch([pa.array(values[half:], pa.string())], names=["k"])]),
+            [
+                pa.record_batch([pa.array(values[:half], pa.string())], names=["k"]),
+                pa.record_batch([pa.array(values[half:], pa.string())], names=["k"]),
+            ],
+        ),
         "polars": pl.Series(values, dtype=pl.String),
         "polars_categorical": pl.Series(values, dtype=pl.Categorical),
         "pandas_str": pd.Series(values, dtype="str"),
@@ -182,10 +198,13 @@ ints = st.lists(st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)), min_size
 @given(values=ints, dtype=st.sampled_from(["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]))
 def test_arrow_int_columns_equal_the_list(values: list[Optional[int]], dtype: str) -> None:
     info = np.iinfo(dtype)
-    values = [None if v is None else int(info.min) + (v - int(info.min)) % (int(info.max) - int(info.min) + 1)
-              for v in values]
-    batches = [pa.array(values, getattr(pa, dtype)()), pl.Series(values, dtype=getattr(pl, dtype.capitalize()
-                                                                                         .replace("Uint", "UInt")))]
+    values = [
+        None if v is None else int(info.min) + (v - int(info.min)) % (int(info.max) - int(info.min) + 1) for v in values
+    ]
+    batches = [
+        pa.array(values, getattr(pa, dtype)()),
+        pl.Series(values, dtype=getattr(pl, dtype.capitalize().replace("Uint", "UInt"))),
+    ]
     for make in MAKERS:
         for batch in batches:
             check_same_as_list(batch, values, make)
@@ -242,10 +261,14 @@ def test_columns_across_batch_chunks_equal_the_list(kind: Any) -> None:
 def test_refused_arrow_types_and_shapes() -> None:
     for make in MAKERS[:2]:
         f = make()
-        for col, text in ((pa.array([1.5]), "float64"), (pa.array([True]), "bool"),
-                          (pa.array([[1]]), "list"), (pa.array([1.5]).dictionary_encode(), "dictionary of float64"),
-                          (pa.table({"a": [1], "b": ["x"]}), "one column, got 2 columns"),
-                          (pl.DataFrame({"a": [1], "b": ["x"]}), "one column, got 2 columns")):
+        for col, text in (
+            (pa.array([1.5]), "float64"),
+            (pa.array([True]), "bool"),
+            (pa.array([[1]]), "list"),
+            (pa.array([1.5]).dictionary_encode(), "dictionary of float64"),
+            (pa.table({"a": [1], "b": ["x"]}), "one column, got 2 columns"),
+            (pl.DataFrame({"a": [1], "b": ["x"]}), "one column, got 2 columns"),
+        ):
             with pytest.raises(TypeError, match=text):
                 f.contains_many(col)
             with pytest.raises(TypeError, match=text):
@@ -254,6 +277,7 @@ def test_refused_arrow_types_and_shapes() -> None:
 
 
 # ---- no Python object per key; the GIL --------------------------------------------------------
+
 
 @pytest.mark.skipif(native is None, reason="the compiled reader is the columnar path")
 def test_columnar_path_creates_no_python_object_per_key() -> None:

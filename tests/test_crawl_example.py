@@ -78,8 +78,15 @@ def test_skip_list_and_link_normalisation(crawl_example) -> None:  # type: ignor
     assert m.normalise_link(base, "HTTP://127.0.0.1:8080/x.html", origin) == "http://127.0.0.1:8080/x.html"
     assert m.normalise_link(base, "http://localhost:8080/x.html", origin) is None
     assert m.normalise_link(base, "mailto:a@b.c", origin) is None
-    for path in ("idlelib.html", "idlelib.pyshell.html", "turtledemo.__main__.html", "venv.__main__.html",
-                 "this.html", "tkinter.ttk.html", "get?key=antigravity"):
+    for path in (
+        "idlelib.html",
+        "idlelib.pyshell.html",
+        "turtledemo.__main__.html",
+        "venv.__main__.html",
+        "this.html",
+        "tkinter.ttk.html",
+        "get?key=antigravity",
+    ):
         assert m.is_skipped_url("http://127.0.0.1:8080/" + path), path
     for path in ("", "index.html", "os.path.html", "topic?key=ASSERTION", "json.tool.html"):
         assert not m.is_skipped_url("http://127.0.0.1:8080/" + path), path
@@ -93,8 +100,11 @@ def test_doctests_of_the_link_helpers(crawl_example) -> None:  # type: ignore[no
 
 
 def test_example_uses_only_the_public_api() -> None:
-    sources = [SCRIPT] + [os.path.join(ROOT, "examples", "crawler", n)
-                          for n in sorted(os.listdir(os.path.join(ROOT, "examples", "crawler"))) if n.endswith(".py")]
+    sources = [SCRIPT] + [
+        os.path.join(ROOT, "examples", "crawler", n)
+        for n in sorted(os.listdir(os.path.join(ROOT, "examples", "crawler")))
+        if n.endswith(".py")
+    ]
     sources.append(os.path.join(ROOT, "examples", "lsm.py"))
     for path in sources:
         with open(path) as fh:
@@ -103,7 +113,8 @@ def test_example_uses_only_the_public_api() -> None:
 
 
 def test_demo_subcommand_is_gone() -> None:
-    proc = subprocess.run([sys.executable, "-m", "mmapbloom", "demo"], capture_output=True, text=True, timeout=60,
-                          cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mmapbloom", "demo"], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
     assert proc.returncode == 2 and "invalid choice: 'demo'" in proc.stderr
     assert importlib.util.find_spec("mmapbloom.demo") is None

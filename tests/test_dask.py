@@ -42,8 +42,7 @@ def _single(items: list[Any], cfg: BloomConfig) -> BloomFilter:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalCluster]:
-    with LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None,
-                      silence_logs=40) as c:
+    with LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None, silence_logs=40) as c:
         yield c
 
 
@@ -69,8 +68,9 @@ def test_bag_on_the_default_local_scheduler_equals_a_single_process_build(tmp_pa
     assert os.listdir(tmp_path) == ["bag.blm"]  # the shard directory is gone
 
 
-def test_bag_and_column_on_a_local_cluster_run_on_the_workers(tmp_path: Any, client: Client,
-                                                             cluster: LocalCluster) -> None:
+def test_bag_and_column_on_a_local_cluster_run_on_the_workers(
+    tmp_path: Any, client: Client, cluster: LocalCluster
+) -> None:
     items = _urls(N)
     expected = _single(items, EXACT).to_bytes()
     bag = db.from_sequence(items, npartitions=6)
@@ -79,8 +79,12 @@ def test_bag_and_column_on_a_local_cluster_run_on_the_workers(tmp_path: Any, cli
     assert shards == [str(tmp_path / "shards" / f"shard-{i:05d}.blm") for i in range(bag.npartitions)]
     # One fused task per partition (made the items, wrote the shard), run by a worker,
     # which received no data from another worker (only the finalize step gathers paths).
-    ran = [t for t in stream.data if "mmapbloom-shards" in str(t["key"][0] if isinstance(t["key"], tuple) else t["key"])
-           and not str(t["key"][0]).startswith("mmapbloom-shards")]
+    ran = [
+        t
+        for t in stream.data
+        if "mmapbloom-shards" in str(t["key"][0] if isinstance(t["key"], tuple) else t["key"])
+        and not str(t["key"][0]).startswith("mmapbloom-shards")
+    ]
     assert len(ran) == bag.npartitions > 2
     assert {t["worker"] for t in ran} <= set(cluster.scheduler_info["workers"])
     assert not [ss for t in ran for ss in t["startstops"] if ss["action"] == "transfer"]
@@ -93,8 +97,7 @@ def test_bag_and_column_on_a_local_cluster_run_on_the_workers(tmp_path: Any, cli
     out = build(frame["url"], EXACT, tmp_path / "col.blm", client=client)
     assert _read(out) == expected
     # The same items as bytes give the same filter (str is hashed as UTF-8).
-    out = build(db.from_sequence([s.encode() for s in items], npartitions=3), EXACT, tmp_path / "b.blm",
-                client=client)
+    out = build(db.from_sequence([s.encode() for s in items], npartitions=3), EXACT, tmp_path / "b.blm", client=client)
     assert _read(out) == expected
 
 
@@ -212,8 +215,10 @@ def test_series_partitions_go_to_update_as_arrow_columns(tmp_path: Any) -> None:
     ref.update(part.tolist())
     ints = BloomFilter(EXACT)
     ints.update(range(10))
-    with BloomFilter.open(tmp_path / "col.blm", readonly=True) as f, \
-            BloomFilter.open(tmp_path / "ints.blm", readonly=True) as g:
+    with (
+        BloomFilter.open(tmp_path / "col.blm", readonly=True) as f,
+        BloomFilter.open(tmp_path / "ints.blm", readonly=True) as g,
+    ):
         assert f.to_bytes()[24:] == ref.to_bytes()[24:] and g.to_bytes()[24:] == ints.to_bytes()[24:]
 
 
@@ -224,8 +229,9 @@ def fragile_cluster() -> Iterator[LocalCluster]:
     worker dies is retried (up to 3 times: on a loaded machine a restarting worker can be
     lost once more), then fails with KilledWorker."""
     with dask.config.set({"distributed.scheduler.allowed-failures": 3}):
-        with LocalCluster(n_workers=1, processes=True, threads_per_worker=1, dashboard_address=None,
-                          silence_logs=50) as c:
+        with LocalCluster(
+            n_workers=1, processes=True, threads_per_worker=1, dashboard_address=None, silence_logs=50
+        ) as c:
             yield c
 
 
@@ -233,17 +239,20 @@ def _dies_at(n: int, marker: str, every_time: bool) -> Any:
     """A Bag ``map`` function that kills its worker process (``os._exit``, as an OOM kill
     would) on reaching item ``n``: on its first run only, unless ``every_time``. Defined
     here so that cloudpickle ships it by value."""
+
     def item(x: str) -> str:
         if x.endswith(f"/page/{n}") and (every_time or not os.path.exists(marker)):
             with open(marker, "a") as fh:
                 fh.write(f"{os.getpid()}\n")
             os._exit(1)
         return x
+
     return item
 
 
 def test_a_worker_killed_mid_partition_leaves_no_shard_and_the_retry_starts_clean(
-        tmp_path: Any, fragile_cluster: LocalCluster) -> None:
+    tmp_path: Any, fragile_cluster: LocalCluster
+) -> None:
     from mmapbloom.storage import remove_stale_temporaries
 
     items = [f"https://k.example.org/page/{i}" for i in range(100_000)]

@@ -32,8 +32,9 @@ ROOT = Path(__file__).parent.parent
 
 def cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "mmapbloom", *args], input=stdin, capture_output=True, env=env,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "mmapbloom", *args], input=stdin, capture_output=True, env=env, timeout=120
+    )
 
 
 # -- work or memory proportional to a header field ------------------------------------
@@ -99,8 +100,9 @@ def test_cli_add_interrupted_reports_what_was_committed(tmp_path: Path) -> None:
     path = str(tmp_path / "i.blm")
     assert cli("create", path, "-n", "5M", "-p", "1e-6").returncode == 0
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "mmapbloom", "add", path], stdin=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mmapbloom", "add", path], stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
     assert proc.stdin is not None
     for i in range(4):
         proc.stdin.write(b"".join(b"line-%d\n" % j for j in range(i * 100_000, (i + 1) * 100_000)))

@@ -39,8 +39,15 @@ ENV = dict(os.environ, PYTHONPATH=ROOT)
 
 
 def run_cli(*args: str, cwd: Any = None, stdin: bytes = b"") -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "mmapbloom", *args], input=stdin.decode(), capture_output=True,
-                          text=True, cwd=cwd, env=ENV, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "mmapbloom", *args],
+        input=stdin.decode(),
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=ENV,
+        timeout=120,
+    )
 
 
 def one_line_error(proc: subprocess.CompletedProcess[str], *needles: str) -> str:
@@ -97,8 +104,9 @@ def test_one_wording_for_force(tmp_path: Any, shard: str) -> None:
 
 
 # -- OS errors without a file name ------------------------------------------------------------------
-def test_verify_and_info_name_the_file_on_a_bare_os_error(tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
-                                                          capsys: Any) -> None:
+def test_verify_and_info_name_the_file_on_a_bare_os_error(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
     path = str(tmp_path / "v.blm")
     BloomFilter.create(path, BloomConfig(num_bits=800, num_hashes=3)).close()
 
@@ -161,8 +169,11 @@ def test_sparse_create_beyond_free_space_warns(tmp_path: Any) -> None:
 
 
 # -- capacities beyond the float range ------------------------------------------------------------
-@pytest.mark.parametrize("capacity", [10**309, 10**5000, fractions.Fraction(10**400), 2**1024],
-                         ids=["1e309", "1e5000", "Fraction-1e400", "2^1024"])
+@pytest.mark.parametrize(
+    "capacity",
+    [10**309, 10**5000, fractions.Fraction(10**400), 2**1024],
+    ids=["1e309", "1e5000", "Fraction-1e400", "2^1024"],
+)
 def test_for_items_beyond_float_range_is_a_config_error(capacity: Any) -> None:
     with pytest.raises(ConfigError, match="capacity"):
         BloomConfig.for_items(capacity, 0.5)
@@ -196,8 +207,9 @@ def test_terminal_stdin_says_what_it_waits_for(tmp_path: Any, sub: str) -> None:
     path = str(tmp_path / "a.blm")
     BloomFilter.create(path, BloomConfig.for_items(100, 0.01)).close()
     master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "mmapbloom", sub, path], stdin=slave, stdout=subprocess.DEVNULL,
-                            stderr=slave, env=ENV)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mmapbloom", sub, path], stdin=slave, stdout=subprocess.DEVNULL, stderr=slave, env=ENV
+    )
     os.close(slave)
     seen = b""
     deadline = time.monotonic() + 30

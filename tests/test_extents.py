@@ -10,8 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mmapbloom import (BloomConfig, BloomFilter, CountingBloomFilter, FilterClosedError, SaturationWarning,
-                       get_strategy)
+from mmapbloom import BloomConfig, BloomFilter, CountingBloomFilter, FilterClosedError, SaturationWarning, get_strategy
 from mmapbloom import extents
 from mmapbloom.extents import count_cells, count_nonzero_cells, count_set_bits, iter_data_extents
 
@@ -72,8 +71,13 @@ def _full_popcount(fd: int, start: int, stop: int) -> int:
     return int(np.bitwise_count(data).sum())
 
 
-WRITES = {0: b"\xff\x01", 3 * MIB + 5: b"\x80" * 100, 17 * MIB - 1: b"\x0f", 30 * MIB: b"\x01" * 3 * 65536,
-          40 * MIB - 3: b"\x11\x22\x33"}
+WRITES = {
+    0: b"\xff\x01",
+    3 * MIB + 5: b"\x80" * 100,
+    17 * MIB - 1: b"\x0f",
+    30 * MIB: b"\x01" * 3 * 65536,
+    40 * MIB - 3: b"\x11\x22\x33",
+}
 
 
 def test_counts_equal_full_read_and_holes_are_skipped(holes: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -149,6 +153,7 @@ def test_falls_back_to_a_full_read_without_seek_data(tmp_path: Any, monkeypatch:
 def test_other_lseek_errors_propagate(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     fd = _sparse_file(str(tmp_path / "e.bin"), MIB, {})
     try:
+
         def broken(*_: Any) -> int:
             raise OSError(errno.EIO, "I/O error")
 

@@ -178,10 +178,13 @@ def test_union_with_itself_changes_nothing(tmp_path) -> None:  # type: ignore[no
         assert f.to_bytes() == before and f.items_added == 100
 
 
-@pytest.mark.parametrize("other, field", [
-    (BloomConfig(num_bits=1001, num_hashes=3), "num_bits"),
-    (BloomConfig(num_bits=1000, num_hashes=4), "num_hashes"),
-])
+@pytest.mark.parametrize(
+    "other, field",
+    [
+        (BloomConfig(num_bits=1001, num_hashes=3), "num_bits"),
+        (BloomConfig(num_bits=1000, num_hashes=4), "num_hashes"),
+    ],
+)
 def test_incompatible_refused(other: BloomConfig, field: str) -> None:
     a = BloomFilter(BloomConfig(num_bits=1000, num_hashes=3))
     b = BloomFilter(other)
@@ -210,7 +213,9 @@ def test_statistics() -> None:
     assert f.approx_items() == pytest.approx(10_000, rel=0.03)
     assert f.fill_ratio() == pytest.approx(0.5, abs=0.03)
     assert f.count_ones() == sum(bin(b).count("1") for b in f.to_bytes()[24:])
-    full = BloomFilter.from_bytes(b"BLM1M3KM" + (8).to_bytes(8, "little") + (1).to_bytes(4, "little") + bytes(4) + b"\xff")
+    full = BloomFilter.from_bytes(
+        b"BLM1M3KM" + (8).to_bytes(8, "little") + (1).to_bytes(4, "little") + bytes(4) + b"\xff"
+    )
     assert full.approx_items() == math.inf and full.observed_fp_rate() == 1.0
 
 
@@ -241,9 +246,19 @@ def test_lifecycle_and_closed_use(tmp_path) -> None:  # type: ignore[no-untyped-
     assert mapping.closed  # unmapped now: close released the handle's own views first
     with pytest.raises(FilterClosedError):
         lock.acquire()  # a writer that was waiting for the lock never writes unlocked
-    for op in (lambda: f.add("a"), lambda: f.might_contain("a"), lambda: "a" in f, lambda: f.update(["a"]),
-               lambda: f.contains_many(["a"]), lambda: f.flush(), lambda: f.to_bytes(), lambda: f.items_added,
-               lambda: f.count_ones(), lambda: f.write_lock(), lambda: pickle.dumps(f)):
+    for op in (
+        lambda: f.add("a"),
+        lambda: f.might_contain("a"),
+        lambda: "a" in f,
+        lambda: f.update(["a"]),
+        lambda: f.contains_many(["a"]),
+        lambda: f.flush(),
+        lambda: f.to_bytes(),
+        lambda: f.items_added,
+        lambda: f.count_ones(),
+        lambda: f.write_lock(),
+        lambda: pickle.dumps(f),
+    ):
         with pytest.raises(FilterClosedError):
             op()
     with pytest.raises(FilterClosedError):
@@ -275,8 +290,10 @@ def test_open_or_create(tmp_path) -> None:  # type: ignore[no-untyped-def]
         f.add("a")
     with BloomFilter.open_or_create(path, cfg) as f:
         assert "a" in f and f.config.capacity == 100
-    for other, field in [(BloomConfig(num_bits=cfg.num_bits + 1, num_hashes=cfg.num_hashes), "num_bits"),
-                         (BloomConfig(num_bits=cfg.num_bits, num_hashes=cfg.num_hashes + 1), "num_hashes")]:
+    for other, field in [
+        (BloomConfig(num_bits=cfg.num_bits + 1, num_hashes=cfg.num_hashes), "num_bits"),
+        (BloomConfig(num_bits=cfg.num_bits, num_hashes=cfg.num_hashes + 1), "num_hashes"),
+    ]:
         with pytest.raises(ConfigMismatchError, match=field) as info:
             BloomFilter.open_or_create(path, other)
         assert isinstance(info.value, ValueError) and info.value.field == field
@@ -291,8 +308,13 @@ def test_readonly(tmp_path) -> None:  # type: ignore[no-untyped-def]
         assert "a" in r and r.readonly
         assert r.contains_many(["a", "b"]).tolist() == [True, False]
         before = r.to_bytes()
-        for op in (lambda: r.add("b"), lambda: r.update(["b"]), lambda: r.add_many(["b"]),
-                   lambda: r.union(r), lambda: r.write_lock()):
+        for op in (
+            lambda: r.add("b"),
+            lambda: r.update(["b"]),
+            lambda: r.add_many(["b"]),
+            lambda: r.union(r),
+            lambda: r.write_lock(),
+        ):
             with pytest.raises(ReadOnlyFilterError) as info:
                 op()
             assert isinstance(info.value, PermissionError)
@@ -370,8 +392,13 @@ def test_repr_and_eq() -> None:
 def test_unencodable_str_refused_everywhere() -> None:
     f = BloomFilter(BloomConfig.for_items(100, 0.01))
     before = f.to_bytes()
-    for op in (lambda: f.add("\ud800"), lambda: f.might_contain("\ud800"), lambda: f.update(["a", "\ud800"]),
-               lambda: f.contains_many(["a", "\ud800"]), lambda: f.add_many(["\ud800"])):
+    for op in (
+        lambda: f.add("\ud800"),
+        lambda: f.might_contain("\ud800"),
+        lambda: f.update(["a", "\ud800"]),
+        lambda: f.contains_many(["a", "\ud800"]),
+        lambda: f.add_many(["\ud800"]),
+    ):
         with pytest.raises(UnicodeEncodeError):
             op()
     assert f.to_bytes() == before

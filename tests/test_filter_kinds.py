@@ -26,16 +26,16 @@ from mmapbloom import (
 )
 from tests.conftest import ROOT, urls
 
-ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-       "OPENBLAS_NUM_THREADS": "1"}
+ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), "OPENBLAS_NUM_THREADS": "1"}
 
 COMMON = {"kind", "path", "strategy", "size_bytes", "items_added", "expected_fp_rate", "approx_items"}
 
 
 def run(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
     """``python -m mmapbloom ARGS`` in a real subprocess."""
-    return subprocess.run([sys.executable, "-m", "mmapbloom", *args], input=stdin, capture_output=True,
-                          timeout=120, env=ENV)
+    return subprocess.run(
+        [sys.executable, "-m", "mmapbloom", *args], input=stdin, capture_output=True, timeout=120, env=ENV
+    )
 
 
 def one_line_error(proc: subprocess.CompletedProcess[bytes], *needles: str) -> str:
@@ -50,8 +50,11 @@ def one_line_error(proc: subprocess.CompletedProcess[bytes], *needles: str) -> s
 def make_all_kinds(tmp_path: Path) -> dict[str, str]:
     """A path of each kind, empty: BLM1 file, BLC1 file, scalable directory."""
     cfg = BloomConfig.for_items(5000, 0.001)
-    paths = {"BloomFilter": str(tmp_path / "plain.blm"), "CountingBloomFilter": str(tmp_path / "counting.blc"),
-             "scalable": str(tmp_path / "grow")}
+    paths = {
+        "BloomFilter": str(tmp_path / "plain.blm"),
+        "CountingBloomFilter": str(tmp_path / "counting.blc"),
+        "scalable": str(tmp_path / "grow"),
+    }
     BloomFilter.create(paths["BloomFilter"], cfg).close()
     CountingBloomFilter.create(paths["CountingBloomFilter"], cfg, counter_bits=8).close()
     ScalableBloomFilter.create(paths["scalable"], 1000, 0.001).close()
@@ -129,16 +132,26 @@ def test_create_scalable_refuses_what_it_cannot_do(tmp_path: Path) -> None:
     assert run("create", "-q", path, "--scalable", "-n", "1000", "-p", "1%").returncode == 0
     err = one_line_error(run("create", path, "--scalable", "-n", "1000", "-p", "1%"), "exists", "remove it first")
     assert "--force" not in err  # --force cannot replace a directory
-    for extra, word in ((["--force"], "--force"), (["--sparse"], "--sparse"), (["--counter-bits", "8"], "--counter-bits"),
-                        (["--counting"], "--counting")):
+    for extra, word in (
+        (["--force"], "--force"),
+        (["--sparse"], "--sparse"),
+        (["--counter-bits", "8"], "--counter-bits"),
+        (["--counting"], "--counting"),
+    ):
         fresh = str(tmp_path / f"new{word}")
-        one_line_error(run("create", fresh, "--scalable", "-n", "1000", "-p", "1%", *extra),
-                       f"--scalable and {word} cannot be combined")
+        one_line_error(
+            run("create", fresh, "--scalable", "-n", "1000", "-p", "1%", *extra),
+            f"--scalable and {word} cannot be combined",
+        )
         assert not os.path.exists(fresh)  # refused before anything is made
     # the plain kinds still take them
     assert run("create", "-q", str(tmp_path / "s.blm"), "-n", "1000", "-p", "1%", "--sparse").returncode == 0
-    assert run("create", "-q", str(tmp_path / "c.blc"), "-n", "1000", "-p", "1%", "--counting",
-               "--counter-bits", "8").returncode == 0
+    assert (
+        run(
+            "create", "-q", str(tmp_path / "c.blc"), "-n", "1000", "-p", "1%", "--counting", "--counter-bits", "8"
+        ).returncode
+        == 0
+    )
 
 
 def test_merge_refuses_a_scalable_directory_in_the_api_and_the_cli(tmp_path: Path) -> None:

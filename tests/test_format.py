@@ -63,17 +63,34 @@ def good() -> bytearray:
 
 def damaged() -> list[tuple[str, bytes, type]]:
     cases = []
-    b = good(); b[0:4] = b"XXXX"; cases.append(("magic", bytes(b), BadMagicError))
-    b = good(); b[4:8] = b"ZZZZ"; cases.append(("scheme", bytes(b), UnknownSchemeError))
-    b = good(); b[4:8] = b"\xff\xfe\x00\x01"; cases.append(("scheme-nonascii", bytes(b), UnknownSchemeError))
-    b = good(); b[8:16] = bytes(8); cases.append(("m=0", bytes(b), BadHeaderError))
-    b = good(); b[16:20] = bytes(4); cases.append(("k=0", bytes(b), BadHeaderError))
-    b = good(); cases.append(("truncated", bytes(b[:-1]), LengthMismatchError))
-    b = good(); cases.append(("over-long", bytes(b) + b"\0", LengthMismatchError))
-    b = good(); cases.append(("short header", bytes(b[:10]), BadHeaderError))
+    b = good()
+    b[0:4] = b"XXXX"
+    cases.append(("magic", bytes(b), BadMagicError))
+    b = good()
+    b[4:8] = b"ZZZZ"
+    cases.append(("scheme", bytes(b), UnknownSchemeError))
+    b = good()
+    b[4:8] = b"\xff\xfe\x00\x01"
+    cases.append(("scheme-nonascii", bytes(b), UnknownSchemeError))
+    b = good()
+    b[8:16] = bytes(8)
+    cases.append(("m=0", bytes(b), BadHeaderError))
+    b = good()
+    b[16:20] = bytes(4)
+    cases.append(("k=0", bytes(b), BadHeaderError))
+    b = good()
+    cases.append(("truncated", bytes(b[:-1]), LengthMismatchError))
+    b = good()
+    cases.append(("over-long", bytes(b) + b"\0", LengthMismatchError))
+    b = good()
+    cases.append(("short header", bytes(b[:10]), BadHeaderError))
     cases.append(("empty", b"", BadHeaderError))
-    b = good(); b[-1] |= 0x80; cases.append(("padding", bytes(b), PaddingError))
-    b = good(); b[8:16] = struct.pack("<Q", 2**64 - 1); cases.append(("huge m", bytes(b), LengthMismatchError))
+    b = good()
+    b[-1] |= 0x80
+    cases.append(("padding", bytes(b), PaddingError))
+    b = good()
+    b[8:16] = struct.pack("<Q", 2**64 - 1)
+    cases.append(("huge m", bytes(b), LengthMismatchError))
     return cases
 
 
@@ -158,7 +175,7 @@ class RecordingReader:
 
     def __call__(self, offset: int, count: int) -> bytes:
         self.calls.append((offset, count))
-        return self.data[offset:offset + count]
+        return self.data[offset : offset + count]
 
 
 def test_validate_image_reads_only_the_header_and_the_last_byte() -> None:
@@ -185,7 +202,7 @@ def test_validate_image_refuses_every_damage(name: str, data: bytes, error: type
 def test_validate_image_a_short_last_read_is_a_truncation() -> None:
     data = bytes(good())
     with pytest.raises(LengthMismatchError, match="truncated"):  # shrank after fstat
-        fmt.validate_image(lambda offset, count: data[offset:offset + count] if offset == 0 else b"", len(data))
+        fmt.validate_image(lambda offset, count: data[offset : offset + count] if offset == 0 else b"", len(data))
 
 
 @pytest.mark.parametrize("name, data, error", damaged(), ids=[c[0] for c in damaged()])
@@ -197,8 +214,7 @@ def test_every_reader_reports_damage_alike(tmp_path, name: str, data: bytes, err
     path = tmp_path / "bad.blm"
     path.write_bytes(data)
     messages = []
-    for call in (lambda: BloomFilter.open(path), lambda: inspect_shards([path]),
-                 lambda: BloomFilter.from_bytes(data)):
+    for call in (lambda: BloomFilter.open(path), lambda: inspect_shards([path]), lambda: BloomFilter.from_bytes(data)):
         with pytest.raises(error) as info:
             call()
         messages.append(str(info.value).replace(str(path), "SOURCE").replace("<bytes>", "SOURCE"))

@@ -154,18 +154,23 @@ def test_read_only_handle_refuses_writes(tmp_path: Any, backend: str) -> None:
 def test_handle_outliving_its_filter_refuses_every_call(tmp_path: Any, backend: str) -> None:
     """The C object kept after its filter closed and was collected: every method raises
     FilterClosedError (the image export is gone; nothing reads unmapped memory)."""
-    for counting, make in ((False, lambda: BloomFilter.create(tmp_path / f"o{backend}.blm",
-                                                              BloomConfig.for_items(1000, 0.01))),
-                           (False, lambda: BloomFilter(BloomConfig.for_items(1000, 0.01))),
-                           (True, lambda: CountingBloomFilter(BloomConfig.for_items(1000, 0.01)))):
+    for counting, make in (
+        (False, lambda: BloomFilter.create(tmp_path / f"o{backend}.blm", BloomConfig.for_items(1000, 0.01))),
+        (False, lambda: BloomFilter(BloomConfig.for_items(1000, 0.01))),
+        (True, lambda: CountingBloomFilter(BloomConfig.for_items(1000, 0.01))),
+    ):
         f = bind(make(), backend)
         f.add("a")
         h = f._h
         f.close()
         del f
         gc.collect()
-        calls = [lambda: h.add("a"), lambda: h.contains("a"), lambda: h.add_many(["a"]),
-                 lambda: h.contains_many(["a"], np.zeros(1, dtype=np.bool_))]
+        calls = [
+            lambda: h.add("a"),
+            lambda: h.contains("a"),
+            lambda: h.add_many(["a"]),
+            lambda: h.contains_many(["a"], np.zeros(1, dtype=np.bool_)),
+        ]
         if counting:
             calls += [lambda: h.count("a"), lambda: h.remove("a")]
         for call in calls:
@@ -187,8 +192,7 @@ def test_close_during_batches_in_other_threads(tmp_path: Any, backend: str) -> N
     adds); the process never reads unmapped memory (see tools/check_native.sh)."""
     keys = [f"key-{i}" for i in range(300_000)]
     for trial in range(4):
-        f = bind(BloomFilter.create(tmp_path / f"c{backend}{trial}.blm", BloomConfig.for_items(400_000, 0.01)),
-                 backend)
+        f = bind(BloomFilter.create(tmp_path / f"c{backend}{trial}.blm", BloomConfig.for_items(400_000, 0.01)), backend)
         errors: list[BaseException] = []
 
         def run(op: Any) -> None:
@@ -197,8 +201,10 @@ def test_close_during_batches_in_other_threads(tmp_path: Any, backend: str) -> N
             except FilterClosedError as exc:
                 errors.append(exc)
 
-        threads = [threading.Thread(target=run, args=(lambda: f.update(keys),)),
-                   threading.Thread(target=run, args=(lambda: f.contains_many(keys),))]
+        threads = [
+            threading.Thread(target=run, args=(lambda: f.update(keys),)),
+            threading.Thread(target=run, args=(lambda: f.contains_many(keys),)),
+        ]
         for t in threads:
             t.start()
         threading.Event().wait(0.002 * trial)
@@ -221,9 +227,21 @@ def test_native_handle_checks_its_arguments() -> None:
     lock = WriteLock(None)
 
     def make(**kw: Any) -> Any:
-        args = dict(image=image, header_size=24, items_offset=20, strategy_id=2, m=1024, k=3, width=1,
-                    writable=True, lock=lock, warn_at=1e9, fail=lambda kind: None, over=lambda n: None,
-                    saturated=None)
+        args = dict(
+            image=image,
+            header_size=24,
+            items_offset=20,
+            strategy_id=2,
+            m=1024,
+            k=3,
+            width=1,
+            writable=True,
+            lock=lock,
+            warn_at=1e9,
+            fail=lambda kind: None,
+            over=lambda n: None,
+            saturated=None,
+        )
         args.update(kw)
         return native.Handle(**args)
 

@@ -17,12 +17,20 @@ from mmapbloom.hashing import HashStrategy, get_strategy, registered_strategies
 GOLDEN = [
     (b"", 7, 9586, [0, 1, 2, 3, 4, 5, 6]),
     (b"hello", 7, 9586, [9096, 212, 914, 1616, 2318, 3020, 3722]),
-    (b"https://example.org/", 10, 14377588,
-     [12000834, 14202044, 2025666, 4226876, 6428086, 8629296, 10830506, 13031716, 855338, 3056548]),
+    (
+        b"https://example.org/",
+        10,
+        14377588,
+        [12000834, 14202044, 2025666, 4226876, 6428086, 8629296, 10830506, 13031716, 855338, 3056548],
+    ),
     (b"abc", 3, 1, [0, 0, 0]),
     (b"abc", 4, 2, [1, 0, 1, 0]),
-    (b"abc", 5, 2**64 - 1, [13012657714217449575, 17309782531854804410, 3160163275782607630,
-                            7457288093419962465, 11754412911057317300]),
+    (
+        b"abc",
+        5,
+        2**64 - 1,
+        [13012657714217449575, 17309782531854804410, 3160163275782607630, 7457288093419962465, 11754412911057317300],
+    ),
     ("é".encode(), 3, 100, [76, 81, 86]),
 ]
 
@@ -49,9 +57,11 @@ def test_strategy_name_frozen() -> None:
     assert "M3KM" in registered_strategies()
 
 
-@given(keys=st.lists(st.binary(max_size=100), max_size=40),
-       k=st.integers(1, 12),
-       m=st.one_of(st.integers(1, 300), st.integers(1, 2**64 - 1), st.integers(2**63, 2**64 - 1)))
+@given(
+    keys=st.lists(st.binary(max_size=100), max_size=40),
+    k=st.integers(1, 12),
+    m=st.one_of(st.integers(1, 300), st.integers(1, 2**64 - 1), st.integers(2**63, 2**64 - 1)),
+)
 @settings(max_examples=300, deadline=None)
 def test_batch_equals_per_key(keys: list[bytes], k: int, m: int) -> None:
     s = M3KM()
@@ -142,9 +152,15 @@ def test_positions_repeat_with_period_m(key: bytes, m: int, extra: int) -> None:
 
 
 # -- the one key-encoding rule -----------------------------------------------------------------
-_ITEM = st.one_of(st.text(max_size=30), st.binary(max_size=30), st.binary(max_size=30).map(bytearray),
-                  st.binary(max_size=30).map(memoryview), st.binary(max_size=30).map(lambda b: memoryview(b)[::2]),
-                  st.integers(-(2**63), 2**64 - 1), st.integers(-(2**63), 2**63 - 1).map(np.int64))
+_ITEM = st.one_of(
+    st.text(max_size=30),
+    st.binary(max_size=30),
+    st.binary(max_size=30).map(bytearray),
+    st.binary(max_size=30).map(memoryview),
+    st.binary(max_size=30).map(lambda b: memoryview(b)[::2]),
+    st.integers(-(2**63), 2**64 - 1),
+    st.integers(-(2**63), 2**63 - 1).map(np.int64),
+)
 
 
 @given(items=st.lists(_ITEM, max_size=20))
@@ -168,8 +184,9 @@ def test_every_encoder_follows_encode_key(items: list) -> None:  # type: ignore[
     assert all(type(x) is bytes or (type(x) is str and x.isascii()) for x in passed)
     native = native_module()
     if native is not None:
-        assert [native.hash128(x) for x in passed] == [mmh3.hash128(e, seed=0, x64arch=True, signed=False)
-                                                       for e in expected]
+        assert [native.hash128(x) for x in passed] == [
+            mmh3.hash128(e, seed=0, x64arch=True, signed=False) for e in expected
+        ]
 
 
 def test_kernel_keys_refuse_a_bad_item_before_returning() -> None:
@@ -200,8 +217,10 @@ def test_a_protocol_only_strategy_is_completed_at_registration() -> None:
     assert register_strategy(ProtocolOnly()) is registered and get_strategy("PROT") is registered
     assert (registered.kernel_id, registered.block_bits) == (None, 0)
     assert list(registered.positions(b"ab", 3, 100)) == ProtocolOnly().positions(b"ab", 3, 100)
-    assert registered.positions_many([b"ab", b"c"], 3, 100).tolist() == [ProtocolOnly().positions(b"ab", 3, 100),
-                                                                         ProtocolOnly().positions(b"c", 3, 100)]
+    assert registered.positions_many([b"ab", b"c"], 3, 100).tolist() == [
+        ProtocolOnly().positions(b"ab", 3, 100),
+        ProtocolOnly().positions(b"c", 3, 100),
+    ]
     assert registered.expected_fp_rate(100, 1000, 4) == expected_fp_rate(100, 1000, 4)
     assert registered.size_for(1000, 0.01) == classic_size(1000, 0.01)
     registered.check_num_bits(1)  # classic: every m accepted

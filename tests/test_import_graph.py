@@ -27,8 +27,11 @@ def _imports(module: str) -> set[str]:
     """The package modules that ``module`` imports anywhere in its source (module level,
     functions, ``TYPE_CHECKING`` blocks), except inside a listed compatibility shim."""
     tree = ast.parse((PACKAGE / f"{module}.py").read_text())
-    skipped = {id(node) for node in ast.walk(tree)
-               if isinstance(node, ast.FunctionDef) and (module, node.name) in COMPATIBILITY_SHIMS}
+    skipped = {
+        id(node)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef) and (module, node.name) in COMPATIBILITY_SHIMS
+    }
     out: set[str] = set()
 
     def visit(node: ast.AST) -> None:
@@ -61,7 +64,7 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str]:
         path.append(node)
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state:
                 found = dfs(nxt)
                 if found:

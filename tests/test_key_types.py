@@ -33,8 +33,14 @@ def _kinds(tmp_path: Any) -> list[tuple[str, Callable[[], Any]]]:
         ("counting-pure", lambda: _pure(CountingBloomFilter(CFG))),
     ]
     counter = iter(range(1000))
-    made.append(("scalable", lambda: ScalableBloomFilter.create(os.path.join(tmp_path, f"s{next(counter)}"),
-                                                                  capacity=1000, fp_rate=0.01)))
+    made.append(
+        (
+            "scalable",
+            lambda: ScalableBloomFilter.create(
+                os.path.join(tmp_path, f"s{next(counter)}"), capacity=1000, fp_rate=0.01
+            ),
+        )
+    )
     return made
 
 
@@ -64,15 +70,18 @@ def test_int_keys_on_every_call(make: Callable[[], Any]) -> None:
     assert not f.contains_many([6])[0]
 
 
-@pytest.mark.parametrize("bad, error, text", [
-    (2**64, OverflowError, "got 18446744073709551616"),
-    (-(2**63) - 1, OverflowError, "got -9223372036854775809"),
-    (True, TypeError, "got bool"),
-    (1.0, TypeError, "got float"),
-    (None, TypeError, "got NoneType"),
-    (np.float64(1), TypeError, "got numpy.float64"),
-    (np.bool_(True), TypeError, "got numpy.bool"),
-])
+@pytest.mark.parametrize(
+    "bad, error, text",
+    [
+        (2**64, OverflowError, "got 18446744073709551616"),
+        (-(2**63) - 1, OverflowError, "got -9223372036854775809"),
+        (True, TypeError, "got bool"),
+        (1.0, TypeError, "got float"),
+        (None, TypeError, "got NoneType"),
+        (np.float64(1), TypeError, "got numpy.float64"),
+        (np.bool_(True), TypeError, "got numpy.bool"),
+    ],
+)
 def test_refused_keys_same_error_on_every_call(make: Callable[[], Any], bad: Any, error: type, text: str) -> None:
     f = make()
     before = f.contains_many(["a"]).tolist()

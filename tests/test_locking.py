@@ -77,10 +77,12 @@ def test_snapshot_reads_of_second_handle_inside_write_lock(tmp_path: Any, cls: A
     if cls is CountingBloomFilter:
         ops["b.to_bloom"] = lambda: b.to_bloom().to_bytes()
     for name, op in ops.items():
+
         def body() -> Any:
             with a.write_lock():
                 a.add(name)  # the snapshot must see the block's own writes
                 return op()
+
         snap = within(5, body)
         assert isinstance(snap, bytes), name
         if name.endswith("to_bloom"):
@@ -108,6 +110,7 @@ def test_write_through_second_handle_inside_write_lock_fails_at_once(tmp_path: A
     else:
         writes["remove"] = lambda: b.discard("x")
     for name, op in writes.items():
+
         def body() -> None:
             with a.write_lock():
                 t0 = time.monotonic()
@@ -115,6 +118,7 @@ def test_write_through_second_handle_inside_write_lock_fails_at_once(tmp_path: A
                     op()
                 assert time.monotonic() - t0 < 1, name
                 assert p in str(info.value) and "another handle" in str(info.value), name
+
         within(5, body)
     assert isinstance(SelfDeadlockError("m"), (MmapBloomError, RuntimeError))
     # Outside the block the second handle writes normally, and a's lock was not disturbed.

@@ -77,12 +77,22 @@ def test_run_reports_and_exits_zero(lsm, tmp_path) -> None:  # type: ignore[no-u
     assert report["keys"] == sum(s["keys"] for s in report["segments"]) and len(report["segments"]) >= 3
     assert report["absent"]["reads_avoided"] > 0.9 * report["absent"]["probes"]
     text = lsm.report(report)
-    for needle in ("segments", "filter bytes", "avoided", "disk reads", "measured false-positive rate",
-                   "configured 2.000%", "0 stored keys reported missing"):
+    for needle in (
+        "segments",
+        "filter bytes",
+        "avoided",
+        "disk reads",
+        "measured false-positive rate",
+        "configured 2.000%",
+        "0 stored keys reported missing",
+    ):
         assert needle in text, needle
 
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "lsm.py"), "--max-files", "5",
-                           "--memtable-keys", "200"], capture_output=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": ROOT, "OPENBLAS_NUM_THREADS": "1"})
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "examples", "lsm.py"), "--max-files", "5", "--memtable-keys", "200"],
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": ROOT, "OPENBLAS_NUM_THREADS": "1"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert b"0 stored keys reported missing" in proc.stdout and b"disk reads" in proc.stdout

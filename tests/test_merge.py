@@ -21,8 +21,7 @@ from mmapbloom.errors import FormatError, MergeError
 from mmapbloom.merge import expand_shard_args, inspect_shards, merge_into, merge_shards
 from tests.conftest import ROOT, run_on_terminal, write_shards
 
-ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-       "OPENBLAS_NUM_THREADS": "1"}
+ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), "OPENBLAS_NUM_THREADS": "1"}
 HS = 24
 
 
@@ -36,8 +35,10 @@ def _argv(args: tuple[str, ...] | list[str], limit_files: int | None = None) -> 
         return [sys.executable, "-m", "mmapbloom", *args]
     # A wrapper rather than preexec_fn (unsafe with threads): lower the soft and hard limit,
     # then run the command line in the same interpreter.
-    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (%d, %d)); "
-            "from mmapbloom.cli import main; sys.exit(main(sys.argv[1:]))" % (limit_files, limit_files))
+    code = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (%d, %d)); "
+        "from mmapbloom.cli import main; sys.exit(main(sys.argv[1:]))" % (limit_files, limit_files)
+    )
     return [sys.executable, "-c", code, *args]
 
 
@@ -96,9 +97,18 @@ def test_union_through_cli_and_tool_script_with_list_and_glob(tmp_path) -> None:
     summary = proc.stderr.decode()
     assert summary.count("\n") == 1 and "merged 6 shards (OR)" in summary
     assert f"{6 * cfg.size_bytes:,} bytes" in summary and "GB/s" in summary and " s, " in summary
-    tool = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "merge_shards.py"), "-q",
-                           str(tmp_path / "b.blm"), str(tmp_path / "shard-*.blm")],
-                          capture_output=True, timeout=120, env=ENV)
+    tool = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "tools", "merge_shards.py"),
+            "-q",
+            str(tmp_path / "b.blm"),
+            str(tmp_path / "shard-*.blm"),
+        ],
+        capture_output=True,
+        timeout=120,
+        env=ENV,
+    )
     assert (tool.returncode, tool.stderr) == (0, b"")
     ref = union_reference(cfg, parts)
     for out in ("a.blm", "b.blm"):
@@ -138,12 +148,20 @@ class OtherScheme(HashStrategy):
         return [(len(key) + i) % num_bits for i in range(num_hashes)]
 
 
-@pytest.mark.parametrize("field, bad_cfg, left, right", [
-    ("num_bits", BloomConfig(num_bits=9999, num_hashes=7), "9999", "9586"),
-    ("num_hashes", BloomConfig(num_bits=9586, num_hashes=6), "6", "7"),
-])
-def test_incompatible_shard_refused_by_cli_nothing_written(tmp_path, field: str, bad_cfg: BloomConfig,  # type: ignore[no-untyped-def]
-                                                           left: str, right: str) -> None:
+@pytest.mark.parametrize(
+    "field, bad_cfg, left, right",
+    [
+        ("num_bits", BloomConfig(num_bits=9999, num_hashes=7), "9999", "9586"),
+        ("num_hashes", BloomConfig(num_bits=9586, num_hashes=6), "6", "7"),
+    ],
+)
+def test_incompatible_shard_refused_by_cli_nothing_written(
+    tmp_path,
+    field: str,
+    bad_cfg: BloomConfig,  # type: ignore[no-untyped-def]
+    left: str,
+    right: str,
+) -> None:
     cfg = BloomConfig(num_bits=9586, num_hashes=7)
     good = write_shards(tmp_path, cfg, [["a"], ["b"], ["c"]])
     bad = write_shards(tmp_path, bad_cfg, [["d"]], prefix="bad")[0]
@@ -252,8 +270,15 @@ def test_expand_shard_args(tmp_path, monkeypatch) -> None:  # type: ignore[no-un
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "c.blm").write_bytes(b"")
     (tmp_path / "l.txt").write_bytes(b"# comment\r\nb.blm\r\n\nsub/*.blm\nmissing.blm")
-    assert expand_shard_args(["a*.blm", "@l.txt", "odd[1].blm", "**/c.blm"]) == \
-        ["a1.blm", "a2.blm", "b.blm", "sub/c.blm", "missing.blm", "odd[1].blm", "sub/c.blm"]
+    assert expand_shard_args(["a*.blm", "@l.txt", "odd[1].blm", "**/c.blm"]) == [
+        "a1.blm",
+        "a2.blm",
+        "b.blm",
+        "sub/c.blm",
+        "missing.blm",
+        "odd[1].blm",
+        "sub/c.blm",
+    ]
 
 
 # -- bounded resources --------------------------------------------------------------------------------
@@ -266,9 +291,15 @@ def test_2000_shards_with_open_file_limit_64(tmp_path) -> None:  # type: ignore[
     lst = tmp_path / "all.txt"
     lst.write_text("\n".join(shards) + "\n")
     # The limit is real: the same wrapper cannot hold 100 shards open at once.
-    probe = subprocess.run(_argv(["-"], 64)[:2] + [
-        "import resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64)); "
-        f"fs = [open(p, 'rb') for p in open({str(lst)!r}).read().split()[:100]]"], capture_output=True, env=ENV)
+    probe = subprocess.run(
+        _argv(["-"], 64)[:2]
+        + [
+            "import resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64)); "
+            f"fs = [open(p, 'rb') for p in open({str(lst)!r}).read().split()[:100]]"
+        ],
+        capture_output=True,
+        env=ENV,
+    )
     assert probe.returncode != 0 and b"Too many open files" in probe.stderr
     by_list = cli("merge", str(tmp_path / "list.blm"), f"@{lst}", limit_files=64)
     by_glob = cli("merge", str(tmp_path / "glob.blm"), str(shards_dir / "*.blm"), limit_files=64)
@@ -340,8 +371,9 @@ def test_sigkill_leaves_no_torn_output(tmp_path) -> None:  # type: ignore[no-unt
                 assert name.endswith(".tmp")
                 os.unlink(tmp_path / name)
     assert sum(o.endswith("killed while writing") for o in outcomes) >= 2, outcomes
-    assert sorted(os.listdir(tmp_path)) == sorted([os.path.basename(s) for s in shards] +
-                                                  [f"out-{t}.blm" for t in range(6) if t % 2 or "complete" in outcomes[t]])
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        [os.path.basename(s) for s in shards] + [f"out-{t}.blm" for t in range(6) if t % 2 or "complete" in outcomes[t]]
+    )
 
 
 def test_into_while_another_process_adds(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -366,8 +398,9 @@ def test_into_while_another_process_adds(tmp_path) -> None:  # type: ignore[no-u
     assert writer.wait(60) == 0
     assert merge.returncode == 0, merge.stderr
     assert "into" in merge.stderr.decode()
-    everything = [f"before-{i}" for i in range(1000)] + [f"live-{i}" for i in range(30000)] + \
-        [x for part in parts for x in part]
+    everything = (
+        [f"before-{i}" for i in range(1000)] + [f"live-{i}" for i in range(30000)] + [x for part in parts for x in part]
+    )
     ref = BloomFilter(cfg)
     ref.update(everything)
     with BloomFilter.open(target, readonly=True) as f:
@@ -482,7 +515,9 @@ def test_one_compatibility_check_for_configs_filters_and_shards(tmp_path, monkey
     a = BloomConfig(num_bits=1000, num_hashes=3)
     assert a.is_compatible(BloomConfig(num_bits=1000, num_hashes=3)) and not a.is_compatible("x")
     assert a.difference(BloomConfig(num_bits=1000, num_hashes=4)) == ("num_hashes", 3, 4)
-    with pytest.raises(IncompatibleFiltersError, match=r"^here: incompatible filters: num_bits differs \(1000 != 999\)$"):
+    with pytest.raises(
+        IncompatibleFiltersError, match=r"^here: incompatible filters: num_bits differs \(1000 != 999\)$"
+    ):
         a.check_compatible(BloomConfig(num_bits=999, num_hashes=3), where="here")
     # Filters' union and both merges all go through BloomConfig.check_compatible.
     calls: list[tuple[int, int]] = []
@@ -495,8 +530,9 @@ def test_one_compatibility_check_for_configs_filters_and_shards(tmp_path, monkey
     monkeypatch.setattr(BloomConfig, "check_compatible", spy)
     shards = write_shards(tmp_path, a, [["x"], ["y"]])
     BloomFilter(a).union(BloomFilter(a))
-    assert BloomFilter(a).is_compatible(BloomFilter(a)) and not BloomFilter(a).is_compatible(BloomFilter(
-        BloomConfig(num_bits=1001, num_hashes=3)))
+    assert BloomFilter(a).is_compatible(BloomFilter(a)) and not BloomFilter(a).is_compatible(
+        BloomFilter(BloomConfig(num_bits=1001, num_hashes=3))
+    )
     merge_shards(tmp_path / "out.blm", shards, progress=False)
     target = str(tmp_path / "t.blm")
     BloomFilter.create(target, a).close()

@@ -51,6 +51,7 @@ def shared_dir() -> Iterator[str]:
 
 def as_unprivileged(fn: Any, *args: Any) -> Any:
     """Run ``fn`` as an unprivileged user: in a child that drops to nobody when we are root."""
+
     def child() -> Any:
         if os.geteuid() == 0:
             os.setgroups([])
@@ -78,9 +79,14 @@ def test_read_only_file_as_unprivileged_user(shared_dir: str) -> None:
             BloomFilter.open_or_create(path, CFG)
         with BloomFilter.open(path, readonly=True) as r:
             assert r.readonly and "a" in r and r.contains_many(["a", "b"]).all()
-            for write in (lambda: r.add("c"), lambda: r.update(["c"]), lambda: r.add_many(["c"]),
-                          lambda: r.union(BloomFilter(CFG)), lambda: r.intersection(BloomFilter(CFG)),
-                          lambda: r.write_lock()):
+            for write in (
+                lambda: r.add("c"),
+                lambda: r.update(["c"]),
+                lambda: r.add_many(["c"]),
+                lambda: r.union(BloomFilter(CFG)),
+                lambda: r.intersection(BloomFilter(CFG)),
+                lambda: r.write_lock(),
+            ):
                 with pytest.raises(ReadOnlyFilterError) as info:
                     write()
                 assert isinstance(info.value, PermissionError)
@@ -258,8 +264,14 @@ def test_preplanted_symlink_at_temporary_name(tmp_path: Any, monkeypatch: pytest
     victim.write_bytes(b"precious")
     dest = tmp_path / "f.blm"
     monkeypatch.setattr(secrets, "token_hex", lambda n=None: "0" * (2 * (n or 16)))
-    for name in (f".mmapbloom-{'0' * 16}.tmp", f".mmapbloom-{os.getpid()}-{'0' * 16}.tmp", f".f.blm.{'0' * 12}.tmp", f".f.blm.{'0' * 32}.tmp", "f.blm.tmp",
-                 ".f.blm.tmp"):
+    for name in (
+        f".mmapbloom-{'0' * 16}.tmp",
+        f".mmapbloom-{os.getpid()}-{'0' * 16}.tmp",
+        f".f.blm.{'0' * 12}.tmp",
+        f".f.blm.{'0' * 32}.tmp",
+        "f.blm.tmp",
+        ".f.blm.tmp",
+    ):
         os.symlink(victim, tmp_path / name)
     try:
         BloomFilter.create(dest, CFG).close()
@@ -274,9 +286,17 @@ def test_preplanted_symlink_at_temporary_name(tmp_path: Any, monkeypatch: pytest
 
 # -- the same file through different paths ---------------------------------------------------------------
 
-NAMES = ["plain.blm", "café-фильтр-過濾器.blm", "emoji-😀.blm", "with space 'and' \"quotes\".blm",
-         "new\nline.blm", "-starts-with-dash.blm", ".hidden.blm", "bad-utf8-\udcff\udcfe.blm",
-         "x" * 200 + ".blm"]
+NAMES = [
+    "plain.blm",
+    "café-фильтр-過濾器.blm",
+    "emoji-😀.blm",
+    "with space 'and' \"quotes\".blm",
+    "new\nline.blm",
+    "-starts-with-dash.blm",
+    ".hidden.blm",
+    "bad-utf8-\udcff\udcfe.blm",
+    "x" * 200 + ".blm",
+]
 
 
 @pytest.mark.parametrize("name", NAMES, ids=[f"name{i}" for i in range(len(NAMES))])
@@ -290,11 +310,11 @@ def test_same_file_through_different_paths(tmp_path: Any, monkeypatch: pytest.Mo
         inode = os.stat(absolute).st_ino
     monkeypatch.chdir(tmp_path)
     paths = [
-        os.path.join("real", "sub", name),                  # relative
-        os.path.join(".", "real", ".", "sub", name),        # with dots
-        os.path.join("link", name),                         # through a symlinked directory
-        str(tmp_path / "link" / name),                      # absolute through the symlink
-        tmp_path / "link" / name,                           # a pathlib.Path
+        os.path.join("real", "sub", name),  # relative
+        os.path.join(".", "real", ".", "sub", name),  # with dots
+        os.path.join("link", name),  # through a symlinked directory
+        str(tmp_path / "link" / name),  # absolute through the symlink
+        tmp_path / "link" / name,  # a pathlib.Path
     ]
     for i, p in enumerate(paths):
         assert os.stat(p).st_ino == inode
@@ -371,8 +391,9 @@ def test_create_with_longest_legal_name(tmp_path: Any) -> None:
 # taken as ./s.blm where the OS means real/s.blm (another file was merged, or the output
 # landed elsewhere), and a trailing slash was dropped ("s.blm/" accepted, "out.blm/"
 # created out.blm) where the OS says NotADirectoryError / IsADirectoryError.
-@pytest.mark.parametrize("case", ["dotdot-shard", "dotdot-output", "dotdot-into-shard", "trailing-slash-shard",
-                                  "trailing-slash-output"])
+@pytest.mark.parametrize(
+    "case", ["dotdot-shard", "dotdot-output", "dotdot-into-shard", "trailing-slash-shard", "trailing-slash-output"]
+)
 def test_merge_paths_resolve_like_the_os(tmp_path: Any, monkeypatch: pytest.MonkeyPatch, case: str) -> None:
     real_and_decoy(tmp_path, monkeypatch, "s.blm", "the real shard")
     assert os.stat("link/../s.blm").st_ino == os.stat("real/s.blm").st_ino  # what the OS says

@@ -33,8 +33,9 @@ def run_calls(calls):  # type: ignore[no-untyped-def]
     """Run each ``func(*args)`` of ``calls`` in its own real process, all at once; return
     the results in order. Every process must exit with status 0."""
     queue = CTX.Queue()
-    procs = [CTX.Process(target=workers.run_and_report, args=(queue, i, func, *args))
-             for i, (func, args) in enumerate(calls)]
+    procs = [
+        CTX.Process(target=workers.run_and_report, args=(queue, i, func, *args)) for i, (func, args) in enumerate(calls)
+    ]
     for p in procs:
         p.start()
     results = dict(queue.get(timeout=120) for _ in procs)
@@ -184,8 +185,12 @@ def test_sigkill_keeps_acknowledged_adds(tmp_path, batch: int, torture: bool) ->
     for trial in range(trials):
         path = str(tmp_path / f"k{trial}.blm")
         BloomFilter.create(path, BloomConfig.for_items(200_000, 0.01)).close()
-        proc = subprocess.Popen([sys.executable, "-m", "tests.workers", path, "200000", str(batch)],
-                                cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.workers", path, "200000", str(batch)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "ready"
         first = int(proc.stdout.readline())  # kill only once something was acknowledged
@@ -200,8 +205,9 @@ def test_sigkill_keeps_acknowledged_adds(tmp_path, batch: int, torture: bool) ->
             assert f.contains_many([f"item-{i}" for i in range(acked)]).all()
 
 
-@pytest.mark.parametrize("kind, batch", [(BloomFilter, 1), (BloomFilter, 7), (CountingBloomFilter, 1),
-                                         (CountingBloomFilter, 7)])
+@pytest.mark.parametrize(
+    "kind, batch", [(BloomFilter, 1), (BloomFilter, 7), (CountingBloomFilter, 1), (CountingBloomFilter, 7)]
+)
 def test_reader_never_sees_items_added_go_back(tmp_path, kind, batch: int) -> None:  # type: ignore[no-untyped-def]
     """The items field is written with one aligned 4-byte store and read with one load: a
     reader process polling it while a writer process adds never sees it go back (a store
@@ -212,8 +218,9 @@ def test_reader_never_sees_items_added_go_back(tmp_path, kind, batch: int) -> No
     n = 50_000 if batch == 1 else 150_000
     kind.create(path, BloomConfig.for_items(100 * n, 1e-6)).close()
     barrier = CTX.Barrier(2)
-    added, (reads, drops) = run_calls([(workers.add_distinct, (path, n, barrier, batch)),
-                                       (workers.watch_items, (path, n, barrier))])
+    added, (reads, drops) = run_calls(
+        [(workers.add_distinct, (path, n, barrier, batch)), (workers.watch_items, (path, n, barrier))]
+    )
     assert added == n and reads >= 10_000
     assert drops == [], f"items_added went back in {len(drops)}+ of {reads} reads, e.g. {drops[:3]}"
     with kind.open(path) as f:

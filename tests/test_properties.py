@@ -71,7 +71,7 @@ def test_threads_one_handle_and_own_handles(tmp_path) -> None:  # type: ignore[n
     def work(i: int) -> None:
         f = shared if i < 16 else BloomFilter.open(path)  # 16 share a handle, 16 own one
         barrier.wait()
-        for x in items[i % 3::3] + items:  # overlapping items, so "new" races are real
+        for x in items[i % 3 :: 3] + items:  # overlapping items, so "new" races are real
             if f.add(x):
                 news[i].append(x)
         if f is not shared:
@@ -88,9 +88,14 @@ def test_threads_one_handle_and_own_handles(tmp_path) -> None:  # type: ignore[n
     shared.close()
 
 
-@given(n_distinct=st.integers(1, 3000), n=st.integers(0, 6000), seed=st.integers(0, 2**32 - 1),
-       m=st.one_of(st.integers(1, 5000), st.integers(5000, 2**26)), k=st.integers(1, 10),
-       prefill=st.integers(0, 3000))
+@given(
+    n_distinct=st.integers(1, 3000),
+    n=st.integers(0, 6000),
+    seed=st.integers(0, 2**32 - 1),
+    m=st.one_of(st.integers(1, 5000), st.integers(5000, 2**26)),
+    k=st.integers(1, 10),
+    prefill=st.integers(0, 3000),
+)
 @settings(max_examples=60, deadline=None)
 def test_add_many_equals_sequential_large(n_distinct: int, n: int, seed: int, m: int, k: int, prefill: int) -> None:
     """Big batches with many in-batch duplicates and slot collisions (the hash-table path

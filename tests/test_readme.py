@@ -56,8 +56,7 @@ def normalize(text: str, directory: str) -> str:
 
 def matches(expected: str, actual: str) -> bool:
     """Line by line; a line ``...`` in ``expected`` matches any number of lines."""
-    pattern = "".join(r"(?:[^\n]*\n)*?" if line == "..." else re.escape(line) + r"\n"
-                      for line in expected.splitlines())
+    pattern = "".join(r"(?:[^\n]*\n)*?" if line == "..." else re.escape(line) + r"\n" for line in expected.splitlines())
     return re.fullmatch(pattern, actual + "\n" if actual else "") is not None
 
 
@@ -80,7 +79,9 @@ def test_top_commands_are_what_ci_runs() -> None:
 
 def test_no_unfilled_placeholder() -> None:
     """A line that is only an upper-case token (``PERF_SECTION``) is a template left behind."""
-    left = [line for line in README.read_text().splitlines() if re.fullmatch(r"[A-Z][A-Z0-9]*_[A-Z0-9_]+", line.strip())]
+    left = [
+        line for line in README.read_text().splitlines() if re.fullmatch(r"[A-Z][A-Z0-9]*_[A-Z0-9_]+", line.strip())
+    ]
     assert not left, left
 
 
@@ -105,8 +106,14 @@ def test_console_blocks(run_dir: Path) -> None:
         script_lines.append(f"{command}\necho {marker} >&2")
     # One bash process: state carries over between commands, as when pasted in a terminal.
     # stderr and stdout go to one pipe so the order is the terminal's.
-    proc = subprocess.run(["bash", "-c", "exec 2>&1\n" + "\n".join(script_lines)], cwd=run_dir, env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        ["bash", "-c", "exec 2>&1\n" + "\n".join(script_lines)],
+        cwd=run_dir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     outputs = proc.stdout.split(marker + "\n")
     assert len(outputs) == len(expected) + 1, proc.stdout[-3000:]
     for (command, want), got in zip(expected, outputs):

@@ -47,8 +47,9 @@ def run_calls(calls):  # type: ignore[no-untyped-def]
     from tests import workers
 
     queue = CTX.Queue()
-    procs = [CTX.Process(target=workers.run_and_report, args=(queue, i, func, *args))
-             for i, (func, args) in enumerate(calls)]
+    procs = [
+        CTX.Process(target=workers.run_and_report, args=(queue, i, func, *args)) for i, (func, args) in enumerate(calls)
+    ]
     for p in procs:
         p.start()
     results = dict(queue.get(timeout=180) for _ in procs)
@@ -58,8 +59,9 @@ def run_calls(calls):  # type: ignore[no-untyped-def]
     return [results[i] for i in range(len(procs))]
 
 
-def make_unchecked(path: Any, capacity: int, fp_rate: float, *, growth: Any = 2, tightening: float = 0.5,
-                   strategy: Any = None) -> ScalableBloomFilter:
+def make_unchecked(
+    path: Any, capacity: int, fp_rate: float, *, growth: Any = 2, tightening: float = 0.5, strategy: Any = None
+) -> ScalableBloomFilter:
     """A scalable directory built from the format module alone, without the create-time
     check of the growth rule (as an older version made them), opened read-write."""
     strat = strategy or DEFAULT_STRATEGY
@@ -100,19 +102,27 @@ def test_growth_rule_and_manifest(tmp_path) -> None:  # type: ignore[no-untyped-
         assert f.num_layers == 3
         shapes = f.layers
         for i, layer in enumerate(shapes):
-            assert layer.capacity == 100 * 3 ** i
-            assert math.isclose(layer.fp_rate, 0.01 * 0.2 * 0.8 ** i)
+            assert layer.capacity == 100 * 3**i
+            assert math.isclose(layer.fp_rate, 0.01 * 0.2 * 0.8**i)
             cfg = BloomConfig.for_items(layer.capacity, layer.fp_rate, M3KM)
             # k as for_items; m at least for_items' and just enough for P_i <= p_i at capacity
             assert layer.num_hashes == cfg.num_hashes and layer.num_bits >= cfg.num_bits
             assert expected_fp_rate(layer.capacity, layer.num_bits, layer.num_hashes) <= layer.fp_rate
-            assert expected_fp_rate(layer.capacity, layer.num_bits - 1, layer.num_hashes) > layer.fp_rate \
+            assert (
+                expected_fp_rate(layer.capacity, layer.num_bits - 1, layer.num_hashes) > layer.fp_rate
                 or layer.num_bits == cfg.num_bits
+            )
             assert layer.path == os.path.join(path, f"layer-{i:04d}.blm")
         assert [x.items_added for x in shapes[:2]] == [100, 300]  # older layers exactly full
         assert f.items_added == sum(x.items_added for x in shapes)
     doc = json.load(open(os.path.join(path, "manifest.json")))
-    assert (doc["capacity"], doc["fp_rate"], doc["growth"], doc["tightening"], doc["strategy"]) == (100, 0.01, 3, 0.8, "M3KM")
+    assert (doc["capacity"], doc["fp_rate"], doc["growth"], doc["tightening"], doc["strategy"]) == (
+        100,
+        0.01,
+        3,
+        0.8,
+        "M3KM",
+    )
     assert [e["file"] for e in doc["layers"]] == ["layer-0000.blm", "layer-0001.blm", "layer-0002.blm"]
     lock = open(os.path.join(path, "lock"), "rb").read()
     assert lock == struct.pack("<4sIII", b"BLSL", 1, 3, 0)
@@ -124,8 +134,18 @@ def test_growth_rule_and_manifest(tmp_path) -> None:  # type: ignore[no-untyped-
         assert (g.capacity, g.fp_rate, g.growth, g.tightening, g.strategy.name) == (100, 0.01, 3, 0.8, "M3KM")
 
 
-@pytest.mark.parametrize("kwargs", [dict(capacity=0), dict(fp_rate=1.0), dict(growth=1), dict(growth=0.5),
-                                    dict(tightening=0), dict(tightening=1.0), dict(growth=True)])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(capacity=0),
+        dict(fp_rate=1.0),
+        dict(growth=1),
+        dict(growth=0.5),
+        dict(tightening=0),
+        dict(tightening=1.0),
+        dict(growth=True),
+    ],
+)
 def test_bad_parameters(tmp_path, kwargs) -> None:  # type: ignore[no-untyped-def]
     args = dict(capacity=100, fp_rate=0.01)
     args.update(kwargs)
@@ -202,7 +222,7 @@ def test_update_splits_at_layer_boundaries_like_sequential_adds(tmp_path) -> Non
     pos = 0
     while pos < len(keys):  # batches of odd sizes, each crossing boundaries somewhere
         size = rng.choice([1, 7, 150, 999])
-        new_batch += b.update(keys[pos:pos + size])
+        new_batch += b.update(keys[pos : pos + size])
         pos += size
     assert new_batch == new_seq == a.items_added == b.items_added
     assert layer_bytes(a.path) == layer_bytes(b.path)
@@ -261,7 +281,9 @@ def test_threads_one_process_exactly_one_true(tmp_path) -> None:  # type: ignore
 
 
 # -- the error bound, measured ------------------------------------------------------------------
-def measure_growth(tmp_path, n0: int, p: float, probes: int, strategy=None) -> list[tuple[int, int, float, float, float]]:  # type: ignore[no-untyped-def]
+def measure_growth(
+    tmp_path, n0: int, p: float, probes: int, strategy=None
+) -> list[tuple[int, int, float, float, float]]:  # type: ignore[no-untyped-def]
     """Grow from n0 to 64 n0 items; at 1x, 2x, ... 64x measure the false-positive rate on
     ``probes`` absent keys. Returns (growth, layers, measured, expected, observed) rows:
     expected from the item counts (``expected_fp_rate()``), observed from the bits set,
@@ -403,6 +425,7 @@ _ACK = struct.Struct("<qq")  # acknowledged adds, stage reached (1 layer-created
 def _writer_child(path: str, shared: mmap.mmap, keys: list[str], pause_stage: str, batch: int) -> None:
     code = 1
     try:
+
         def hook(stage: str, index: int) -> None:
             if stage == pause_stage:
                 shared[8:16] = struct.pack("<q", 1)
@@ -412,7 +435,7 @@ def _writer_child(path: str, shared: mmap.mmap, keys: list[str], pause_stage: st
         with ScalableBloomFilter.open(path) as f:
             done = 0
             while done < len(keys):
-                part = keys[done:done + batch]
+                part = keys[done : done + batch]
                 f.update(part) if batch > 1 else f.add(part[0])
                 done += len(part)
                 shared[0:8] = struct.pack("<q", done)
@@ -485,7 +508,7 @@ def test_sigkill_at_random_points_while_crossing_boundaries(tmp_path, torture: b
             print(f"trial {trial}: {acked} adds acknowledged, {f.num_layers} layers")
             older = f.layers[:-1]
             assert all(x.items_added == x.capacity for x in older)
-            f.update(keys[acked:acked + 2000])
+            f.update(keys[acked : acked + 2000])
             f.verify()
 
 
@@ -506,19 +529,25 @@ def _edit_manifest(path: str, edit) -> None:  # type: ignore[no-untyped-def]
     open(mpath, "w").write(json.dumps(doc))
 
 
-@pytest.mark.parametrize("damage, expected", [
-    (lambda p: open(os.path.join(p, "manifest.json"), "w").write('{"format": "mmapbloom-scal'), "not valid JSON"),
-    (lambda p: open(os.path.join(p, "manifest.json"), "w").write("[" * 100_000), "not valid JSON"),
-    (lambda p: os.unlink(os.path.join(p, "manifest.json")), "manifest is missing"),
-    (lambda p: _edit_manifest(p, lambda d: d["layers"][1].update(num_bits=999)), "num_bits is 999"),
-    (lambda p: _edit_manifest(p, lambda d: d.update(growth=0.5)), "invalid parameters"),
-    (lambda p: _edit_manifest(p, lambda d: d.pop("tightening")), "no field 'tightening'"),
-    (lambda p: _edit_manifest(p, lambda d: d["layers"].pop()), "lists 2 layers, the lock file commits 3"),
-    (lambda p: _edit_manifest(p, lambda d: d["layers"][0].update(file="../../etc/passwd")), "file is '../../etc/passwd'"),
-    (lambda p: open(os.path.join(p, "lock"), "r+b").truncate(8), "lock file is 8 bytes, expected 16"),
-    (lambda p: open(os.path.join(p, "lock"), "r+b").write(b"XXXX"), "magic"),
-    (lambda p: os.unlink(os.path.join(p, "lock")), "lock file is missing"),
-])
+@pytest.mark.parametrize(
+    "damage, expected",
+    [
+        (lambda p: open(os.path.join(p, "manifest.json"), "w").write('{"format": "mmapbloom-scal'), "not valid JSON"),
+        (lambda p: open(os.path.join(p, "manifest.json"), "w").write("[" * 100_000), "not valid JSON"),
+        (lambda p: os.unlink(os.path.join(p, "manifest.json")), "manifest is missing"),
+        (lambda p: _edit_manifest(p, lambda d: d["layers"][1].update(num_bits=999)), "num_bits is 999"),
+        (lambda p: _edit_manifest(p, lambda d: d.update(growth=0.5)), "invalid parameters"),
+        (lambda p: _edit_manifest(p, lambda d: d.pop("tightening")), "no field 'tightening'"),
+        (lambda p: _edit_manifest(p, lambda d: d["layers"].pop()), "lists 2 layers, the lock file commits 3"),
+        (
+            lambda p: _edit_manifest(p, lambda d: d["layers"][0].update(file="../../etc/passwd")),
+            "file is '../../etc/passwd'",
+        ),
+        (lambda p: open(os.path.join(p, "lock"), "r+b").truncate(8), "lock file is 8 bytes, expected 16"),
+        (lambda p: open(os.path.join(p, "lock"), "r+b").write(b"XXXX"), "magic"),
+        (lambda p: os.unlink(os.path.join(p, "lock")), "lock file is missing"),
+    ],
+)
 def test_damaged_manifest_refused(grown, damage, expected) -> None:  # type: ignore[no-untyped-def]
     damage(grown)
     with pytest.raises(ManifestError) as err:
@@ -643,7 +672,7 @@ def test_write_lock_loop_and_float_growth(tmp_path) -> None:  # type: ignore[no-
     with f.write_lock():
         new = [f.add(k) for k in keys]
     assert sum(new) == f.items_added >= 90  # tiny layers: a few false positives are refused
-    assert [x.capacity for x in f.layers] == [math.ceil(10 * 1.5 ** i) for i in range(f.num_layers)]
+    assert [x.capacity for x in f.layers] == [math.ceil(10 * 1.5**i) for i in range(f.num_layers)]
     assert all(x.items_added == x.capacity for x in f.layers[:-1])
     f.verify()
     with ScalableBloomFilter.open(f.path) as g:

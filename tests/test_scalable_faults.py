@@ -82,8 +82,9 @@ print("ok", flush=True)
 def test_a_truncated_lock_file_raises_manifest_error_never_sigbus(tmp_path: Any, size: int) -> None:
     script = TRUNCATE_LOCK.format(root=ROOT, path=str(tmp_path / "s"), size=size, ops=OPS)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), \
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), (
         f"exit {proc.returncode} (-7 is SIGBUS): {proc.stdout[-500:]} {proc.stderr[-1500:]}"
+    )
 
 
 TRUNCATE_LAYER = r"""
@@ -123,8 +124,9 @@ print("ok", flush=True)
 def test_a_truncated_layer_raises_length_mismatch_never_sigbus(tmp_path: Any, layer: int) -> None:
     script = TRUNCATE_LAYER.format(root=ROOT, path=str(tmp_path / "s"), layer=layer, ops=OPS)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), \
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), (
         f"exit {proc.returncode} (-7 is SIGBUS): {proc.stdout[-500:]} {proc.stderr[-1500:]}"
+    )
 
 
 # -- blocked strategies --------------------------------------------------------------------------
@@ -169,7 +171,7 @@ def test_update_failing_at_a_full_disk_reports_committed_items(tmpfs_1m: str) ->
     # count are the few that were false positives of older layers when added.
     assert [x.items_added for x in f.layers] == [x.capacity for x in f.layers]
     assert 0 <= committed - f.items_added <= 0.02 * committed
-    assert f.contains_many(keys[committed:committed + 10_000]).mean() < 0.02  # the rest are absent
+    assert f.contains_many(keys[committed : committed + 10_000]).mean() < 0.02  # the rest are absent
     assert path in str(err.value) and ".tmp" not in str(err.value)
     f.verify()
     # A duplicate needs no growth; the filter still works for queries.
@@ -198,8 +200,13 @@ def test_the_cli_add_reports_what_was_committed_when_a_growth_fails(tmp_path: An
     f.close()
     lines = tmp_path / "in.txt"
     lines.write_text("".join(f"line-{i}\n" for i in range(1000)))
-    proc = subprocess.run([sys.executable, "-m", "mmapbloom", "add", str(tmp_path / "old"), str(lines)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mmapbloom", "add", str(tmp_path / "old"), str(lines)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert proc.returncode != 0 and "underflowed" in proc.stderr, proc.stderr
     with ScalableBloomFilter.open(tmp_path / "old", readonly=True) as g:
         assert g.items_added >= 290
@@ -226,8 +233,9 @@ ScalableBloomFilter.create({path!r}, 2_000_000, 1e-4)
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 def test_a_sigkilled_create_leaves_a_temporary_that_the_next_create_removes(tmp_path: Any) -> None:
     dest = str(tmp_path / "s")
-    proc = subprocess.Popen([sys.executable, "-c", KILLED_CREATE.format(root=ROOT, path=dest)],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_CREATE.format(root=ROOT, path=dest)], stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "building"
     # A live creator's temporary is left alone, even by a cleanup in this directory.
     left = os.listdir(tmp_path)
@@ -338,8 +346,14 @@ def test_bad_mode_is_refused(tmp_path: Any) -> None:
 
 def test_the_cli_creates_blocked_scalable_filters_and_refuses_a_rule_that_cannot_grow(tmp_path: Any) -> None:
     def cli(*args: str) -> "subprocess.CompletedProcess[str]":
-        return subprocess.run([sys.executable, "-m", "mmapbloom", *args], capture_output=True, text=True,
-                              cwd=tmp_path, timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
+        return subprocess.run(
+            [sys.executable, "-m", "mmapbloom", *args],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": ROOT},
+        )
 
     proc = cli("create", "--scalable", "--strategy", "M3BL", "-n", "1000", "-p", "0.01", "b")
     assert proc.returncode == 0 and "strategy M3BL" in proc.stdout + proc.stderr, proc.stderr

@@ -21,9 +21,13 @@ from tests.conftest import ROOT
 GROUP = 4242  # a group both users are given (supplementary)
 ALICE, BOB = 1000, 65534
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(
-    not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("setpriv") is None,
-    reason="needs root and setpriv to run processes as two other users")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("setpriv") is None,
+        reason="needs root and setpriv to run processes as two other users",
+    ),
+]
 
 PRELUDE = """
 import json, os, sys
@@ -37,9 +41,14 @@ keys = lambda tag, n: [f"{{tag}}-{{i}}" for i in range(n)]
 
 def as_user(uid: int, umask: int, path: str, body: str, **popen: Any) -> "subprocess.Popen[str]":
     code = PRELUDE.format(root=ROOT, umask=umask, path=path) + textwrap.dedent(body)
-    return subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={uid}", f"--groups={GROUP}",
-                             sys.executable, "-c", code], text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, cwd="/", **popen)
+    return subprocess.Popen(
+        ["setpriv", f"--reuid={uid}", f"--regid={uid}", f"--groups={GROUP}", sys.executable, "-c", code],
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd="/",
+        **popen,
+    )
 
 
 def run_as(uid: int, umask: int, path: str, body: str) -> Any:

@@ -27,8 +27,14 @@ import pytest
 
 pytest.importorskip("scrapy", reason="scrapy is in the test extra (and the scrapy extra)")
 
-from mmapbloom import (BloomConfig, BloomFilter, ConfigError, ConfigMismatchError,  # noqa: E402
-                       UnknownSchemeError, get_strategy)
+from mmapbloom import (
+    BloomConfig,
+    BloomFilter,
+    ConfigError,
+    ConfigMismatchError,  # noqa: E402
+    UnknownSchemeError,
+    get_strategy,
+)
 from tests.conftest import ROOT  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -63,16 +69,29 @@ def test_settings(tmp_path: Path) -> None:
     df.close("finished")
     assert os.path.isfile(df.path)  # a JOBDIR file is kept for the resume
 
-    df = BloomDupeFilter.from_crawler(get_crawler(settings_dict={
-        "JOBDIR": str(tmp_path / "job"), "MMAPBLOOM_DUPEFILTER_PATH": str(tmp_path / "mine.blm"),
-        "MMAPBLOOM_DUPEFILTER_CAPACITY": "5e3", "MMAPBLOOM_DUPEFILTER_FP_RATE": "0.001",
-        "MMAPBLOOM_DUPEFILTER_STRATEGY": "M3KM"}))
+    df = BloomDupeFilter.from_crawler(
+        get_crawler(
+            settings_dict={
+                "JOBDIR": str(tmp_path / "job"),
+                "MMAPBLOOM_DUPEFILTER_PATH": str(tmp_path / "mine.blm"),
+                "MMAPBLOOM_DUPEFILTER_CAPACITY": "5e3",
+                "MMAPBLOOM_DUPEFILTER_FP_RATE": "0.001",
+                "MMAPBLOOM_DUPEFILTER_STRATEGY": "M3KM",
+            }
+        )
+    )
     assert df.path == str(tmp_path / "mine.blm")  # the path setting wins over JOBDIR
     assert df.filter.config == BloomConfig.for_items(5000, 0.001, get_strategy("M3KM"))
     df.close("finished")
 
-    df = BloomDupeFilter.from_crawler(get_crawler(settings_dict={
-        "MMAPBLOOM_DUPEFILTER_PATH": str(tmp_path / "blocked.blm"), "MMAPBLOOM_DUPEFILTER_STRATEGY": "M3B2"}))
+    df = BloomDupeFilter.from_crawler(
+        get_crawler(
+            settings_dict={
+                "MMAPBLOOM_DUPEFILTER_PATH": str(tmp_path / "blocked.blm"),
+                "MMAPBLOOM_DUPEFILTER_STRATEGY": "M3B2",
+            }
+        )
+    )
     assert df.filter.config == BloomConfig.for_items(DEFAULT_CAPACITY, DEFAULT_FP_RATE, get_strategy("M3B2"))
     df.close("finished")
 
@@ -84,9 +103,13 @@ def test_settings(tmp_path: Path) -> None:
     df.close("finished")  # idempotent
     assert not os.path.exists(os.path.dirname(temporary))  # the temporary default is removed
 
-    for bad in ({"MMAPBLOOM_DUPEFILTER_CAPACITY": "many"}, {"MMAPBLOOM_DUPEFILTER_CAPACITY": 0},
-                {"MMAPBLOOM_DUPEFILTER_CAPACITY": "12.5"}, {"MMAPBLOOM_DUPEFILTER_FP_RATE": "1.5"},
-                {"MMAPBLOOM_DUPEFILTER_FP_RATE": True}):
+    for bad in (
+        {"MMAPBLOOM_DUPEFILTER_CAPACITY": "many"},
+        {"MMAPBLOOM_DUPEFILTER_CAPACITY": 0},
+        {"MMAPBLOOM_DUPEFILTER_CAPACITY": "12.5"},
+        {"MMAPBLOOM_DUPEFILTER_FP_RATE": "1.5"},
+        {"MMAPBLOOM_DUPEFILTER_FP_RATE": True},
+    ):
         with pytest.raises(ConfigError, match=re.escape(str(next(iter(bad.values()))))):
             BloomDupeFilter.from_crawler(get_crawler(settings_dict=bad))
     with pytest.raises(UnknownSchemeError) as unknown:
@@ -105,10 +128,22 @@ def test_same_decisions_as_the_default_filter() -> None:
     from mmapbloom.scrapy import BloomDupeFilter
 
     crawler = get_crawler()
-    requests = [scrapy.Request(u) for u in ("http://h/a?x=1&y=2", "http://h/a?y=2&x=1", "http://h/a?x=1&y=2#f",
-                                            "http://h/a?x=1", "http://H/a?x=1", "http://h/b")]
-    requests += [scrapy.Request("http://h/a?x=1", method="POST"), scrapy.Request("http://h/a?x=1", method="POST"),
-                 scrapy.Request("http://h/a?x=1", method="POST", body=b"1")]
+    requests = [
+        scrapy.Request(u)
+        for u in (
+            "http://h/a?x=1&y=2",
+            "http://h/a?y=2&x=1",
+            "http://h/a?x=1&y=2#f",
+            "http://h/a?x=1",
+            "http://H/a?x=1",
+            "http://h/b",
+        )
+    ]
+    requests += [
+        scrapy.Request("http://h/a?x=1", method="POST"),
+        scrapy.Request("http://h/a?x=1", method="POST"),
+        scrapy.Request("http://h/a?x=1", method="POST", body=b"1"),
+    ]
     default, bloom = RFPDupeFilter.from_crawler(crawler), BloomDupeFilter.from_crawler(crawler)
     expected = [False, True, True, False, True, False, False, True, False]
     assert [default.request_seen(r) for r in requests] == expected
@@ -167,12 +202,18 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, set[st
         server.close()
 
 
-def start_crawl(start: str, out: Path, dupefilter: str = BLOOM, settings: Optional[dict[str, Any]] = None,
-                go_file: Optional[Path] = None) -> "subprocess.Popen[bytes]":
+def start_crawl(
+    start: str,
+    out: Path,
+    dupefilter: str = BLOOM,
+    settings: Optional[dict[str, Any]] = None,
+    go_file: Optional[Path] = None,
+) -> "subprocess.Popen[bytes]":
     """Start one crawl by the example's spider; items (one per page) to ``out`` (JSON
     lines), log to ``out.log``."""
     proc: "subprocess.Popen[bytes]" = example.start_crawl(
-        [start], str(out), {"DUPEFILTER_CLASS": dupefilter, **(settings or {})}, str(go_file or ""))
+        [start], str(out), {"DUPEFILTER_CLASS": dupefilter, **(settings or {})}, str(go_file or "")
+    )
     return proc
 
 
@@ -183,8 +224,10 @@ class Crawl:
     def __init__(self, proc: "subprocess.Popen[bytes]", out: Path):
         self.returncode = proc.wait(120)
         self.log = Path(f"{out}.log").read_text()
-        self.pages = [re.sub(r"^http://[^/]+", "", json.loads(line)["url"])
-                      for line in (out.read_text().splitlines() if out.exists() else [])]
+        self.pages = [
+            re.sub(r"^http://[^/]+", "", json.loads(line)["url"])
+            for line in (out.read_text().splitlines() if out.exists() else [])
+        ]
 
     def stat(self, name: str) -> Optional[Any]:
         match = re.search(rf"'{re.escape(name)}': ([^,\n]+)", self.log)
@@ -230,8 +273,10 @@ def test_two_processes_share_one_file(site: tuple[Any, set[str]], baseline: Craw
     shared = {"MMAPBLOOM_DUPEFILTER_PATH": tmp_path / "shared.blm"}
     go = tmp_path / "go"
     server.fetched()
-    procs = [start_crawl(server.url + start, tmp_path / f"{i}.jsonl", settings=shared, go_file=go)
-             for i, start in enumerate(["", f"p{PAGES // 2}.html"])]
+    procs = [
+        start_crawl(server.url + start, tmp_path / f"{i}.jsonl", settings=shared, go_file=go)
+        for i, start in enumerate(["", f"p{PAGES // 2}.html"])
+    ]
     deadline = time.monotonic() + 60
     while len(list(tmp_path.glob("go.ready.*"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -287,9 +332,17 @@ def test_another_shape_is_refused_at_spider_open(site: tuple[Any, set[str]], tmp
 
     # REUSE=False replaces it with an empty filter of the configured shape. (And
     # DUPEFILTER_DEBUG logs every filtered request with its referer, as for the default.)
-    fresh = crawl(server.url, tmp_path / "fresh.jsonl",
-                  settings={"MMAPBLOOM_DUPEFILTER_PATH": path, "MMAPBLOOM_DUPEFILTER_REUSE": False,
-                            "MMAPBLOOM_DUPEFILTER_CAPACITY": 5000, "DUPEFILTER_DEBUG": True, "LOG_LEVEL": "DEBUG"})
+    fresh = crawl(
+        server.url,
+        tmp_path / "fresh.jsonl",
+        settings={
+            "MMAPBLOOM_DUPEFILTER_PATH": path,
+            "MMAPBLOOM_DUPEFILTER_REUSE": False,
+            "MMAPBLOOM_DUPEFILTER_CAPACITY": 5000,
+            "DUPEFILTER_DEBUG": True,
+            "LOG_LEVEL": "DEBUG",
+        },
+    )
     assert fresh.returncode == 0, fresh.log
     assert sorted(fresh.pages) == sorted(paths)
     logged = re.findall(r"Filtered duplicate request: <GET \S+> \(referer: \S+\)", fresh.log)

@@ -21,8 +21,12 @@ SCRIPT = os.path.join(ROOT, "examples", "semijoin.py")
 
 def test_semijoin_example_reports_and_agrees(tmp_path: Any) -> None:
     rows, keys, match = 100_000, 5_000, 0.05
-    proc = subprocess.run([sys.executable, SCRIPT, str(tmp_path), "--rows", str(rows), "--keys", str(keys),
-                           "--match", str(match)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, SCRIPT, str(tmp_path), "--rows", str(rows), "--keys", str(keys), "--match", str(match)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr  # it exits 1 if a join differs
     assert (tmp_path / "orders.blm").exists()
     lines = {line[:22].strip(): line[22:].split() for line in proc.stdout.splitlines()[2:]}

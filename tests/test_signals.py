@@ -102,8 +102,11 @@ def test_cli_cleans_up_on_signal(tmp_path: Any, shards: list[str], sig: int, how
     out_dir.mkdir()
     out = str(out_dir / "m.blm")
     cli = [sys.executable, "-m", "mmapbloom"]
-    argv = (cli + ["merge", "--chunk-mib", "1", out, *shards] if how == "cli-merge"
-            else cli + ["create", out, "--bits", str(8 * 2**20), "--hashes", "3"])
+    argv = (
+        cli + ["merge", "--chunk-mib", "1", out, *shards]
+        if how == "cli-merge"
+        else cli + ["create", out, "--bits", str(8 * 2**20), "--hashes", "3"]
+    )
     proc = _start(argv, _env(tmp_path), out_dir)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
@@ -133,8 +136,9 @@ def test_add_exits_128_plus_signal(tmp_path: Any) -> None:
     path = str(tmp_path / "a.blm")
     BloomFilter.create(path, BloomConfig.for_items(1000, 0.01)).close()
     env = dict(os.environ, PYTHONPATH=ROOT)
-    proc = subprocess.Popen([sys.executable, "-m", "mmapbloom", "add", path], stdin=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=env)  # waits on stdin
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mmapbloom", "add", path], stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )  # waits on stdin
     _wait_until_caught(proc.pid, signal.SIGTERM)
     time.sleep(0.2)  # and is reading stdin
     proc.send_signal(signal.SIGTERM)
@@ -148,8 +152,12 @@ def test_nohup_keeps_sighup_ignored(tmp_path: Any, shards: list[str]) -> None:
     out = str(tmp_path / "m.blm")
     env = _env(tmp_path)
     env["PYTHONPATH"] = ROOT  # no slowdown needed beyond a short merge
-    proc = subprocess.Popen(_merge_argv(out, shards), env=env, stderr=subprocess.PIPE,
-                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    proc = subprocess.Popen(
+        _merge_argv(out, shards),
+        env=env,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
+    )
     proc.send_signal(signal.SIGHUP)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
@@ -172,8 +180,9 @@ def test_stale_temporary_removed_by_next_run(tmp_path: Any, shards: list[str], n
     out_dir.mkdir()
     left = _kill9_leftover(tmp_path, shards, out_dir)
     if next_run == "merge":
-        code = subprocess.run(_merge_argv(str(out_dir / "m.blm"), shards), env=dict(os.environ, PYTHONPATH=ROOT),
-                              capture_output=True).returncode
+        code = subprocess.run(
+            _merge_argv(str(out_dir / "m.blm"), shards), env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True
+        ).returncode
         assert code == 0
         assert os.listdir(out_dir) == ["m.blm"]
     else:
@@ -191,8 +200,11 @@ def test_live_writers_temporaries_are_never_removed(tmp_path: Any, shards: list[
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     # 1. A live process writing its temporary: another create in the directory leaves it.
-    proc = _start([sys.executable, "-m", "mmapbloom", "create", str(out_dir / "slow.blm"), "--bits", "8000000",
-                   "--hashes", "3"], _env(tmp_path), out_dir)
+    proc = _start(
+        [sys.executable, "-m", "mmapbloom", "create", str(out_dir / "slow.blm"), "--bits", "8000000", "--hashes", "3"],
+        _env(tmp_path),
+        out_dir,
+    )
     try:
         (live,) = _temps(out_dir)
         BloomFilter.create(out_dir / "x.blm", BloomConfig(num_bits=800, num_hashes=3)).close()

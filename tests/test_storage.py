@@ -22,8 +22,14 @@ from typing import Any, Iterator
 
 import pytest
 
-from mmapbloom import (BloomConfig, BloomFilter, CountingBloomFilter, LengthMismatchError, NoSpaceError,
-                       SparseFileWarning)
+from mmapbloom import (
+    BloomConfig,
+    BloomFilter,
+    CountingBloomFilter,
+    LengthMismatchError,
+    NoSpaceError,
+    SparseFileWarning,
+)
 from mmapbloom.cli import main as cli_main
 from tests.conftest import ROOT
 from tests.test_stress_disk import mount_tmpfs
@@ -86,8 +92,9 @@ print("ok", flush=True)
 def test_truncated_under_the_handle_raises_instead_of_sigbus(tmp_path: Any, cls: str, size: int) -> None:
     script = TRUNCATED.format(root=ROOT, cls=cls, path=str(tmp_path / "t.bin"), size=size)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), \
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), (
         f"exit {proc.returncode} (-7 is SIGBUS): {proc.stdout[-500:]} {proc.stderr[-1500:]}"
+    )
 
 
 def test_grown_file_fails_check(tmp_path: Any) -> None:

@@ -147,15 +147,20 @@ def test_m3b2_golden_positions(key: bytes, k: int, m: int, expected: list[int]) 
 
 
 @settings(max_examples=200, deadline=None)
-@given(key=st.binary(max_size=40), k=st.integers(1, 40),
-       m=st.one_of(st.integers(1, 5000), st.integers(1, M64), st.sampled_from([1, 2, 2**20, 2**33 + 17, M64])))
+@given(
+    key=st.binary(max_size=40),
+    k=st.integers(1, 40),
+    m=st.one_of(st.integers(1, 5000), st.integers(1, M64), st.sampled_from([1, 2, 2**20, 2**33 + 17, M64])),
+)
 def test_m3m2_matches_reference(key: bytes, k: int, m: int) -> None:
     assert list(M3M2().positions(key, k, m)) == ref_m3m2(key, k, m)
     assert M3M2().positions_many([key, key + b"x"], k, m).tolist() == [ref_m3m2(key, k, m), ref_m3m2(key + b"x", k, m)]
 
 
 @settings(max_examples=200, deadline=None)
-@given(key=st.binary(max_size=40), k=st.integers(1, 40), blocks=st.one_of(st.integers(1, 3000), st.integers(1, 2**55 - 1)))
+@given(
+    key=st.binary(max_size=40), k=st.integers(1, 40), blocks=st.one_of(st.integers(1, 3000), st.integers(1, 2**55 - 1))
+)
 def test_m3b2_matches_reference(key: bytes, k: int, blocks: int) -> None:
     m = 512 * blocks
     assert list(M3B2().positions(key, k, m)) == ref_m3b2(key, k, m)
@@ -189,6 +194,7 @@ def test_empty_key_is_an_ordinary_key(name: str) -> None:
     about as often as p (M3MX / M3BL: about half the filters). 300 filters: expected 3
     (binomial, p = 0.01); 12 would be 5 standard deviations above."""
     import random
+
     rng = random.Random(17)
     config = BloomConfig.for_items(1000, 0.01, strategy=get_strategy(name))
     hits = 0
@@ -225,15 +231,20 @@ def test_m3bl_golden_positions(key: bytes, k: int, m: int, expected: list[int]) 
 
 
 @settings(max_examples=200, deadline=None)
-@given(key=st.binary(max_size=40), k=st.integers(1, 40),
-       m=st.one_of(st.integers(1, 5000), st.integers(1, M64), st.sampled_from([1, 2, 2**20, 2**33 + 17, M64])))
+@given(
+    key=st.binary(max_size=40),
+    k=st.integers(1, 40),
+    m=st.one_of(st.integers(1, 5000), st.integers(1, M64), st.sampled_from([1, 2, 2**20, 2**33 + 17, M64])),
+)
 def test_m3mx_matches_reference(key: bytes, k: int, m: int) -> None:
     assert list(M3MX().positions(key, k, m)) == ref_m3mx(key, k, m)
     assert M3MX().positions_many([key, key + b"x"], k, m).tolist() == [ref_m3mx(key, k, m), ref_m3mx(key + b"x", k, m)]
 
 
 @settings(max_examples=200, deadline=None)
-@given(key=st.binary(max_size=40), k=st.integers(1, 40), blocks=st.one_of(st.integers(1, 3000), st.integers(1, 2**55 - 1)))
+@given(
+    key=st.binary(max_size=40), k=st.integers(1, 40), blocks=st.one_of(st.integers(1, 3000), st.integers(1, 2**55 - 1))
+)
 def test_m3bl_matches_reference(key: bytes, k: int, blocks: int) -> None:
     m = 512 * blocks
     assert list(M3BL().positions(key, k, m)) == ref_m3bl(key, k, m)
@@ -276,8 +287,7 @@ def test_golden_file(name: str) -> None:
 
 
 # -- the false-positive grid ---------------------------------------------------------------
-GRID = [(10, 1e-3), (10, 1e-6), (20, 1e-10), (100, 1e-6), (1000, 1e-3), (1000, 1e-9), (10_000, 0.01),
-        (100_000, 0.05)]
+GRID = [(10, 1e-3), (10, 1e-6), (20, 1e-10), (100, 1e-6), (1000, 1e-3), (1000, 1e-9), (10_000, 0.01), (100_000, 0.05)]
 ABSENT = 200_000
 
 
@@ -318,7 +328,12 @@ def test_m3km_stays_above_its_documented_floor_only(n: int, p: float) -> None:
         warnings.simplefilter("ignore", UserWarning)
         config = BloomConfig.for_items(n, p, strategy=M3KM())
     expected, hits = _measure(config, n, ABSENT)
-    assert hits <= ABSENT * (expected + M3KM_FP_FLOOR / config.num_bits) + 5 * math.sqrt(ABSENT * (expected + 2 / config.num_bits)) + 3
+    assert (
+        hits
+        <= ABSENT * (expected + M3KM_FP_FLOOR / config.num_bits)
+        + 5 * math.sqrt(ABSENT * (expected + 2 / config.num_bits))
+        + 3
+    )
 
 
 def test_issue_example_measures_about_one_in_a_million() -> None:
@@ -375,8 +390,12 @@ def test_blocked_statistics_use_blocks() -> None:
 
 # -- every code path gives the same bits ------------------------------------------------------
 @settings(max_examples=40, deadline=None)
-@given(items=st.lists(st.one_of(st.text(max_size=20), st.binary(max_size=20)), max_size=60),
-       name=st.sampled_from(["M3KM", "M3MX", "M3BL", "M3M2", "M3B2"]), k=st.integers(1, 12), blocks=st.integers(1, 6))
+@given(
+    items=st.lists(st.one_of(st.text(max_size=20), st.binary(max_size=20)), max_size=60),
+    name=st.sampled_from(["M3KM", "M3MX", "M3BL", "M3M2", "M3B2"]),
+    k=st.integers(1, 12),
+    blocks=st.integers(1, 6),
+)
 def test_every_path_sets_the_same_bits(items: list, name: str, k: int, blocks: int) -> None:
     config = BloomConfig(num_bits=512 * blocks, num_hashes=k, strategy=get_strategy(name))
     one = BloomFilter(config)
@@ -408,10 +427,31 @@ def test_merge_and_cli_set_the_same_bits(tmp_path: Path) -> None:
         assert merged.read_bytes()[24:] == ref.to_bytes()[24:]
         cli_file = tmp_path / f"{name}-cli.blm"
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
-        subprocess.run([sys.executable, "-m", "mmapbloom", "create", str(cli_file), "--bits", str(512 * 20),
-                        "--hashes", "6", "--strategy", name], check=True, env=env, capture_output=True)
-        subprocess.run([sys.executable, "-m", "mmapbloom", "add", "-q", str(cli_file)], check=True, env=env,
-                       input="\n".join(items).encode() + b"\n", capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mmapbloom",
+                "create",
+                str(cli_file),
+                "--bits",
+                str(512 * 20),
+                "--hashes",
+                "6",
+                "--strategy",
+                name,
+            ],
+            check=True,
+            env=env,
+            capture_output=True,
+        )
+        subprocess.run(
+            [sys.executable, "-m", "mmapbloom", "add", "-q", str(cli_file)],
+            check=True,
+            env=env,
+            input="\n".join(items).encode() + b"\n",
+            capture_output=True,
+        )
         assert cli_file.read_bytes() == ref.to_bytes()
 
 

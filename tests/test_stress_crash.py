@@ -286,7 +286,7 @@ def counting_op(batch: bool, j: int) -> tuple[str, list[str]]:
     if batch:
         b, second = divmod(j, 2)
         items = [f"batch-{b}-{i}" for i in range(COUNTING_BATCH)]
-        return ("remove", items[:COUNTING_BATCH // 2]) if second else ("add", items)
+        return ("remove", items[: COUNTING_BATCH // 2]) if second else ("add", items)
     b, step = divmod(j, 5)
     x, y = f"x-{b}", f"y-{b}"
     if step == 4:
@@ -321,11 +321,12 @@ def counters_of(f: CountingBloomFilter) -> "np.ndarray[Any, np.dtype[np.int64]]"
     body = np.frombuffer(f.to_bytes()[32:], dtype=np.uint8)
     if f.counter_bits == 8:
         return body.astype(np.int64)
-    return np.stack([body & 15, body >> 4], axis=1).ravel()[:f.num_bits].astype(np.int64)
+    return np.stack([body & 15, body >> 4], axis=1).ravel()[: f.num_bits].astype(np.int64)
 
 
-def killed_counting_writer(tmp_path: Any, p: Progress, rng: random.Random, seed: int, batch: bool,
-                           record_property: Any) -> None:
+def killed_counting_writer(
+    tmp_path: Any, p: Progress, rng: random.Random, seed: int, batch: bool, record_property: Any
+) -> None:
     width = (4, 8)[seed % 2]
     path = str(tmp_path / "victim.blc")
     CountingBloomFilter.create(path, COUNTING_CONFIG, counter_bits=width).close()

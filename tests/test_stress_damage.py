@@ -79,8 +79,17 @@ def generate_cases(kind: Kind, rng: random.Random, n_random: int) -> list[dict[s
         for extra in (b"\0", b"\0" * 7, b"\xff", b"\0" * 100, os.urandom(0) + bytes(range(256))):
             add(f"{base_name}/extended-{len(extra)}", image + extra)
         for off in range(kind.header_size):  # every header byte, to several values
-            values = {image[off] ^ 0x01, image[off] ^ 0x80, image[off] ^ 0xFF, 0x00, 0xFF, 0x7F, 0x80,
-                      rng.randrange(256), rng.randrange(256)}
+            values = {
+                image[off] ^ 0x01,
+                image[off] ^ 0x80,
+                image[off] ^ 0xFF,
+                0x00,
+                0xFF,
+                0x7F,
+                0x80,
+                rng.randrange(256),
+                rng.randrange(256),
+            }
             for v in sorted(values - {image[off]}):
                 data = bytearray(image)
                 data[off] = v
@@ -99,8 +108,13 @@ def generate_cases(kind: Kind, rng: random.Random, n_random: int) -> list[dict[s
     # with their magic), verify_file opens them as what they are.
     for other in kind.others():
         for base_name, image in other.base_images():
-            cases.append({"name": f"wrong-kind/{other.name}/{base_name}", "data": image,
-                          "expect": {**{e: "refused:BadMagicError" for e in ENTRY_POINTS}, "verify_file": "sound"}})
+            cases.append(
+                {
+                    "name": f"wrong-kind/{other.name}/{base_name}",
+                    "data": image,
+                    "expect": {**{e: "refused:BadMagicError" for e in ENTRY_POINTS}, "verify_file": "sound"},
+                }
+            )
             for length in (len(image) - 1, other.header_size, 8):
                 add(f"wrong-kind/{other.name}/{base_name}/truncated-{length}", image[:length])
             flipped = bytearray(image)
@@ -208,8 +222,18 @@ def run_workers(cases: list[dict[str, Any]], tmp: Any, kind: Kind = BLOOM) -> di
         wdir.mkdir()
         (wdir / "cases.pickle").write_bytes(pickle.dumps(chunk))
         (wdir / "progress").write_bytes(struct.pack("<q", -1))
-        cmd = [sys.executable, "-m", "tests.torture_support", "damage", str(wdir / "cases.pickle"),
-               str(wdir / "results.json"), str(wdir / "progress"), str(wdir), str(MEM_LIMIT), kind.name]
+        cmd = [
+            sys.executable,
+            "-m",
+            "tests.torture_support",
+            "damage",
+            str(wdir / "cases.pickle"),
+            str(wdir / "results.json"),
+            str(wdir / "progress"),
+            str(wdir),
+            str(MEM_LIMIT),
+            kind.name,
+        ]
         log = open(wdir / "log", "wb")  # a file, not a pipe nobody drains while waiting
         procs.append((subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT), wdir, chunk))
         log.close()
@@ -225,9 +249,11 @@ def run_workers(cases: list[dict[str, Any]], tmp: Any, kind: Kind = BLOOM) -> di
         index = struct.unpack("<q", (wdir / "progress").read_bytes())[0]
         if proc.returncode != 0:
             case = chunk[index] if 0 <= index < len(chunk) else None
-            problems.append(f"worker exit code {proc.returncode} at input {index}: "
-                            f"{case and case['name']} {case and case.get('data', b'').hex()}\n"
-                            f"{out.decode(errors='replace')[-3000:]}")
+            problems.append(
+                f"worker exit code {proc.returncode} at input {index}: "
+                f"{case and case['name']} {case and case.get('data', b'').hex()}\n"
+                f"{out.decode(errors='replace')[-3000:]}"
+            )
             continue
         result = json.loads((wdir / "results.json").read_text())
         merged["cases"] += result["cases"]
@@ -249,8 +275,7 @@ def format_failures(result: dict[str, Any]) -> str:
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=[k.name for k in KINDS])
-def test_damaged_inputs(kind: Kind, tmp_path: Any, request: pytest.FixtureRequest,
-                        record_property: Any) -> None:
+def test_damaged_inputs(kind: Kind, tmp_path: Any, request: pytest.FixtureRequest, record_property: Any) -> None:
     rng = random.Random(6)
     n_random = 100_000 if torture_enabled(request.config) else RANDOM_INPUTS[kind.name]
     cases = generate_cases(kind, rng, n_random)
@@ -259,15 +284,22 @@ def test_damaged_inputs(kind: Kind, tmp_path: Any, request: pytest.FixtureReques
     record_property("inputs", result["cases"])
     record_property("outcomes", result["counts"])
     record_property("slowest", sorted(result["slowest"], reverse=True)[:5])
-    print(f"{result['cases']} inputs; outcomes {result['counts']}; slowest {sorted(result['slowest'], reverse=True)[:3]}")
+    print(
+        f"{result['cases']} inputs; outcomes {result['counts']}; slowest {sorted(result['slowest'], reverse=True)[:3]}"
+    )
     assert result["cases"] == len(cases)
     assert result["n_failures"] == 0, format_failures(result)
     # The harness is not vacuous: both outcomes occur, and many kinds of refusal.
     counts = result["counts"]
     assert counts.get("sound", 0) > 1000
     refusals = {key for key in counts if key.startswith("refused:")}
-    assert {"refused:BadMagicError", "refused:UnknownStrategyError", "refused:BadHeaderError",
-            "refused:LengthMismatchError", "refused:PaddingError"} <= refusals, counts
+    assert {
+        "refused:BadMagicError",
+        "refused:UnknownStrategyError",
+        "refused:BadHeaderError",
+        "refused:LengthMismatchError",
+        "refused:PaddingError",
+    } <= refusals, counts
     assert sum(c["name"].startswith("wrong-kind/") for c in cases) >= 20
 
 
@@ -316,8 +348,12 @@ def test_every_truncation_of_a_real_file_is_refused(tmp_path: Any, kind: Kind) -
         image = f.to_bytes()
     for length in range(len(image)):
         path.write_bytes(image[:length])
-        for call in (lambda: kind.cls.open(path), lambda: kind.cls.open(path, readonly=True),
-                     lambda: verify_file(path), lambda: kind.cls.from_bytes(image[:length])):
+        for call in (
+            lambda: kind.cls.open(path),
+            lambda: kind.cls.open(path, readonly=True),
+            lambda: verify_file(path),
+            lambda: kind.cls.from_bytes(image[:length]),
+        ):
             with pytest.raises(BadHeaderError if length < kind.header_size else LengthMismatchError):
                 call()
 
@@ -354,11 +390,16 @@ def run_queried(data: bytes) -> str:
         "    print('MemoryError', e); sys.exit(0)\n"
         "print('ok')\n"
     )
-    proc = subprocess.run([sys.executable, "-c", script, data.hex()], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", script, data.hex()], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     if proc.returncode == -14:  # SIGALRM: the query did not finish in 10 s
         return "hang: a query ran for more than 10 s"
-    return (proc.stdout.strip() or proc.stderr[-500:]) if proc.returncode == 0 else f"exit {proc.returncode}: {proc.stderr[-500:]}"
+    return (
+        (proc.stdout.strip() or proc.stderr[-500:])
+        if proc.returncode == 0
+        else f"exit {proc.returncode}: {proc.stderr[-500:]}"
+    )
 
 
 def test_documented_errors_only() -> None:

@@ -125,7 +125,9 @@ def test_create_on_a_nearly_full_disk(tmpfs_1m: str) -> None:
         BloomFilter.create(os.path.join(tmpfs_1m, "big.blm"), BloomConfig(num_bits=8 * 512 * 1024, num_hashes=3))
     assert info.value.errno == errno.ENOSPC
     assert os.listdir(tmpfs_1m) == ["filler"]
-    with BloomFilter.create(os.path.join(tmpfs_1m, "small.blm"), BloomConfig(num_bits=8 * 64 * 1024, num_hashes=3)) as f:
+    with BloomFilter.create(
+        os.path.join(tmpfs_1m, "small.blm"), BloomConfig(num_bits=8 * 64 * 1024, num_hashes=3)
+    ) as f:
         f.add("fits")
     with verify_file(os.path.join(tmpfs_1m, "small.blm")) as f:
         assert "fits" in f
@@ -208,8 +210,15 @@ def run_merge(how: str, out: str, shards: list[str], *, replace: bool = False, i
             merge_shards(out, shards, replace=replace, chunk_bytes=64 * 1024, progress=False)
         return 0, ""
     err = io.StringIO()
-    args = ["merge", "-q", "--no-progress", *(["--force"] if replace else []),
-            *(["--into"] if into else []), out, *shards]
+    args = [
+        "merge",
+        "-q",
+        "--no-progress",
+        *(["--force"] if replace else []),
+        *(["--into"] if into else []),
+        out,
+        *shards,
+    ]
     with contextlib.redirect_stderr(err):
         code = cli_main(args)
     return code, err.getvalue()
@@ -292,4 +301,4 @@ def test_merge_into_a_reserved_target_on_a_full_disk(tmpfs_1m: str, tmp_path: An
     with verify_file(target) as f:
         assert f.contains_many(items + ["mine-1", "mine-2"]).all()
         body = f.to_bytes()[24:]
-        assert all(any(body[i:i + 4096]) for i in range(0, len(body), 4096))  # bits in every page
+        assert all(any(body[i : i + 4096]) for i in range(0, len(body), 4096))  # bits in every page

@@ -67,8 +67,11 @@ from mmapbloom import (
 from tests.torture_support import KINDS, CountingModel, Forked, Kind, blank_image, join_all, key_bytes, torture_enabled
 
 # Tiny filters are over capacity, and their counters saturate, on purpose.
-pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::mmapbloom.OverCapacityWarning"),
-              pytest.mark.filterwarnings("ignore::mmapbloom.SaturationWarning")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore::mmapbloom.OverCapacityWarning"),
+    pytest.mark.filterwarnings("ignore::mmapbloom.SaturationWarning"),
+]
 
 MAX_HANDLES = 10
 MAX_FILES = 4
@@ -264,16 +267,24 @@ class FilterMachine(RuleBasedStateMachine):
         if not errors:
             assert got.tolist() == [h.model.add(x) for x in items]  # equals sequential adds
 
-    @rule(h=handles, items=batches, bad=st.sampled_from([True, 2**64, None, 1.5, object(), "\ud800"]),
-          where=st.integers(0, 12), op=st.sampled_from(["update", "add_many", "add"]))
+    @rule(
+        h=handles,
+        items=batches,
+        bad=st.sampled_from([True, 2**64, None, 1.5, object(), "\ud800"]),
+        where=st.integers(0, 12),
+        op=st.sampled_from(["update", "add_many", "add"]),
+    )
     def bad_item(self, h: Handle, items: list[Any], bad: Any, where: int, op: str) -> None:
         """A bad item (not str, bytes-like or int in [-2**63, 2**64); or a lone surrogate) is
         refused and changes nothing."""
         batch = items[:where] + [bad] + items[where:]
         if op == "add_many" and not hasattr(h.f, "add_many"):
             op = "update"
-        call = {"update": lambda: h.f.update(batch), "add_many": lambda: h.f.add_many(batch),
-                "add": lambda: h.f.add(bad)}[op]
+        call = {
+            "update": lambda: h.f.update(batch),
+            "add_many": lambda: h.f.add_many(batch),
+            "add": lambda: h.f.add(bad),
+        }[op]
         # A closed or read-only handle may report that first (both are ValueError /
         # PermissionError subclasses of the documented errors).
         with pytest.raises((TypeError, ValueError, OverflowError) + write_errors(h)):
@@ -361,8 +372,13 @@ class FilterMachine(RuleBasedStateMachine):
 
     # -- counting filter: removal, counts, conversion -------------------------------------
     @precondition(lambda self: self._counting())
-    @rule(h=handles, item=items_st, pick=st.integers(0, 2**16), from_multiset=st.booleans(),
-          how=st.sampled_from(["remove", "discard"]))
+    @rule(
+        h=handles,
+        item=items_st,
+        pick=st.integers(0, 2**16),
+        from_multiset=st.booleans(),
+        how=st.sampled_from(["remove", "discard"]),
+    )
     def remove(self, h: Handle, item: Any, pick: int, from_multiset: bool, how: str) -> None:
         """Remove an item of the multiset (it must succeed), or a certainly absent one
         (KeyError / False, nothing changes). A false positive is never removed: the
@@ -489,9 +505,12 @@ class FilterMachine(RuleBasedStateMachine):
             return multiple()
         cls = self.KIND.cls
         data = h.f.to_bytes()
-        f = {"from_bytes": lambda: cls.from_bytes(data), "copy": h.f.copy,
-             "bytearray": lambda: cls.from_bytes(bytearray(data)),
-             "memoryview": lambda: cls.from_bytes(memoryview(data))}[how]()
+        f = {
+            "from_bytes": lambda: cls.from_bytes(data),
+            "copy": h.f.copy,
+            "bytearray": lambda: cls.from_bytes(bytearray(data)),
+            "memoryview": lambda: cls.from_bytes(memoryview(data)),
+        }[how]()
         assert f == h.f
         return self._track(f, h.model.copy(), False, how)
 
@@ -588,5 +607,4 @@ def test_counting_model_matches_golden_bytes() -> None:
     model = CountingModel(9, 3, counter_bits=4)
     assert [model.add("x") for _ in range(20)][:2] == [True, False]
     assert model.cells_of("x") == [2, 3, 7]
-    assert model.image().hex() == ("424c43314d334b4d" "0900000000000000" "03000000" "01000000" "04" "00000000000000"
-                                   "00ff00f000")
+    assert model.image().hex() == ("424c43314d334b4d09000000000000000300000001000000040000000000000000ff00f000")

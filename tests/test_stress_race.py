@@ -63,8 +63,14 @@ pytestmark = [
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    counts = {"create_trial": (4, 30), "replace_trial": (4, 20), "fork_trial": (4, 20), "thread_trial": (2, 10),
-              "counting_trial": (3, 20), "merge_trial": (3, 20)}
+    counts = {
+        "create_trial": (4, 30),
+        "replace_trial": (4, 20),
+        "fork_trial": (4, 20),
+        "thread_trial": (2, 10),
+        "counting_trial": (3, 20),
+        "merge_trial": (3, 20),
+    }
     for name, (default, torture) in counts.items():
         if name in metafunc.fixturenames:
             metafunc.parametrize(name, range(trials(metafunc.config, default, torture)))
@@ -79,7 +85,9 @@ def reference_bits(config: BloomConfig, items: list[str]) -> bytes:
 # -- 8 processes race open_or_create ----------------------------------------------------------
 
 
-def _open_or_create_and_add(path: str, config: BloomConfig, items: list[str], mode: str) -> tuple[tuple[int, int], list[str]]:
+def _open_or_create_and_add(
+    path: str, config: BloomConfig, items: list[str], mode: str
+) -> tuple[tuple[int, int], list[str]]:
     with BloomFilter.open_or_create(path, config) as f:
         st = os.stat(path)  # nothing replaces the path in this test
         if mode == "add":
@@ -93,12 +101,18 @@ def _open_or_create_and_add(path: str, config: BloomConfig, items: list[str], mo
 def test_eight_processes_open_or_create(tmp_path: Any, create_trial: int) -> None:
     rng = random.Random(create_trial)
     # Alternate small files and 32 MB ones (a slow posix_fallocate widens the race window).
-    config = BloomConfig.for_items(2_000, 1e-9) if create_trial % 2 == 0 else BloomConfig(num_bits=8 * 32 * 2**20, num_hashes=30)
+    config = (
+        BloomConfig.for_items(2_000, 1e-9)
+        if create_trial % 2 == 0
+        else BloomConfig(num_bits=8 * 32 * 2**20, num_hashes=30)
+    )
     path = str(tmp_path / "race.blm")
     items = [f"item-{create_trial}-{i}" for i in range(400)]
     gate = Gate()
-    children = [gate.fork(_open_or_create_and_add, path, config, rng.sample(items, len(items)), rng.choice(["add", "add_many"]))
-                for _ in range(8)]
+    children = [
+        gate.fork(_open_or_create_and_add, path, config, rng.sample(items, len(items)), rng.choice(["add", "add_many"]))
+        for _ in range(8)
+    ]
     gate.open()
     join_all(children, timeout=120)
     results = [c.result() for c in children]
@@ -194,8 +208,8 @@ def test_reader_survives_atomic_replace(tmp_path: Any, replace_trial: int, reado
 
 def _child_adds(f: BloomFilter, part: list[str]) -> list[str]:
     new = [x for x in part[: len(part) // 2] if f.add(x)]
-    flags = f.add_many(part[len(part) // 2:])
-    return new + [x for x, n in zip(part[len(part) // 2:], flags) if n]
+    flags = f.add_many(part[len(part) // 2 :])
+    return new + [x for x, n in zip(part[len(part) // 2 :], flags) if n]
 
 
 @pytest.mark.parametrize("parent_thread", ["holds-lock", "adds-in-loop"])
@@ -235,7 +249,9 @@ def test_fork_while_parent_thread_uses_lock(tmp_path: Any, fork_trial: int, pare
     t.join(30)
     assert not t.is_alive()
     news = [x for c in children for x in c.result()] + parent_new
-    everything = sorted({x for p in parts for x in p} | (set(parent_items) if parent_thread == "adds-in-loop" else set()))
+    everything = sorted(
+        {x for p in parts for x in p} | (set(parent_items) if parent_thread == "adds-in-loop" else set())
+    )
     counts = collections.Counter(news)
     assert sorted(counts) == everything and set(counts.values()) == {1}
     assert f.to_bytes()[24:] == reference_bits(config, everything)  # not one bit lost
@@ -284,11 +300,11 @@ def test_threads_shared_and_own_handles(tmp_path: Any, thread_trial: int) -> Non
     def work(i: int) -> None:
         try:
             f = shared if i < 16 else BloomFilter.open(path)
-            order = rng.sample(items, len(items)) if i % 2 else items[i % 4::4] + items
+            order = rng.sample(items, len(items)) if i % 2 else items[i % 4 :: 4] + items
             barrier.wait()
             mode = i % 3
             for start in range(0, len(order), 100):
-                chunk = order[start:start + 100]
+                chunk = order[start : start + 100]
                 if mode == 0:
                     news[i].extend(x for x in chunk if f.add(x))
                 elif mode == 1:
@@ -344,8 +360,9 @@ class Calls:
         self.first.set()
 
 
-def close_during(f: Any, threads: list[threading.Thread], calls: list[Calls], delay: float,
-                 problems: list[str]) -> None:
+def close_during(
+    f: Any, threads: list[threading.Thread], calls: list[Calls], delay: float, problems: list[str]
+) -> None:
     """Start ``threads``, wait until each has completed a call (``calls``), close ``f``
     after ``delay`` more seconds and wait for them all; a close that raises is recorded in
     ``problems``. Then prove that the close raced the calls: every thread completed calls
@@ -442,10 +459,12 @@ def test_close_while_other_threads_write(tmp_path: Any, kind: Any) -> None:
                 except BaseException as exc:
                     problems.append(f"reader: {type(exc).__name__}: {exc}")
 
-            threads = [threading.Thread(target=writer, args=(0, False, calls[0])),
-                       threading.Thread(target=writer, args=(1, True, calls[1])),
-                       threading.Thread(target=reader, args=(calls[2],)),
-                       threading.Thread(target=reader, args=(calls[3],))]
+            threads = [
+                threading.Thread(target=writer, args=(0, False, calls[0])),
+                threading.Thread(target=writer, args=(1, True, calls[1])),
+                threading.Thread(target=reader, args=(calls[2],)),
+                threading.Thread(target=reader, args=(calls[3],)),
+            ]
             close_during(f, threads, calls, 0.003 * trial, problems)
             acknowledged = done[0] + done[1]
             assert len(acknowledged) >= 21  # both writers completed calls (close_during checked)
@@ -492,7 +511,9 @@ def _counting_reader(path: str, pinned: list[str], stop_fd: int) -> int:
     return rounds
 
 
-def _counting_plan(rng: random.Random, own: list[str], shared: list[str], chunk: int) -> tuple[list[tuple[str, list[str]]], list[str]]:
+def _counting_plan(
+    rng: random.Random, own: list[str], shared: list[str], chunk: int
+) -> tuple[list[tuple[str, list[str]]], list[str]]:
     """Adds of ``own + shared`` in a random order, in chunks; after each chunk, maybe remove a
     random part of what was added so far and not removed yet. Returns the plan and the removes."""
     adds = own + shared
@@ -501,7 +522,7 @@ def _counting_plan(rng: random.Random, own: list[str], shared: list[str], chunk:
     live: list[str] = []
     removed: list[str] = []
     for start in range(0, len(adds), chunk):
-        part = adds[start:start + chunk]
+        part = adds[start : start + chunk]
         plan.append(("add", part))
         live += part
         if rng.random() < 0.6:
@@ -554,8 +575,11 @@ def test_counting_processes_add_and_remove(tmp_path: Any, counting_trial: int, b
     with verify_file(path) as f:
         assert isinstance(f, CountingBloomFilter)
         assert f.to_bytes()[32:] == expected.to_bytes()[32:], "counters differ from the sequential result"
-        kept = sorted({x for plan, removed in plans for op, items in plan if op == "add" for x in items}
-                      - {x for _, removed in plans for x in removed} | set(pinned))
+        kept = sorted(
+            {x for plan, removed in plans for op, items in plan if op == "add" for x in items}
+            - {x for _, removed in plans for x in removed}
+            | set(pinned)
+        )
         assert f.contains_many(kept).all()
 
 
@@ -569,7 +593,7 @@ def _merge_writer(path: str, items: list[str], mode: str) -> tuple[int, float, f
     started = time.monotonic()
     with BloomFilter.open(path) as f:
         for start in range(0, len(items), 500):
-            chunk = items[start:start + 500]
+            chunk = items[start : start + 500]
             if mode == "add":
                 new += sum(f.add(x) for x in chunk)
             elif mode == "update":
@@ -669,7 +693,7 @@ def test_merge_into_races_writers(tmp_path: Any, merge_trial: int, record_proper
 def _shard_writer(path: str, items: list[str], started_fd: int) -> tuple[int, float]:
     with BloomFilter.open(path) as f:
         for i in range(0, len(items), 50):
-            f.update(items[i:i + 50])
+            f.update(items[i : i + 50])
             if i == 0:
                 os.write(started_fd, b"x")
     return len(items), time.monotonic()

@@ -139,8 +139,14 @@ class BloomModel:
 def bloom_base_images() -> list[tuple[str, bytes]]:
     """Small sound BLM1 images that the damage test truncates, flips and extends."""
     out = []
-    shapes = [(20, 3, ["a", "b"]), (8, 1, []), (1, 1, ["x"]), (61, 4, ["p", "q", "r"]),
-              (64, 2, [f"f{i}" for i in range(200)]), (200, 8, ["u", "v", "w", "z"])]
+    shapes = [
+        (20, 3, ["a", "b"]),
+        (8, 1, []),
+        (1, 1, ["x"]),
+        (61, 4, ["p", "q", "r"]),
+        (64, 2, [f"f{i}" for i in range(200)]),
+        (200, 8, ["u", "v", "w", "z"]),
+    ]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # m=64 with 200 items is over capacity on purpose
         for m, k, items in shapes:
@@ -251,7 +257,9 @@ class CountingModel:
         return out
 
     def image(self) -> bytes:
-        head = HEADER.pack(COUNTING_MAGIC, b"M3KM", self.m, self.k, self.items) + COUNTING_EXT.pack(self.width, bytes(7))
+        head = HEADER.pack(COUNTING_MAGIC, b"M3KM", self.m, self.k, self.items) + COUNTING_EXT.pack(
+            self.width, bytes(7)
+        )
         if self.width == 8:
             return head + bytes(self.cells)
         body = bytearray((self.m * 4 + 7) >> 3)
@@ -265,9 +273,15 @@ def counting_base_images() -> list[tuple[str, bytes]]:
     damage test truncates, flips and extends."""
     out = []
     # (m, k, width, adds, removes)
-    shapes = [(9, 3, 4, ["x"] * 20, []), (8, 1, 4, [], []), (1, 1, 8, ["x", "x"], ["x"]),
-              (61, 4, 4, ["p", "q", "r", "p"], ["q"]), (40, 2, 8, [f"f{i}" for i in range(200)], [f"f{i}" for i in range(50)]),
-              (33, 8, 4, ["u", "v", "w", "z"] * 5, ["u"]), (100, 3, 4, [f"g{i}" for i in range(60)], [f"g{i}" for i in range(20)])]
+    shapes = [
+        (9, 3, 4, ["x"] * 20, []),
+        (8, 1, 4, [], []),
+        (1, 1, 8, ["x", "x"], ["x"]),
+        (61, 4, 4, ["p", "q", "r", "p"], ["q"]),
+        (40, 2, 8, [f"f{i}" for i in range(200)], [f"f{i}" for i in range(50)]),
+        (33, 8, 4, ["u", "v", "w", "z"] * 5, ["u"]),
+        (100, 3, 4, [f"g{i}" for i in range(60)], [f"g{i}" for i in range(20)]),
+    ]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # over capacity and saturated on purpose
         for m, k, width, adds, removes in shapes:
@@ -279,9 +293,18 @@ def counting_base_images() -> list[tuple[str, bytes]]:
     return out
 
 
-def blank_image(kind_magic: bytes, m: int, k: int, items: int = 0, *, magic: Optional[bytes] = None,
-                scheme: bytes = b"M3KM", counter_bits: int = 4, reserved: bytes = bytes(7),
-                body: Optional[int] = None) -> bytes:
+def blank_image(
+    kind_magic: bytes,
+    m: int,
+    k: int,
+    items: int = 0,
+    *,
+    magic: Optional[bytes] = None,
+    scheme: bytes = b"M3KM",
+    counter_bits: int = 4,
+    reserved: bytes = bytes(7),
+    body: Optional[int] = None,
+) -> bytes:
     """A header of the kind with ``kind_magic`` (its fields overridable, so they can be
     wrong) followed by ``body`` zero bytes (default: the right body size)."""
     head = HEADER.pack(magic or kind_magic, scheme, m, k, items)
@@ -317,9 +340,16 @@ class Kind:
 
 
 BLOOM = Kind("bloom", BloomFilter, BloomModel, bloom_base_images)
-COUNTING = Kind("counting", CountingBloomFilter, CountingModel, counting_base_images, header_size=32,
-                magic=COUNTING_MAGIC, option_sets=({"counter_bits": 4}, {"counter_bits": 8}),
-                human="counting Bloom filter")
+COUNTING = Kind(
+    "counting",
+    CountingBloomFilter,
+    CountingModel,
+    counting_base_images,
+    header_size=32,
+    magic=COUNTING_MAGIC,
+    option_sets=({"counter_bits": 4}, {"counter_bits": 8}),
+    human="counting Bloom filter",
+)
 
 #: The kinds the suite covers.
 KINDS: list[Kind] = [BLOOM, COUNTING]
@@ -340,8 +370,9 @@ class Forked:
     """A child made with ``os.fork()`` running ``fn(*args)``; its return value travels back
     pickled through a pipe. The child never returns into pytest: it always ``os._exit``s."""
 
-    def __init__(self, fn: Callable[..., Any], *args: Any, gate: Optional[int] = None,
-                 close_in_child: Sequence[int] = ()):
+    def __init__(
+        self, fn: Callable[..., Any], *args: Any, gate: Optional[int] = None, close_in_child: Sequence[int] = ()
+    ):
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child
@@ -354,14 +385,13 @@ class Forked:
                     os.read(gate, 1)  # returns b"" when the parent closes the write end
                 payload = ("ok", fn(*args))
             except BaseException as exc:
-                payload = ("error", f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}\n"
-                                    f"{traceback.format_exc()}")
+                payload = ("error", f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}\n{traceback.format_exc()}")
                 code = 1
             try:
                 data = pickle.dumps(payload)
                 view = memoryview(data)
                 while view:
-                    view = view[os.write(w, view):]
+                    view = view[os.write(w, view) :]
             finally:
                 os._exit(code)
         os.close(w)
@@ -459,7 +489,6 @@ class Gate:
 #: k is queried: since the fix for test_stress_damage.test_huge_k_in_tiny_file a query
 #: probes min(k, m) positions, so a tiny file with a huge k is cheap.
 QUERY_K_LIMIT = 2**32
-
 
 
 #: Seconds one input may take (all entry points) before it counts as a hang. Generous, so
@@ -596,22 +625,38 @@ def damage_worker_main(argv: list[str]) -> int:
         # BadMagicError from this kind's class, "sound" from verify_file).
         wrong = {e: o for e, o in case.get("expect", {}).items() if outcomes.get(e) != o}
         if wrong:
-            failures.append({"case": case["name"], "data": case.get("data", b"").hex(), "outcomes": outcomes,
-                             "expected": case["expect"]})
+            failures.append(
+                {
+                    "case": case["name"],
+                    "data": case.get("data", b"").hex(),
+                    "outcomes": outcomes,
+                    "expected": case["expect"],
+                }
+            )
         # Every entry point applies the same checks, so they must agree (a file adds only
         # the "not a regular file" refusals, which byte inputs cannot have).
         # verify_file also opens the other kinds (a BLC1 image as a counting filter, a BLM1
         # image as a Bloom filter), so it is left out of the comparison for their magics.
-        compared = {e: o for e, o in outcomes.items()
-                    if not (e == "verify_file" and case.get("data", b"")[:4] in other_magics)}
+        compared = {
+            e: o for e, o in outcomes.items() if not (e == "verify_file" and case.get("data", b"")[:4] in other_magics)
+        }
         seen = {o.split(":")[1] if o.startswith("refused") else o for o in compared.values()}
         if len(seen) > 1 and not any(o.startswith("FAIL") for o in outcomes.values()):
-            failures.append({"case": case["name"], "data": case.get("data", b"").hex(),
-                             "outcomes": outcomes, "disagree": True})
+            failures.append(
+                {"case": case["name"], "data": case.get("data", b"").hex(), "outcomes": outcomes, "disagree": True}
+            )
     os.pwrite(progress, struct.pack("<q", len(cases)), 0)
     with open(results_file, "w") as fh:
-        json.dump({"cases": len(cases), "counts": counts, "failures": failures[:200],
-                   "n_failures": len(failures), "slowest": slowest}, fh)
+        json.dump(
+            {
+                "cases": len(cases),
+                "counts": counts,
+                "failures": failures[:200],
+                "n_failures": len(failures),
+                "slowest": slowest,
+            },
+            fh,
+        )
     return 0
 
 

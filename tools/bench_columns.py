@@ -99,8 +99,10 @@ def main(argv: "list[str] | None" = None) -> int:
     ap.add_argument("--dask-rows", type=int, default=0, help="rows of the Dask DataFrame build (0: skip)")
     args = ap.parse_args(argv)
     n, rep = args.keys, args.repeat
-    print(f"mmapbloom {mmapbloom.__version__}, backend {mmapbloom.BACKEND}; pyarrow {pa.__version__}, "
-          f"polars {pl.__version__}, pandas {pd.__version__}, numpy {np.__version__}; {n:,} keys, best of {rep}")
+    print(
+        f"mmapbloom {mmapbloom.__version__}, backend {mmapbloom.BACKEND}; pyarrow {pa.__version__}, "
+        f"polars {pl.__version__}, pandas {pd.__version__}, numpy {np.__version__}; {n:,} keys, best of {rep}"
+    )
     keys = urls(n)
     col = pa.array(keys)
     series_pl = pl.Series(keys)
@@ -121,25 +123,53 @@ def main(argv: "list[str] | None" = None) -> int:
     def fresh() -> None:
         holder[:] = [BloomFilter(config)]
 
-    row("contains_many(pyarrow str)", best(lambda: f.contains_many(col), rep),
-        best(lambda: f.contains_many(col.to_pylist()), rep), "contains_many(arr.to_pylist())")
-    row("update(pyarrow str)", best(lambda: holder[0].update(col), rep, fresh),
-        best(lambda: holder[0].update(col.to_pylist()), rep, fresh), "update(arr.to_pylist())")
-    row("contains_many(polars)", best(lambda: f.contains_many(series_pl), rep),
-        best(lambda: f.contains_many(series_pl.to_list()), rep), "contains_many(s.to_list())")
-    row("update(polars)", best(lambda: holder[0].update(series_pl), rep, fresh),
-        best(lambda: holder[0].update(series_pl.to_list()), rep, fresh), "update(s.to_list())")
+    row(
+        "contains_many(pyarrow str)",
+        best(lambda: f.contains_many(col), rep),
+        best(lambda: f.contains_many(col.to_pylist()), rep),
+        "contains_many(arr.to_pylist())",
+    )
+    row(
+        "update(pyarrow str)",
+        best(lambda: holder[0].update(col), rep, fresh),
+        best(lambda: holder[0].update(col.to_pylist()), rep, fresh),
+        "update(arr.to_pylist())",
+    )
+    row(
+        "contains_many(polars)",
+        best(lambda: f.contains_many(series_pl), rep),
+        best(lambda: f.contains_many(series_pl.to_list()), rep),
+        "contains_many(s.to_list())",
+    )
+    row(
+        "update(polars)",
+        best(lambda: holder[0].update(series_pl), rep, fresh),
+        best(lambda: holder[0].update(series_pl.to_list()), rep, fresh),
+        "update(s.to_list())",
+    )
     half = keys[: n // 2]
     int_list = ints.tolist()
     for name, (_, contains) in peers(n, half + int_list[: n // 2]).items():
-        row("contains_many(pyarrow str)", best(lambda: f.contains_many(col), rep),
-            best(lambda: [contains(k) for k in col.to_pylist()], rep), f"to_pylist() + {name} `in` loop")
-        row("contains_many(numpy int64)", best(lambda: f.contains_many(ints), rep),
-            best(lambda: [contains(k) for k in int_list], rep), f"{name} `in` loop over Python ints")
+        row(
+            "contains_many(pyarrow str)",
+            best(lambda: f.contains_many(col), rep),
+            best(lambda: [contains(k) for k in col.to_pylist()], rep),
+            f"to_pylist() + {name} `in` loop",
+        )
+        row(
+            "contains_many(numpy int64)",
+            best(lambda: f.contains_many(ints), rep),
+            best(lambda: [contains(k) for k in int_list], rep),
+            f"{name} `in` loop over Python ints",
+        )
     pandas_s = best(lambda: f.contains_many(series_pd), rep)
     rows.append(("contains_many(pandas str)", pandas_s * ns, PANDAS_BEFORE_NS, "main before (issue figure)"))
-    row("contains_many(pandas str)", pandas_s, best(lambda: f.contains_many(series_pd.tolist()), rep),
-        "contains_many(s.tolist())")
+    row(
+        "contains_many(pandas str)",
+        pandas_s,
+        best(lambda: f.contains_many(series_pd.tolist()), rep),
+        "contains_many(s.tolist())",
+    )
 
     print()
     print(f"| {'call':<28} | {'ns/key':>7} | {'vs ns/key':>9} | {'ratio':>6} | vs |")
@@ -159,9 +189,11 @@ def main(argv: "list[str] | None" = None) -> int:
     tracemalloc.stop()
     grown = rss_kb() - before
     assert hits.all()
-    print(f"memory, update + contains_many of {n:,} Arrow keys: tracemalloc peak {peak / 1e6:.2f} MB "
-          f"({peak / n:.2f} bytes/key: the {n:,}-byte answers), RSS growth {grown / 1e3:.1f} MB "
-          f"(the filter itself: {g.size_bytes / 1e6:.1f} MB)")
+    print(
+        f"memory, update + contains_many of {n:,} Arrow keys: tracemalloc peak {peak / 1e6:.2f} MB "
+        f"({peak / n:.2f} bytes/key: the {n:,}-byte answers), RSS growth {grown / 1e3:.1f} MB "
+        f"(the filter itself: {g.size_bytes / 1e6:.1f} MB)"
+    )
     tracemalloc.start()
     g.contains_many(col.to_pylist())
     _, peak_list = tracemalloc.get_traced_memory()
@@ -183,7 +215,7 @@ def dask_build(rows: int, rep: int) -> None:
     def list_chunks(partition: Any) -> Any:  # mmapbloom.dask._chunks before the columnar path
         if hasattr(partition, "iloc") and hasattr(partition, "tolist"):
             for start in range(0, len(partition), mdask.SHARD_CHUNK_ITEMS):
-                yield partition.iloc[start:start + mdask.SHARD_CHUNK_ITEMS].tolist()
+                yield partition.iloc[start : start + mdask.SHARD_CHUNK_ITEMS].tolist()
             return
         yield list(partition)
 
@@ -196,8 +228,7 @@ def dask_build(rows: int, rep: int) -> None:
         for label, chunks in (("before (list per chunk)", list_chunks), ("after (Arrow column)", columnar)):
             mdask._chunks = chunks  # type: ignore[assignment]
             try:
-                times[label] = best(lambda: mdask.build(col, config, os.path.join(tmp, "d.blm"), overwrite=True),
-                                    rep)
+                times[label] = best(lambda: mdask.build(col, config, os.path.join(tmp, "d.blm"), overwrite=True), rep)
             finally:
                 mdask._chunks = columnar  # type: ignore[assignment]
     print()

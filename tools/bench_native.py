@@ -28,7 +28,9 @@ import mmapbloom._kernels as K
 M3KM, M3MX, M3BL, M3M2, M3B2 = 1, 2, 3, 4, 5
 
 
-def best(rounds: int, setup: Callable[[], Any], run: Callable[[Any], Any], clock: Callable[[], float] = time.thread_time) -> float:
+def best(
+    rounds: int, setup: Callable[[], Any], run: Callable[[Any], Any], clock: Callable[[], float] = time.thread_time
+) -> float:
     """Best of ``rounds`` runs; CPU time of this thread by default (the machine is shared,
     so wall time would count other processes' time slices)."""
     times = []
@@ -45,24 +47,39 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", default="", help="comma-separated strategy names to run")
-    ap.add_argument("--big", action="store_true",
-                    help="also a body sized for 50 million keys at p = 1%% (60 MB: far beyond the caches)")
+    ap.add_argument(
+        "--big",
+        action="store_true",
+        help="also a body sized for 50 million keys at p = 1%% (60 MB: far beyond the caches)",
+    )
     args = ap.parse_args()
     n = args.keys
     keys = [f"https://example.com/path/{i}/page.html" for i in range(n)]
     absent = [f"https://example.org/other/{i}/x" for i in range(n)]
-    configs = [("M3KM", M3KM, 9_585_059, 7), ("M3MX", M3MX, 9_585_059, 7), ("M3BL", M3BL, 18_722 * 512, 7),
-               ("M3M2", M3M2, 9_585_059, 7), ("M3B2", M3B2, 18_722 * 512, 7)]
+    configs = [
+        ("M3KM", M3KM, 9_585_059, 7),
+        ("M3MX", M3MX, 9_585_059, 7),
+        ("M3BL", M3BL, 18_722 * 512, 7),
+        ("M3M2", M3M2, 9_585_059, 7),
+        ("M3B2", M3B2, 18_722 * 512, 7),
+    ]
     if args.big:
-        configs += [("M3KM", M3KM, 479_252_953, 7), ("M3MX", M3MX, 479_252_953, 7), ("M3BL", M3BL, 936_041 * 512, 7),
-                    ("M3M2", M3M2, 479_252_953, 7), ("M3B2", M3B2, 936_041 * 512, 7)]
+        configs += [
+            ("M3KM", M3KM, 479_252_953, 7),
+            ("M3MX", M3MX, 479_252_953, 7),
+            ("M3BL", M3BL, 936_041 * 512, 7),
+            ("M3M2", M3M2, 479_252_953, 7),
+            ("M3B2", M3B2, 936_041 * 512, 7),
+        ]
     if args.only:
         configs = [c for c in configs if c[0] in args.only.split(",")]
     print(f"{n} keys (str, {sum(map(len, keys)) / n:.0f} bytes avg), best of {args.rounds}; ns per key")
     t_loop = best(args.rounds, lambda: None, lambda _: [None for key in keys])
     print(f"bare Python loop over the keys (list comprehension): {t_loop / n * 1e9:.1f}")
-    hdr = f"{'strategy':8} {'m':>10} {'k':>2} | {'add_many':>9} {'cm present':>10} {'cm absent':>9} | " \
-          f"{'add':>6} {'contains':>8} {'absent':>7} | {'c8 add_many':>11} {'c8 cm':>6} {'c4 add':>7}"
+    hdr = (
+        f"{'strategy':8} {'m':>10} {'k':>2} | {'add_many':>9} {'cm present':>10} {'cm absent':>9} | "
+        f"{'add':>6} {'contains':>8} {'absent':>7} | {'c8 add_many':>11} {'c8 cm':>6} {'c4 add':>7}"
+    )
     print(hdr)
     print("-" * len(hdr))
     for name, sid, m, k in configs:
@@ -91,6 +108,7 @@ def main() -> None:
                 contains = K.contains
                 for key in probe:
                     contains(b, sid, m, k, key)
+
             return run
 
         add1 = best(args.rounds, fresh_body, per_item_add)
@@ -111,9 +129,11 @@ def main() -> None:
 
             c4add1 = best(args.rounds, lambda: fresh_body((m + 1) // 2), per_item_cadd)
         row = [add_many, cm_present, cm_absent, add1, has1, has0, c8, c8q, c4add1]
-        print(f"{name:8} {m:>10} {k:>2} | {row[0] / n * 1e9:9.1f} {row[1] / n * 1e9:10.1f} {row[2] / n * 1e9:9.1f} | "
-              f"{row[3] / n * 1e9:6.1f} {row[4] / n * 1e9:8.1f} {row[5] / n * 1e9:7.1f} | "
-              f"{row[6] / n * 1e9:11.1f} {row[7] / n * 1e9:6.1f} {row[8] / n * 1e9:7.1f}   (fp {fp:.4f})")
+        print(
+            f"{name:8} {m:>10} {k:>2} | {row[0] / n * 1e9:9.1f} {row[1] / n * 1e9:10.1f} {row[2] / n * 1e9:9.1f} | "
+            f"{row[3] / n * 1e9:6.1f} {row[4] / n * 1e9:8.1f} {row[5] / n * 1e9:7.1f} | "
+            f"{row[6] / n * 1e9:11.1f} {row[7] / n * 1e9:6.1f} {row[8] / n * 1e9:7.1f}   (fp {fp:.4f})"
+        )
 
         # two threads, each querying all keys once
         def two_threads(b: memoryview) -> None:
@@ -123,9 +143,12 @@ def main() -> None:
                 t.start()
             for t in ts:
                 t.join()
+
         t2 = best(args.rounds, lambda: body, two_threads, time.perf_counter)  # wall time
-        print(f"{'':8} two threads x contains_many: {2 * n / t2 / 1e6:.1f} M keys/s vs one thread "
-              f"{n / cm_wall / 1e6:.1f} M keys/s, wall (x{(2 * n / t2) / (n / cm_wall):.2f})")
+        print(
+            f"{'':8} two threads x contains_many: {2 * n / t2 / 1e6:.1f} M keys/s vs one thread "
+            f"{n / cm_wall / 1e6:.1f} M keys/s, wall (x{(2 * n / t2) / (n / cm_wall):.2f})"
+        )
     tup = best(args.rounds, lambda: None, lambda _: tuple(keys))
     print(f"list -> tuple snapshot (done by every batch call on a list): {tup / n * 1e9:.1f}")
     flock_pairs()
@@ -163,13 +186,24 @@ def flock_pairs(count: int = 20_000) -> None:
         thread.start()
         try:
             busy_native = wall(native)
-            busy_python = wall(lambda: [fcntl.flock(fd, op) for _ in range(200)  # fewer: ~ms each
-                                        for op in (fcntl.LOCK_EX, fcntl.LOCK_UN)]) * count / 200
+            busy_python = (
+                wall(
+                    lambda: [
+                        fcntl.flock(fd, op)
+                        for _ in range(200)  # fewer: ~ms each
+                        for op in (fcntl.LOCK_EX, fcntl.LOCK_UN)
+                    ]
+                )
+                * count
+                / 200
+            )
         finally:
             stop.set()
             thread.join()
-        print(f"flock pair, us (wall): flock_try+flock_unlock {alone[0]:.2f} alone, {busy_native:.2f} next to a "
-              f"busy thread; fcntl.flock {alone[1]:.2f} alone, {busy_python:.1f} next to a busy thread")
+        print(
+            f"flock pair, us (wall): flock_try+flock_unlock {alone[0]:.2f} alone, {busy_native:.2f} next to a "
+            f"busy thread; fcntl.flock {alone[1]:.2f} alone, {busy_python:.1f} next to a busy thread"
+        )
     finally:
         os.close(fd)
         os.unlink(path)

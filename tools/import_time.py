@@ -22,8 +22,10 @@ ROWS = [
     ("import portalocker", "import portalocker"),
     ("import tqdm", "import tqdm"),
     ("import mmapbloom", "import mmapbloom"),
-    ("import mmapbloom; BloomFilter(...) add + in",
-     "import mmapbloom; f = mmapbloom.BloomFilter(mmapbloom.BloomConfig.for_items(1000, 0.01)); f.add('k'); 'k' in f"),
+    (
+        "import mmapbloom; BloomFilter(...) add + in",
+        "import mmapbloom; f = mmapbloom.BloomFilter(mmapbloom.BloomConfig.for_items(1000, 0.01)); f.add('k'); 'k' in f",
+    ),
 ]
 
 
@@ -43,14 +45,24 @@ def main(argv: list[str] | None = None) -> int:
             times[name].append(wall(code))
     base = statistics.median(times["import mmh3"])
     load = os.getloadavg()
-    print(f"Python {sys.version.split()[0]}, {args.runs} runs per row, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(
+        f"Python {sys.version.split()[0]}, {args.runs} runs per row, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )
     print(f"{'command':48s} {'median ms':>10s} {'min ms':>8s} {'x mmh3':>7s}")
     for name, _ in ROWS:
         t = times[name]
         print(f"{name:48s} {statistics.median(t) * 1e3:10.1f} {min(t) * 1e3:8.1f} {statistics.median(t) / base:7.2f}")
-    left = subprocess.run([sys.executable, "-c", "import sys, mmapbloom; "
-                           "print(' '.join(m for m in ('numpy', 'portalocker', 'tqdm') if m in sys.modules) or 'none')"],
-                          check=True, capture_output=True, text=True).stdout.strip()
+    left = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, mmapbloom; "
+            "print(' '.join(m for m in ('numpy', 'portalocker', 'tqdm') if m in sys.modules) or 'none')",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     print(f"loaded by import mmapbloom: {left}")
     return 0
 

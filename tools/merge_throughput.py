@@ -53,8 +53,10 @@ def main() -> int:
             speeds.append(res.gb_per_s)
             print(res.summary(), file=sys.stderr)
             os.unlink(res.output)
-        print(f"{args.shards} shards x {args.mib} MiB: best {max(speeds):.2f} GB/s, "
-              f"median {statistics.median(speeds):.2f} GB/s (load average {os.getloadavg()[0]:.1f})")
+        print(
+            f"{args.shards} shards x {args.mib} MiB: best {max(speeds):.2f} GB/s, "
+            f"median {statistics.median(speeds):.2f} GB/s (load average {os.getloadavg()[0]:.1f})"
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

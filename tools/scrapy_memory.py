@@ -62,8 +62,10 @@ def build(name: str, path: str | None) -> Any:
     JOBDIR (or none). Call :func:`load` first: importing is not part of opening."""
     if name == "default":
         from scrapy.dupefilters import RFPDupeFilter
+
         return RFPDupeFilter(path, False, fingerprinter=Given())
     from mmapbloom.scrapy import JOBDIR_FILE_NAME, BloomDupeFilter
+
     return BloomDupeFilter(os.path.join(path, JOBDIR_FILE_NAME) if path else None, False, fingerprinter=Given())
 
 
@@ -71,6 +73,7 @@ def load(name: str) -> None:
     """Import Scrapy and the filter's module (counted in the starting figures, as in a
     crawl, where both are imported before the spider opens)."""
     import scrapy.dupefilters  # noqa: F401
+
     if name == "bloom":
         import mmapbloom.scrapy  # noqa: F401
 
@@ -96,8 +99,17 @@ def child_fill(name: str, n: int, jobdir: str | None) -> dict[str, Any]:
     elapsed = time.perf_counter() - t0
     end = memory()
     df.close("finished")
-    return {"filter": name, "requests": n, "start": start, "opened": opened, "end": end, "samples": samples,
-            "seconds": elapsed, "false_positives": duplicates, "missed": missed}
+    return {
+        "filter": name,
+        "requests": n,
+        "start": start,
+        "opened": opened,
+        "end": end,
+        "samples": samples,
+        "seconds": elapsed,
+        "false_positives": duplicates,
+        "missed": missed,
+    }
 
 
 def child_reopen(name: str, jobdir: str) -> dict[str, Any]:
@@ -134,8 +146,11 @@ def main(argv: list[str] | None = None) -> int:
     import scrapy
 
     import mmapbloom
-    print(f"scrapy {scrapy.__version__}, mmapbloom {mmapbloom.__version__}, Python {sys.version.split()[0]}, "
-          f"{args.requests:,} distinct requests")
+
+    print(
+        f"scrapy {scrapy.__version__}, mmapbloom {mmapbloom.__version__}, Python {sys.version.split()[0]}, "
+        f"{args.requests:,} distinct requests"
+    )
     results = []
     with tempfile.TemporaryDirectory(prefix="scrapy-memory-") as tmp:
         for name in args.filters.split(","):
@@ -162,17 +177,31 @@ def main(argv: list[str] | None = None) -> int:
     header = ["filter", "RSS opened", "RSS end", "growth", "anon end", "file end", "peak", "s", "false pos", "missed"]
     print(" | ".join(header))
     for r in results:
-        print(" | ".join([r["filter"], f"{r['opened']['VmRSS']:.1f}", f"{r['end']['VmRSS']:.1f}",
-                          f"{r['end']['VmRSS'] - r['opened']['VmRSS']:+.1f}", f"{r['end']['RssAnon']:.1f}",
-                          f"{r['end']['RssFile'] + r['end'].get('RssShmem', 0):.1f}", f"{r['end']['VmHWM']:.1f}",
-                          f"{r['seconds']:.0f}", str(r["false_positives"]), str(r["missed"])]))
+        print(
+            " | ".join(
+                [
+                    r["filter"],
+                    f"{r['opened']['VmRSS']:.1f}",
+                    f"{r['end']['VmRSS']:.1f}",
+                    f"{r['end']['VmRSS'] - r['opened']['VmRSS']:+.1f}",
+                    f"{r['end']['RssAnon']:.1f}",
+                    f"{r['end']['RssFile'] + r['end'].get('RssShmem', 0):.1f}",
+                    f"{r['end']['VmHWM']:.1f}",
+                    f"{r['seconds']:.0f}",
+                    str(r["false_positives"]),
+                    str(r["missed"]),
+                ]
+            )
+        )
     if args.jobdir:
         print("\nResume (a new process opens the JOBDIR file):")
         print("filter | file MiB | open s | RSS after open | growth")
         for r in results:
             ro = r["reopen"]
-            print(f"{r['filter']} | {r['file_mib']:.1f} | {ro['seconds']:.3f} | {ro['end']['VmRSS']:.1f} | "
-                  f"{ro['end']['VmRSS'] - ro['start']['VmRSS']:+.1f}")
+            print(
+                f"{r['filter']} | {r['file_mib']:.1f} | {ro['seconds']:.3f} | {ro['end']['VmRSS']:.1f} | "
+                f"{ro['end']['VmRSS'] - ro['start']['VmRSS']:+.1f}"
+            )
     return 0
 
 

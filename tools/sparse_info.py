@@ -127,9 +127,12 @@ def build(path: str, size_gib: float, keys: int, how: str) -> tuple[float, int]:
             f.flush()
         return time.perf_counter() - t0, num_bits
     BloomFilter.create(path, cfg, sparse=True).close()
-    pos = np.concatenate([
-        cfg.strategy.positions_many([k.encode() for k in _keys(s, min(keys, s + step))], 7, num_bits).ravel()
-        for s in range(0, keys, step)])
+    pos = np.concatenate(
+        [
+            cfg.strategy.positions_many([k.encode() for k in _keys(s, min(keys, s + step))], 7, num_bits).ravel()
+            for s in range(0, keys, step)
+        ]
+    )
     offs = (pos >> np.uint64(3)).astype(np.int64) + 24  # file offset of each bit's byte
     masks = np.left_shift(np.uint8(1), (pos & np.uint64(7)).astype(np.uint8))
     order = np.argsort(offs, kind="stable")
@@ -143,7 +146,7 @@ def build(path: str, size_gib: float, keys: int, how: str) -> tuple[float, int]:
             base = int(page_of[lo]) * PAGE
             page = np.frombuffer(bytearray(os.pread(fd, PAGE, base).ljust(PAGE, b"\0")), dtype=np.uint8)
             np.bitwise_or.at(page, offs[lo:hi] - base, masks[lo:hi])
-            os.pwrite(fd, page[:min(PAGE, end - base)].tobytes(), base)
+            os.pwrite(fd, page[: min(PAGE, end - base)].tobytes(), base)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -160,9 +163,13 @@ def main() -> int:
     ap.add_argument("--method", nargs="+", choices=["extents", "mmap"], default=["mmap", "extents"])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--keep", action="store_true")
-    ap.add_argument("--build", choices=["update", "pwrite"], default="pwrite",
-                    help="add the keys with BloomFilter.update through the mapping, or write the same "
-                         "bits with pwrite (much faster on a busy disk; the default)")
+    ap.add_argument(
+        "--build",
+        choices=["update", "pwrite"],
+        default="pwrite",
+        help="add the keys with BloomFilter.update through the mapping, or write the same "
+        "bits with pwrite (much faster on a busy disk; the default)",
+    )
     args = ap.parse_args()
 
     rows = []
@@ -170,8 +177,10 @@ def main() -> int:
         need = min(size * GIB, args.keys * 7 * PAGE)
         free = shutil.disk_usage(args.dir).free
         if free < 2 * need + GIB:
-            print(f"skip {size} GiB: {free / GIB:.1f} GiB free in {args.dir}, need about {2 * need / GIB:.1f}",
-                  file=sys.stderr)
+            print(
+                f"skip {size} GiB: {free / GIB:.1f} GiB free in {args.dir}, need about {2 * need / GIB:.1f}",
+                file=sys.stderr,
+            )
             continue
         path = os.path.join(args.dir, f"sparse-info-{size:g}g.blm")
         if os.path.exists(path):
@@ -179,28 +188,41 @@ def main() -> int:
         build_s, num_bits = build(path, size, args.keys, args.build)
         n_ext, data = count_extents(path)
         st = os.stat(path)
-        print(f"{size:g} GiB: built in {build_s:.1f} s, {n_ext:,} data extents, {data / 2**20:,.0f} MiB allocated",
-              file=sys.stderr)
+        print(
+            f"{size:g} GiB: built in {build_s:.1f} s, {n_ext:,} data extents, {data / 2**20:,.0f} MiB allocated",
+            file=sys.stderr,
+        )
         for method in args.method:
             runs = [measure(path, method) for _ in range(args.repeat)]
-            row = dict(size_gib=size, file_bytes=st.st_size, allocated=st.st_blocks * 512, extents=n_ext,
-                       method=method, seconds=statistics.median(r["seconds"] for r in runs),
-                       all_seconds=[round(r["seconds"], 3) for r in runs],
-                       peak_mib=max(r["peak_kib"] for r in runs) / 1024,
-                       base_mib=min(r["base_kib"] for r in runs) / 1024, ones=runs[0]["ones"],
-                       approx_items=runs[0]["approx_items"])
+            row = dict(
+                size_gib=size,
+                file_bytes=st.st_size,
+                allocated=st.st_blocks * 512,
+                extents=n_ext,
+                method=method,
+                seconds=statistics.median(r["seconds"] for r in runs),
+                all_seconds=[round(r["seconds"], 3) for r in runs],
+                peak_mib=max(r["peak_kib"] for r in runs) / 1024,
+                base_mib=min(r["base_kib"] for r in runs) / 1024,
+                ones=runs[0]["ones"],
+                approx_items=runs[0]["approx_items"],
+            )
             rows.append(row)
             print(json.dumps(row), file=sys.stderr)
         if not args.keep:
             os.unlink(path)
 
-    print(f"| file size | allocated | data extents | method | time (median of {args.repeat}) "
-          "| peak RSS (after imports) | bits set | approx items |")
+    print(
+        f"| file size | allocated | data extents | method | time (median of {args.repeat}) "
+        "| peak RSS (after imports) | bits set | approx items |"
+    )
     print("|---:|---:|---:|---|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['size_gib']:g} GiB | {r['allocated'] / 2**20:,.0f} MiB | {r['extents']:,} | {r['method']} "
-              f"| {r['seconds']:.2f} s | {r['peak_mib']:.0f} MiB ({r['base_mib']:.0f} MiB) | {r['ones']:,} "
-              f"| {r['approx_items']:,.0f} |")
+        print(
+            f"| {r['size_gib']:g} GiB | {r['allocated'] / 2**20:,.0f} MiB | {r['extents']:,} | {r['method']} "
+            f"| {r['seconds']:.2f} s | {r['peak_mib']:.0f} MiB ({r['base_mib']:.0f} MiB) | {r['ones']:,} "
+            f"| {r['approx_items']:,.0f} |"
+        )
     return 0
 
 

@@ -9,7 +9,15 @@
 Only the public API of mmapbloom is used (``from mmapbloom import BloomConfig, BloomFilter``).
 """
 
-from .links import SKIP_COMPONENTS, SKIP_MODULES, SKIP_PAGES, extract_links, is_skipped_module, is_skipped_url, normalise_link
+from .links import (
+    SKIP_COMPONENTS,
+    SKIP_MODULES,
+    SKIP_PAGES,
+    extract_links,
+    is_skipped_module,
+    is_skipped_url,
+    normalise_link,
+)
 from .server import PydocServer, ServerError
 from .workers import (
     DEFAULT_FETCH_TIMEOUT,

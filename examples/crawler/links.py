@@ -23,29 +23,31 @@ __all__ = [
 #: ``forceload``, re-imports) every module it documents, inside the server process, so a
 #: page request runs the module's top-level code. A dotted name ``a.b.c`` is skipped when
 #: its top-level name (``a``) or its full name is listed here.
-SKIP_MODULES: frozenset[str] = frozenset({
-    "antigravity",      # opens a web browser (xkcd 353) at import
-    "this",             # prints the Zen of Python at import
-    "__hello__",        # frozen test module: prints "Hello world!" at import on 3.10
-    "__phello__",       # frozen test package, same purpose as __hello__
-    "idlelib",          # IDLE: some submodules open Tk windows or start the IDE
-    "tkinter",          # Tk GUI toolkit (tkinter.__main__ opens a window)
-    "turtle",           # Tk turtle graphics
-    "turtledemo",       # opens the Tk turtle demo viewer
-    "test",             # CPython's regression tests: test.autotest runs the whole suite
-                        # at import; most other test modules are slow to import
-    "lib2to3",          # deprecated (warns at import); rebuilds and writes its grammar
-                        # pickle files at import when they are missing or stale
-    "threading",        # re-imported in the server's request thread, it replaces that
-                        # thread's end-of-thread lock, so the server can never be stopped
-    "site",             # re-import re-runs site.main(): re-executes every .pth file and
-                        # edits sys.path and builtins of the server
-    "_distutils_hack",  # setuptools' import hook: re-import stacks more meta-path finders
-    "setuptools",       # replaces distutils through that hook at import
-    "pkg_resources",    # scans every installed distribution at import (slow, warnings)
-    "distutils",        # deprecated; shadowed by setuptools' hook (see above)
-    "pip",              # pip/__pip-runner__.py runs pip at import
-})
+SKIP_MODULES: frozenset[str] = frozenset(
+    {
+        "antigravity",  # opens a web browser (xkcd 353) at import
+        "this",  # prints the Zen of Python at import
+        "__hello__",  # frozen test module: prints "Hello world!" at import on 3.10
+        "__phello__",  # frozen test package, same purpose as __hello__
+        "idlelib",  # IDLE: some submodules open Tk windows or start the IDE
+        "tkinter",  # Tk GUI toolkit (tkinter.__main__ opens a window)
+        "turtle",  # Tk turtle graphics
+        "turtledemo",  # opens the Tk turtle demo viewer
+        "test",  # CPython's regression tests: test.autotest runs the whole suite
+        # at import; most other test modules are slow to import
+        "lib2to3",  # deprecated (warns at import); rebuilds and writes its grammar
+        # pickle files at import when they are missing or stale
+        "threading",  # re-imported in the server's request thread, it replaces that
+        # thread's end-of-thread lock, so the server can never be stopped
+        "site",  # re-import re-runs site.main(): re-executes every .pth file and
+        # edits sys.path and builtins of the server
+        "_distutils_hack",  # setuptools' import hook: re-import stacks more meta-path finders
+        "setuptools",  # replaces distutils through that hook at import
+        "pkg_resources",  # scans every installed distribution at import (slow, warnings)
+        "distutils",  # deprecated; shadowed by setuptools' hook (see above)
+        "pip",  # pip/__pip-runner__.py runs pip at import
+    }
+)
 
 #: Dotted-name components that skip a module wherever they appear (``a.__main__``,
 #: ``pkg.tests.x``): ``__main__`` modules run their program at import (``asyncio.__main__``
@@ -176,4 +178,3 @@ def is_skipped_url(url: str) -> bool:
     if page in SKIP_PAGES:
         return True
     return name is not None and is_skipped_module(name)
-

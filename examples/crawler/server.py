@@ -44,8 +44,12 @@ class PydocServer:
         stop_timeout: seconds to wait for it to exit after "q" before killing it.
     """
 
-    def __init__(self, host: str = "127.0.0.1", start_timeout: float = SERVER_START_TIMEOUT,
-                 stop_timeout: float = SERVER_STOP_TIMEOUT) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        start_timeout: float = SERVER_START_TIMEOUT,
+        stop_timeout: float = SERVER_STOP_TIMEOUT,
+    ) -> None:
         self.host = host
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
@@ -90,20 +94,28 @@ class PydocServer:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pydoc", "-n", self.host, "-p", "0"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, encoding="utf-8", errors="replace",
-            cwd=self._workdir, env=env, start_new_session=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            cwd=self._workdir,
+            env=env,
+            start_new_session=True,
         )
         for stream, log, look in ((self.proc.stdout, self._stdout, True), (self.proc.stderr, self._stderr, False)):
-            t = threading.Thread(target=self._drain, args=(stream, log, look), daemon=True,
-                                 name="pydoc-server-drain")
+            t = threading.Thread(target=self._drain, args=(stream, log, look), daemon=True, name="pydoc-server-drain")
             t.start()
             self._threads.append(t)
         deadline = time.monotonic() + self.start_timeout
         while not self._ready.wait(0.05):
             if self.proc.poll() is not None or time.monotonic() >= deadline:
-                why = (f"exited with status {self.proc.returncode}" if self.proc.returncode is not None
-                       else f"printed no URL within {self.start_timeout:g} s")
+                why = (
+                    f"exited with status {self.proc.returncode}"
+                    if self.proc.returncode is not None
+                    else f"printed no URL within {self.start_timeout:g} s"
+                )
                 self.stop()
                 tail = "\n".join(list(self._stdout)[-5:] + list(self._stderr)[-10:])
                 raise ServerError(f"pydoc server {why}" + (f":\n{tail}" if tail else ""))

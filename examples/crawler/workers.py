@@ -123,8 +123,18 @@ def _fetch(opener: urllib.request.OpenerDirector, url: str, timeout: float) -> t
         return data.decode("utf-8", errors="replace"), result
 
 
-def _worker(worker_id: int, bloom: BloomFilter, tasks: Any, results: Any, pending: Any, claimed: Any,
-            stop: Any, max_pages: int, fetch_timeout: float, origin: tuple[str, int]) -> None:
+def _worker(
+    worker_id: int,
+    bloom: BloomFilter,
+    tasks: Any,
+    results: Any,
+    pending: Any,
+    claimed: Any,
+    stop: Any,
+    max_pages: int,
+    fetch_timeout: float,
+    origin: tuple[str, int],
+) -> None:
     """Worker process body: see the module docstring for the protocol.
 
     Messages on ``results``: ``("page", id, PageResult)`` per fetch, ``("crash", id,
@@ -276,9 +286,17 @@ class _Tally:
         return r
 
 
-def crawl(root: str, bloom: BloomFilter, *, workers: int = DEFAULT_WORKERS, max_pages: int = DEFAULT_MAX_PAGES,
-          time_limit: float = DEFAULT_TIME_LIMIT, fetch_timeout: float = DEFAULT_FETCH_TIMEOUT,
-          start_method: Optional[str] = None, progress: Optional[bool] = None) -> CrawlResult:
+def crawl(
+    root: str,
+    bloom: BloomFilter,
+    *,
+    workers: int = DEFAULT_WORKERS,
+    max_pages: int = DEFAULT_MAX_PAGES,
+    time_limit: float = DEFAULT_TIME_LIMIT,
+    fetch_timeout: float = DEFAULT_FETCH_TIMEOUT,
+    start_method: Optional[str] = None,
+    progress: Optional[bool] = None,
+) -> CrawlResult:
     """Crawl the site at ``root`` with ``workers`` processes sharing the file-backed ``bloom``.
 
     The parent adds ``root`` to the filter and queues it; the workers do the rest (see the
@@ -330,12 +348,23 @@ def crawl(root: str, bloom: BloomFilter, *, workers: int = DEFAULT_WORKERS, max_
     t0 = time.monotonic()
     deadline = t0 + time_limit
     procs = [
-        ctx.Process(target=_worker, name=f"crawl-worker-{i}", daemon=True,
-                    args=(i, bloom, tasks, results, pending, claimed, stop, max_pages, fetch_timeout, origin))
+        ctx.Process(
+            target=_worker,
+            name=f"crawl-worker-{i}",
+            daemon=True,
+            args=(i, bloom, tasks, results, pending, claimed, stop, max_pages, fetch_timeout, origin),
+        )
         for i in range(workers)
     ]
-    bar = tqdm(total=max_pages, unit="page", desc="crawling", file=sys.stderr, disable=not progress,
-               dynamic_ncols=True, leave=True)
+    bar = tqdm(
+        total=max_pages,
+        unit="page",
+        desc="crawling",
+        file=sys.stderr,
+        disable=not progress,
+        dynamic_ncols=True,
+        leave=True,
+    )
     r = tally.result
     try:
         for p in procs:
@@ -353,8 +382,11 @@ def crawl(root: str, bloom: BloomFilter, *, workers: int = DEFAULT_WORKERS, max_
                     r.stop_reason = "a worker crashed"
                     break
                 if pending.value == 0:
-                    r.stop_reason = ("page limit reached" if claimed.value >= max_pages
-                                     else "frontier exhausted: every reachable page was fetched")
+                    r.stop_reason = (
+                        "page limit reached"
+                        if claimed.value >= max_pages
+                        else "frontier exhausted: every reachable page was fetched"
+                    )
                     break
                 if time.monotonic() >= deadline:
                     r.stop_reason = f"time limit ({time_limit:g} s) reached"
@@ -413,4 +445,3 @@ def _shut_down(procs: list[Any], tasks: Any, results: Any, tally: _Tally, bar: A
     tasks.cancel_join_thread()
     tasks.close()
     results.close()
-

@@ -43,8 +43,7 @@ if ROOT not in sys.path:  # the working tree's mmapbloom, not another install
 __all__ = ["main", "parse_args"]
 
 #: Parts that ``--skip`` accepts.
-SKIPPABLE = ("items", "open", "processes", "union", "locks", "threads", "counting", "pure", "big", "profile",
-             "chart")
+SKIPPABLE = ("items", "open", "processes", "union", "locks", "threads", "counting", "pure", "big", "profile", "chart")
 #: --keys when not given: the main run, and the --counting run (5 per-item loops per kind).
 DEFAULT_KEYS = 1_000_000
 DEFAULT_COUNTING_KEYS = 200_000
@@ -56,46 +55,88 @@ def csv_list(text: str) -> list[str]:
 
 def parse_args(argv: Optional[Sequence[str]], prog: Optional[str] = None) -> argparse.Namespace:
     """Parse the options; exits with status 2 (argparse) on a bad one."""
-    p = argparse.ArgumentParser(prog=prog, description=(PACKAGE_DOC or "").split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--keys", type=int, default=None,
-                   help=f"present keys of the main run (default {DEFAULT_KEYS:,}; "
-                        f"with --counting {DEFAULT_COUNTING_KEYS:,})")
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description=(PACKAGE_DOC or "").split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--keys",
+        type=int,
+        default=None,
+        help=f"present keys of the main run (default {DEFAULT_KEYS:,}; with --counting {DEFAULT_COUNTING_KEYS:,})",
+    )
     p.add_argument("--absent", type=int, default=None, help="absent keys queried (default: as many as --keys)")
     p.add_argument("--fp-rate", type=float, default=0.01, help="target false-positive rate p (default 0.01)")
     p.add_argument("--rounds", type=int, default=3, help="rounds per measurement; the median is reported (default 3)")
-    p.add_argument("--big-keys", type=int, default=50_000_000,
-                   help="keys of the big run, bulk operations only; 0 skips it (default 50,000,000)")
+    p.add_argument(
+        "--big-keys",
+        type=int,
+        default=50_000_000,
+        help="keys of the big run, bulk operations only; 0 skips it (default 50,000,000)",
+    )
     p.add_argument("--big-absent", type=int, default=5_000_000, help="absent keys of the big run (default 5,000,000)")
     p.add_argument("--big-rounds", type=int, default=1, help="rounds of the big run (default 1)")
-    p.add_argument("--big-libs", default="mmapbloom,pybloomfiltermmap3,abloom,fastbloom-rs",
-                   help="libraries of the big run (default: mmapbloom and the fast peers)")
+    p.add_argument(
+        "--big-libs",
+        default="mmapbloom,pybloomfiltermmap3,abloom,fastbloom-rs",
+        help="libraries of the big run (default: mmapbloom and the fast peers)",
+    )
     p.add_argument("--union-mb", type=int, default=512, help="MiB of bits per union file; 0 skips (default 512)")
-    p.add_argument("--open-mb", type=int, default=1024,
-                   help="MiB of bits of the filter opened vs rbloom's load; 0 skips (default 1024)")
+    p.add_argument(
+        "--open-mb",
+        type=int,
+        default=1024,
+        help="MiB of bits of the filter opened vs rbloom's load; 0 skips (default 1024)",
+    )
     p.add_argument("--procs", default="2,4", help="concurrent writer counts, besides 1 (default 2,4)")
-    p.add_argument("--proc-keys", type=int, default=None,
-                   help="keys added by the writer processes with the batch API (default --keys)")
-    p.add_argument("--proc-item-keys", type=int, default=250_000,
-                   help="keys added by the writer processes with per-item adds (default 250,000)")
-    p.add_argument("--lock-keys", type=int, default=50_000,
-                   help="per-item adds and flock pairs of the lock part (default 50,000)")
-    p.add_argument("--counting-keys", type=int, default=DEFAULT_COUNTING_KEYS,
-                   help=f"keys of the counting-filter part of a full run (default {DEFAULT_COUNTING_KEYS:,})")
+    p.add_argument(
+        "--proc-keys",
+        type=int,
+        default=None,
+        help="keys added by the writer processes with the batch API (default --keys)",
+    )
+    p.add_argument(
+        "--proc-item-keys",
+        type=int,
+        default=250_000,
+        help="keys added by the writer processes with per-item adds (default 250,000)",
+    )
+    p.add_argument(
+        "--lock-keys", type=int, default=50_000, help="per-item adds and flock pairs of the lock part (default 50,000)"
+    )
+    p.add_argument(
+        "--counting-keys",
+        type=int,
+        default=DEFAULT_COUNTING_KEYS,
+        help=f"keys of the counting-filter part of a full run (default {DEFAULT_COUNTING_KEYS:,})",
+    )
     p.add_argument("--libs", default=",".join(LIB_NAMES), help=f"libraries (default all: {','.join(LIB_NAMES)})")
-    p.add_argument("--strategies", default="",
-                   help="mmapbloom hash strategies to measure, each as its own row, e.g. M3M2,M3MX,M3B2,M3BL "
-                        "(names resolved with mmapbloom.get_strategy; default: the library default only)")
-    p.add_argument("--backend-label", default=None,
-                   help="free text naming the mmapbloom build in the environment line "
-                        "(default: mmapbloom.BACKEND if the library defines it, else 'python')")
-    p.add_argument("--counting", action="store_true",
-                   help="only compare BloomFilter with CountingBloomFilter (4- and 8-bit counters), per strategy")
+    p.add_argument(
+        "--strategies",
+        default="",
+        help="mmapbloom hash strategies to measure, each as its own row, e.g. M3M2,M3MX,M3B2,M3BL "
+        "(names resolved with mmapbloom.get_strategy; default: the library default only)",
+    )
+    p.add_argument(
+        "--backend-label",
+        default=None,
+        help="free text naming the mmapbloom build in the environment line "
+        "(default: mmapbloom.BACKEND if the library defines it, else 'python')",
+    )
+    p.add_argument(
+        "--counting",
+        action="store_true",
+        help="only compare BloomFilter with CountingBloomFilter (4- and 8-bit counters), per strategy",
+    )
     p.add_argument("--skip", default="", help=f"comma list of parts to skip: {','.join(SKIPPABLE)}")
     p.add_argument("--profile", action="store_true", help="add a cProfile of each mmapbloom path")
-    p.add_argument("--instructions", action="store_true",
-                   help="add instructions per key (valgrind callgrind) and ns of the hot paths against abloom, "
-                        "200k of 1M keys, and the 4-writer figure (tools/bench/instructions.py; minutes)")
+    p.add_argument(
+        "--instructions",
+        action="store_true",
+        help="add instructions per key (valgrind callgrind) and ns of the hot paths against abloom, "
+        "200k of 1M keys, and the 4-writer figure (tools/bench/instructions.py; minutes)",
+    )
     p.add_argument("--seed", type=int, default=5, help="key seed (default 5)")
     p.add_argument("--workdir", default=None, help="directory for filter files (default: a new temporary one)")
     p.add_argument("--emit-json", default=None, help=argparse.SUPPRESS)  # the pure-path child's results
@@ -136,8 +177,10 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
     run = Run(args)
     run.load_at_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     if run.load_at_start > 0.5 * (os.cpu_count() or 1):
-        log(f"warning: load average {run.load_at_start:.2f} on {os.cpu_count()} CPUs: other work competes "
-            "with the benchmark; ratios hold better than absolute numbers")
+        log(
+            f"warning: load average {run.load_at_start:.2f} on {os.cpu_count()} CPUs: other work competes "
+            "with the benchmark; ratios hold better than absolute numbers"
+        )
     libs = ["mmapbloom"] if args.counting else args.libs
     run.adapters, run.missing = load_adapters(libs, args.strategies)
     for name, why in run.missing.items():
@@ -158,8 +201,18 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
             measure_counting(run, keys, workdir)
         else:
             absent = make_keys(args.keys, nabsent, args.seed)
-            run.main = measure_ops(run, run.adapters, keys, absent, args.keys, args.rounds, workdir, "main",
-                                   with_items="items" not in args.skip, with_extras=True)
+            run.main = measure_ops(
+                run,
+                run.adapters,
+                keys,
+                absent,
+                args.keys,
+                args.rounds,
+                workdir,
+                "main",
+                with_items="items" not in args.skip,
+                with_extras=True,
+            )
             if "open" not in args.skip:
                 measure_open(run, run.main, keys, workdir)
             release_filters(run.main)
@@ -172,7 +225,7 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
             if "threads" not in args.skip:
                 measure_threads(run, keys, workdir)
             if "counting" not in args.skip and args.counting_keys > 0:
-                measure_counting(run, keys[:args.counting_keys], workdir)
+                measure_counting(run, keys[: args.counting_keys], workdir)
             if "pure" not in args.skip:
                 measure_pure(run, workdir)
             if "profile" not in args.skip and args.profile:

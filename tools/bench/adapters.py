@@ -36,10 +36,10 @@ class Adapter:
     Not thread-safe; one instance per process (forked writer processes inherit a copy).
     """
 
-    lib: str = ""             # the library, as --libs and --big-libs name it
-    dist: str = ""            # distribution name, for its version
-    label: str = ""           # table label with the mode used
-    storage: str = ""         # what backs the bits
+    lib: str = ""  # the library, as --libs and --big-libs name it
+    dist: str = ""  # distribution name, for its version
+    label: str = ""  # table label with the mode used
+    storage: str = ""  # what backs the bits
     file_backed: bool = False
     #: Leading bytes of the file that a writer may change other than bits (header counters);
     #: skipped when comparing the bits of two files.
@@ -109,9 +109,9 @@ class Adapter:
         """``(lost, extra)``: bits set in file ``reference`` but not in ``other``, and the
         reverse. Raw bytes after ``header_skip``, counted with ``int.bit_count``."""
         with open(reference, "rb") as fh:
-            a = int.from_bytes(fh.read()[self.header_skip:], "little")
+            a = int.from_bytes(fh.read()[self.header_skip :], "little")
         with open(other, "rb") as fh:
-            b = int.from_bytes(fh.read()[self.header_skip:], "little")
+            b = int.from_bytes(fh.read()[self.header_skip :], "little")
         return (a & ~b).bit_count(), (b & ~a).bit_count()
 
 
@@ -145,8 +145,7 @@ class MmapBloomAdapter(Adapter):
 
         self.mod = mmapbloom
         # Resolved at run time, so strategies added to the library later need no change here.
-        self.strategy = (mmapbloom.get_strategy(self.strategy_name) if self.strategy_name
-                         else mmapbloom.DEFAULT_STRATEGY)
+        self.strategy = mmapbloom.get_strategy(self.strategy_name) if self.strategy_name else mmapbloom.DEFAULT_STRATEGY
 
     def version(self) -> str:
         return str(getattr(self.mod, "__version__", "?"))
@@ -361,7 +360,12 @@ class FastbloomAdapter(Adapter):
 
 
 ALL_ADAPTERS: tuple[type[Adapter], ...] = (
-    MmapBloomAdapter, PyBloomFilterMmapAdapter, RbloomAdapter, AbloomAdapter, FastbloomAdapter, BloomsieveAdapter,
+    MmapBloomAdapter,
+    PyBloomFilterMmapAdapter,
+    RbloomAdapter,
+    AbloomAdapter,
+    FastbloomAdapter,
+    BloomsieveAdapter,
 )
 LIB_NAMES = tuple(a.lib for a in ALL_ADAPTERS)
 
@@ -386,15 +390,20 @@ def load_adapters(libs: Sequence[str], strategies: Sequence[str] = ()) -> tuple[
     missing: dict[str, str] = {}
     for lib in libs:
         if lib == "mmapbloom":
-            candidates: list[Adapter] = ([MmapBloomAdapter(s, qualified=len(strategies) > 1) for s in strategies]
-                                         or [MmapBloomAdapter()])
+            candidates: list[Adapter] = [MmapBloomAdapter(s, qualified=len(strategies) > 1) for s in strategies] or [
+                MmapBloomAdapter()
+            ]
         else:
             candidates = [make_adapter(lib)]
         for a in candidates:
             try:
                 a.load()
             except Exception as exc:  # noqa: BLE001 - ImportError or a broken install: "missing"
-                key = lib if not isinstance(a, MmapBloomAdapter) or not a.strategy_name else f"mmapbloom:{a.strategy_name}"
+                key = (
+                    lib
+                    if not isinstance(a, MmapBloomAdapter) or not a.strategy_name
+                    else f"mmapbloom:{a.strategy_name}"
+                )
                 missing[key] = f"{type(exc).__name__}: {exc}".splitlines()[0][:120]
                 continue
             adapters.append(a)

@@ -40,15 +40,26 @@ def write_chart(run: Run, path: str) -> None:
         bars = ax.bar(xs, values, width, label=res.adapter.label)
         for bar, v in zip(bars, values):
             if v:
-                ax.annotate(fmt_ns(v), (bar.get_x() + bar.get_width() / 2, v), ha="center", va="bottom",
-                            fontsize=6, rotation=90, xytext=(0, 2), textcoords="offset points")
+                ax.annotate(
+                    fmt_ns(v),
+                    (bar.get_x() + bar.get_width() / 2, v),
+                    ha="center",
+                    va="bottom",
+                    fontsize=6,
+                    rotation=90,
+                    xytext=(0, 2),
+                    textcoords="offset points",
+                )
     ax.set_yscale("log")
     top = max(res.ns(op) or 0.0 for res in libs for op, _ in ops)
     ax.set_ylim(top=top * 3)  # room for the value labels
     ax.set_xticks(range(len(ops)), [h for _, h in ops])
     ax.set_ylabel("ns per item (log scale, lower is faster)")
-    ax.set_title(f"{run.args.keys:,} URL-like keys, p = {run.args.fp_rate:g}, median of {run_rounds(run.main)} "
-                 f"round(s); {cpu_model()}, Python {platform.python_version()}", fontsize=9)
+    ax.set_title(
+        f"{run.args.keys:,} URL-like keys, p = {run.args.fp_rate:g}, median of {run_rounds(run.main)} "
+        f"round(s); {cpu_model()}, Python {platform.python_version()}",
+        fontsize=9,
+    )
     ax.legend(fontsize=7, ncol=2)
     ax.grid(axis="y", which="both", alpha=0.3)
     fig.tight_layout()

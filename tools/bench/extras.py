@@ -21,8 +21,17 @@ from typing import Any, Optional
 
 from .measure import ROOT, Run, child_env, log, record_error, timed
 
-__all__ = ["BUSY_ROWS", "LOCK_ROWS", "THREAD_CHUNK", "busy_thread", "measure_locks", "measure_pure",
-           "measure_threads", "pure_child_args", "emit_json"]
+__all__ = [
+    "BUSY_ROWS",
+    "LOCK_ROWS",
+    "THREAD_CHUNK",
+    "busy_thread",
+    "measure_locks",
+    "measure_pure",
+    "measure_threads",
+    "pure_child_args",
+    "emit_json",
+]
 
 #: Rows of the lock table, in order: (key, label). ``bare`` rows are per ``flock`` pair.
 LOCK_ROWS: tuple[tuple[str, str], ...] = (
@@ -131,7 +140,7 @@ def measure_threads(run: Run, keys: list[str], workdir: str) -> None:
     chunk = max(1, min(THREAD_CHUNK, half or 1))
 
     def chunks(items: list[str]) -> list[list[str]]:
-        return [items[i:i + chunk] for i in range(0, len(items), chunk)]
+        return [items[i : i + chunk] for i in range(0, len(items), chunk)]
 
     parts = [chunks(h) for h in halves]
     everything = parts[0] + parts[1]
@@ -182,9 +191,18 @@ def measure_threads(run: Run, keys: list[str], workdir: str) -> None:
                 walls["two"].append(seconds)
                 busy.append(cpu / seconds if seconds else float("nan"))
             t1, t2 = statistics.median(walls["one"]), statistics.median(walls["two"])
-            run.threads.append({"lib": a.name, "keys": len(keys), "chunk": chunk, "one": t1, "two": t2,
-                                "speedup": t1 / t2 if t2 else float("nan"), "cpu_per_wall": statistics.median(busy),
-                                "load": os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")})
+            run.threads.append(
+                {
+                    "lib": a.name,
+                    "keys": len(keys),
+                    "chunk": chunk,
+                    "one": t1,
+                    "two": t2,
+                    "speedup": t1 / t2 if t2 else float("nan"),
+                    "cpu_per_wall": statistics.median(busy),
+                    "load": os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan"),
+                }
+            )
         except Exception as exc:  # noqa: BLE001
             record_error(run, None, a, "threads", exc)
         finally:
@@ -195,14 +213,33 @@ def measure_threads(run: Run, keys: list[str], workdir: str) -> None:
 
 # -- the pure-Python path in a child ----------------------------------------------------------------
 
+
 def pure_child_args(run: Run, out_json: str, workdir: str) -> list[str]:
     """Arguments of the child ``python -m tools.bench`` run: mmapbloom's rows of the main
     run only, same keys, rounds and strategies; results as JSON in ``out_json``."""
     a = run.args
-    args = ["--libs", "mmapbloom", "--keys", str(a.keys), "--rounds", str(a.rounds), "--seed", str(a.seed),
-            "--fp-rate", repr(a.fp_rate), "--big-keys", "0", "--procs", "",
-            "--skip", "open,processes,union,big,profile,chart,locks,threads,counting,pure",
-            "--workdir", workdir, "--emit-json", out_json]
+    args = [
+        "--libs",
+        "mmapbloom",
+        "--keys",
+        str(a.keys),
+        "--rounds",
+        str(a.rounds),
+        "--seed",
+        str(a.seed),
+        "--fp-rate",
+        repr(a.fp_rate),
+        "--big-keys",
+        "0",
+        "--procs",
+        "",
+        "--skip",
+        "open,processes,union,big,profile,chart,locks,threads,counting,pure",
+        "--workdir",
+        workdir,
+        "--emit-json",
+        out_json,
+    ]
     if a.absent is not None:
         args += ["--absent", str(a.absent)]
     if a.strategies:
@@ -221,8 +258,9 @@ def measure_pure(run: Run, workdir: str) -> None:
     env["MMAPBLOOM_PURE"] = "1"
     cmd = [sys.executable, "-m", "tools.bench"] + pure_child_args(run, out_json, child_dir)
     log("[pure] mmapbloom rows again in a child with MMAPBLOOM_PURE=1")
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                          timeout=7200)
+    proc = subprocess.run(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=7200
+    )
     if proc.returncode != 0 or not os.path.exists(out_json):
         run.failures.append(f"pure-path child exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
         log(f"ERROR pure-path child: {proc.stderr.strip()[-2000:]}")
@@ -243,4 +281,3 @@ def emit_json(run: Run, path: str) -> None:
     backend = str(getattr(run.own[0].mod, "BACKEND", "python")) if run.own else "?"
     with open(path, "w") as fh:
         json.dump({"backend": backend, "rows": rows}, fh)
-

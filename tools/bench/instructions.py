@@ -53,8 +53,15 @@ if ROOT not in sys.path:  # the working tree's mmapbloom, not another install
 
 __all__ = ["main", "measure_instructions", "measure_times", "measure_writers", "section"]
 
-ROWS = ("update", "contains_many present", "contains_many absent", "add, lock per call", "add inside write_lock()",
-        "x in f present", "x in f absent")
+ROWS = (
+    "update",
+    "contains_many present",
+    "contains_many absent",
+    "add, lock per call",
+    "add inside write_lock()",
+    "x in f present",
+    "x in f absent",
+)
 #: --strategies when not given: the default and a blocked one
 DEFAULT_STRATEGIES = "default,M3BL"
 
@@ -69,8 +76,9 @@ def configs(strategies: str) -> list[tuple[str, str, Optional[str]]]:
 
 
 # -- the child: runs the operations, marking each one --------------------------------------
-def _ops(lib: str, strategy: Optional[str], keys: list[str], absent: list[str], capacity: int, p: float,
-         workdir: str) -> list[tuple[str, Callable[[], Any], Callable[[], Any]]]:
+def _ops(
+    lib: str, strategy: Optional[str], keys: list[str], absent: list[str], capacity: int, p: float, workdir: str
+) -> list[tuple[str, Callable[[], Any], Callable[[], Any]]]:
     """(row, setup, op) triples; ``setup()`` returns the state ``op`` works on (via closure)."""
     state: dict[str, Any] = {}
     if lib == "abloom":
@@ -175,8 +183,21 @@ def _child(argv: Sequence[str]) -> None:
 
 
 def _child_cmd(mode: str, lib: str, strategy: Optional[str], a: argparse.Namespace, workdir: str) -> list[str]:
-    return [sys.executable, "-m", "tools.bench.instructions", "--child", mode, lib, strategy or "-", str(a.keys),
-            str(a.capacity), str(a.fp_rate), str(a.seed), str(a.rounds), workdir]
+    return [
+        sys.executable,
+        "-m",
+        "tools.bench.instructions",
+        "--child",
+        mode,
+        lib,
+        strategy or "-",
+        str(a.keys),
+        str(a.capacity),
+        str(a.fp_rate),
+        str(a.seed),
+        str(a.rounds),
+        workdir,
+    ]
 
 
 def _env() -> dict[str, str]:
@@ -191,8 +212,14 @@ def measure_instructions(a: argparse.Namespace) -> dict[str, dict[str, float]]:
         work = tempfile.mkdtemp(prefix="mmapbloom-cg.")
         try:
             out = os.path.join(work, "cg.out")
-            cmd = ["valgrind", "--tool=callgrind", "--dump-before=getppid", f"--callgrind-out-file={out}",
-                   "--dump-instr=no", *_child_cmd("callgrind", lib, strategy, a, work)]
+            cmd = [
+                "valgrind",
+                "--tool=callgrind",
+                "--dump-before=getppid",
+                f"--callgrind-out-file={out}",
+                "--dump-instr=no",
+                *_child_cmd("callgrind", lib, strategy, a, work),
+            ]
             proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=_env())
             if proc.returncode != 0:
                 print(f"{label}: failed ({proc.returncode}): {proc.stderr[-2000:]}", file=sys.stderr)
@@ -223,8 +250,9 @@ def measure_times(a: argparse.Namespace) -> dict[str, dict[str, float]]:
     for label, lib, strategy in configs(a.strategies):
         work = tempfile.mkdtemp(prefix="mmapbloom-ns.")
         try:
-            proc = subprocess.run(_child_cmd("time", lib, strategy, a, work), capture_output=True, text=True,
-                                  cwd=ROOT, env=_env())
+            proc = subprocess.run(
+                _child_cmd("time", lib, strategy, a, work), capture_output=True, text=True, cwd=ROOT, env=_env()
+            )
             if proc.returncode != 0:
                 print(f"{label}: failed ({proc.returncode}): {proc.stderr[-2000:]}", file=sys.stderr)
                 continue
@@ -242,8 +270,7 @@ def _writer(path: str, keys: list[str], barrier: Any) -> None:
         f.update(keys)
 
 
-def measure_writers(n: int, capacity: int, p: float, seed: int, rounds: int,
-                    writers: int = 4) -> dict[str, Any]:
+def measure_writers(n: int, capacity: int, p: float, seed: int, rounds: int, writers: int = 4) -> dict[str, Any]:
     """Wall time of ``writers`` processes ``update()``-ing disjoint contiguous slices of
     ``n`` keys into one file against one process doing all of it; lost bits (must be 0).
     Contiguous, not interleaved: a forked child that touches every 4th key's refcount
@@ -263,7 +290,7 @@ def measure_writers(n: int, capacity: int, p: float, seed: int, rounds: int,
                 path = os.path.join(work, f"w{r}-{procs}.blm")
                 BloomFilter.create(path, config).close()
                 barrier = ctx.Barrier(procs + 1)
-                parts = [keys[i * n // procs:(i + 1) * n // procs] for i in range(procs)]  # disjoint quarters
+                parts = [keys[i * n // procs : (i + 1) * n // procs] for i in range(procs)]  # disjoint quarters
                 children = [ctx.Process(target=_writer, args=(path, part, barrier)) for part in parts]
                 for c in children:
                     c.start()
@@ -274,8 +301,10 @@ def measure_writers(n: int, capacity: int, p: float, seed: int, rounds: int,
                 times[procs].append(time.perf_counter() - t0)
                 if any(c.exitcode != 0 for c in children):
                     raise RuntimeError(f"a writer failed: {[c.exitcode for c in children]}")
-            with BloomFilter.open(os.path.join(work, f"w{r}-1.blm"), readonly=True) as one, \
-                    BloomFilter.open(os.path.join(work, f"w{r}-{writers}.blm"), readonly=True) as many:
+            with (
+                BloomFilter.open(os.path.join(work, f"w{r}-1.blm"), readonly=True) as one,
+                BloomFilter.open(os.path.join(work, f"w{r}-{writers}.blm"), readonly=True) as many,
+            ):
                 a, b = one._cells(), many._cells()
                 import numpy as np
 
@@ -283,14 +312,16 @@ def measure_writers(n: int, capacity: int, p: float, seed: int, rounds: int,
     finally:
         shutil.rmtree(work, ignore_errors=True)
     one_s, many_s = statistics.median(times[1]), statistics.median(times[writers])
-    return {"keys": n, "writers": writers, "one_s": one_s, "many_s": many_s, "ratio": many_s / one_s,
-            "lost_bits": lost}
+    return {"keys": n, "writers": writers, "one_s": one_s, "many_s": many_s, "ratio": many_s / one_s, "lost_bits": lost}
 
 
 def render(instr: dict[str, dict[str, float]], ns: dict[str, dict[str, float]], a: argparse.Namespace) -> str:
-    lines = [f"{a.keys:,} of {a.capacity:,} URL-like str keys (46-90 bytes), p = {a.fp_rate}; "
-             f"Python {sys.version.split()[0]}; instructions: valgrind callgrind (user space); ns: median of "
-             f"{a.rounds} rounds", ""]
+    lines = [
+        f"{a.keys:,} of {a.capacity:,} URL-like str keys (46-90 bytes), p = {a.fp_rate}; "
+        f"Python {sys.version.split()[0]}; instructions: valgrind callgrind (user space); ns: median of "
+        f"{a.rounds} rounds",
+        "",
+    ]
     labels = [label for label, _, _ in configs(a.strategies)]
     head = "| op | " + " | ".join(f"{lab} instr | {lab} ns" for lab in labels) + " | default / abloom (instr, ns) |"
     lines += [head, "|---|" + "---:|" * (2 * len(labels) + 1)]
@@ -302,7 +333,7 @@ def render(instr: dict[str, dict[str, float]], ns: dict[str, dict[str, float]], 
             cells += [f"{i:,.0f}" if i is not None else "-", f"{t:,.0f}" if t is not None else "-"]
         d_i, a_i = instr.get(labels[0], {}).get(row), instr.get("abloom", {}).get(row)
         d_t, a_t = ns.get(labels[0], {}).get(row), ns.get("abloom", {}).get(row)
-        ratio = (f"{d_i / a_i:.2f}x, {d_t / a_t:.2f}x" if d_i and a_i and d_t and a_t else "-")
+        ratio = f"{d_i / a_i:.2f}x, {d_t / a_t:.2f}x" if d_i and a_i and d_t and a_t else "-"
         lines.append(f"| {row} | " + " | ".join(cells) + f" | {ratio} |")
     return "\n".join(lines)
 
@@ -310,8 +341,9 @@ def render(instr: dict[str, dict[str, float]], ns: dict[str, dict[str, float]], 
 def section(keys: int, capacity: int, fp_rate: float, seed: int, rounds: int, writers_keys: int) -> tuple[str, int]:
     """The markdown section of ``python -m tools.bench --instructions``: the table and the
     4-writer line; with the number of lost bits (0 unless mmapbloom lost a write)."""
-    a = argparse.Namespace(keys=keys, capacity=capacity, fp_rate=fp_rate, seed=seed, rounds=rounds,
-                           strategies=DEFAULT_STRATEGIES)
+    a = argparse.Namespace(
+        keys=keys, capacity=capacity, fp_rate=fp_rate, seed=seed, rounds=rounds, strategies=DEFAULT_STRATEGIES
+    )
     instr = measure_instructions(a) if shutil.which("valgrind") else {}
     text = render(instr, measure_times(a), a)
     if not instr:
@@ -320,9 +352,11 @@ def section(keys: int, capacity: int, fp_rate: float, seed: int, rounds: int, wr
     if writers_keys:
         w = measure_writers(writers_keys, writers_keys, fp_rate, seed, rounds)
         lost = int(w["lost_bits"])
-        text += (f"\n\n{w['writers']} writer processes, update() of disjoint slices of {w['keys']:,} keys: "
-                 f"{w['many_s']:.3f} s against {w['one_s']:.3f} s for one process ({w['ratio']:.2f}x), "
-                 f"lost bits {w['lost_bits']}")
+        text += (
+            f"\n\n{w['writers']} writer processes, update() of disjoint slices of {w['keys']:,} keys: "
+            f"{w['many_s']:.3f} s against {w['one_s']:.3f} s for one process ({w['ratio']:.2f}x), "
+            f"lost bits {w['lost_bits']}"
+        )
     return text, lost
 
 
@@ -338,8 +372,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--writers-keys", type=int, default=1_000_000, help="0 skips the 4-writer figure")
-    ap.add_argument("--strategies", default=DEFAULT_STRATEGIES,
-                    help=f"mmapbloom strategies, each its own configuration (default {DEFAULT_STRATEGIES})")
+    ap.add_argument(
+        "--strategies",
+        default=DEFAULT_STRATEGIES,
+        help=f"mmapbloom strategies, each its own configuration (default {DEFAULT_STRATEGIES})",
+    )
     ap.add_argument("--skip-instructions", action="store_true")
     ap.add_argument("--json", help="also write the results here")
     a = ap.parse_args(argv)
@@ -349,9 +386,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     writers = None
     if a.writers_keys:
         writers = measure_writers(a.writers_keys, a.writers_keys, a.fp_rate, a.seed, a.rounds)
-        print(f"\n{writers['writers']} writer processes, update() of disjoint slices of {writers['keys']:,} keys: "
-              f"{writers['many_s']:.3f} s against {writers['one_s']:.3f} s for one process "
-              f"({writers['ratio']:.2f}x), lost bits {writers['lost_bits']}")
+        print(
+            f"\n{writers['writers']} writer processes, update() of disjoint slices of {writers['keys']:,} keys: "
+            f"{writers['many_s']:.3f} s against {writers['one_s']:.3f} s for one process "
+            f"({writers['ratio']:.2f}x), lost bits {writers['lost_bits']}"
+        )
     if a.json:
         with open(a.json, "w") as fh:
             json.dump({"instructions": instr, "ns": ns, "writers": writers}, fh, indent=1)

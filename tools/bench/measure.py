@@ -71,6 +71,7 @@ BIG_BYTES_PER_KEY = 260
 
 # -- keys ---------------------------------------------------------------------------------
 
+
 def make_keys(start: int, count: int, seed: int) -> list[str]:
     """Keys with ids ``start .. start + count - 1``: ``https://HOST/WORD/ID/FILLER``.
 
@@ -97,17 +98,18 @@ def make_keys(start: int, count: int, seed: int) -> list[str]:
         base = block * KEY_BLOCK
         lo, hi = max(start, base), min(start + count, base + KEY_BLOCK)
         draw = np.random.default_rng([seed, block]).integers(0, 1 << 62, (3, KEY_BLOCK), dtype=np.int64)
-        draw = draw[:, lo - base:hi - base]
+        draw = draw[:, lo - base : hi - base]
         which = (draw[0] % len(prefixes)).tolist()
         length = (KEY_MIN_BYTES + draw[1] % span).tolist()
         offset = (draw[2] % (len(pool) - KEY_MAX_BYTES)).tolist()
         for i, p, n, o in zip(range(lo, hi), which, length, offset):
             head = f"{prefixes[p]}{i:x}/"  # at most 33 + 8 + 1 bytes for ids below 2**32
-            append(head + pool[o:o + n - len(head)])
+            append(head + pool[o : o + n - len(head)])
     return out
 
 
 # -- timing helpers -------------------------------------------------------------------------
+
 
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     """Run ``fn`` once; return (seconds, result). Collects garbage first, so one
@@ -147,13 +149,14 @@ def mem_available() -> Optional[int]:
 
 # -- results ---------------------------------------------------------------------------------
 
+
 @dataclass
 class LibResult:
     """Everything measured for one library (one mmapbloom strategy) at one size."""
 
     adapter: Adapter
     seconds: dict[str, list[float]] = field(default_factory=dict)  # op -> per-round seconds
-    items: dict[str, int] = field(default_factory=dict)             # op -> keys per round
+    items: dict[str, int] = field(default_factory=dict)  # op -> keys per round
     false_positives: Optional[int] = None
     absent_count: int = 0
     false_negatives: Optional[int] = None
@@ -221,8 +224,19 @@ def record_error(run: Run, res: Optional[LibResult], a: Adapter, what: str, exc:
 
 # -- the per-library operations ----------------------------------------------------------------
 
-def measure_ops(run: Run, adapters: list[Adapter], keys: list[str], absent: list[str], capacity: int,
-                rounds: int, workdir: str, tag: str, with_items: bool, with_extras: bool) -> dict[str, LibResult]:
+
+def measure_ops(
+    run: Run,
+    adapters: list[Adapter],
+    keys: list[str],
+    absent: list[str],
+    capacity: int,
+    rounds: int,
+    workdir: str,
+    tag: str,
+    with_items: bool,
+    with_extras: bool,
+) -> dict[str, LibResult]:
     """Time every operation of every library, interleaving rounds across libraries.
 
     ``with_items`` adds the per-item loops, ``with_extras`` mmapbloom's other paths."""
@@ -292,10 +306,15 @@ def measure_ops(run: Run, adapters: list[Adapter], keys: list[str], absent: list
     ]
     if with_items:
         groups += [
-            ("per-item add", [(a, "item_add", a.item_add) for a in adapters]
-             + [(m, "item_add_held", m.item_add_held) for m in own]),
-            ("per-item query", [(a, "item_query", a.item_query) for a in adapters]
-             + [(m, "might_contain", m.might_contain) for m in own]),
+            (
+                "per-item add",
+                [(a, "item_add", a.item_add) for a in adapters] + [(m, "item_add_held", m.item_add_held) for m in own],
+            ),
+            (
+                "per-item query",
+                [(a, "item_query", a.item_query) for a in adapters]
+                + [(m, "might_contain", m.might_contain) for m in own],
+            ),
         ]
     for title, jobs in groups:
         log(f"[{tag}] {title}: {rounds} round(s) x {len(jobs)} libraries/paths")
@@ -363,8 +382,9 @@ def open_in_child(a: Adapter, path: str, key: str) -> tuple[float, float, bool]:
     Returns (seconds inside the child around open + query, child wall seconds, answer)."""
     code = CHILD_TEMPLATE.format(imports=a.open_imports, open_stmt=a.open_stmt, query_stmt=a.query_stmt)
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", code, path, key], capture_output=True, text=True,
-                          env=child_env(), timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, path, key], capture_output=True, text=True, env=child_env(), timeout=600
+    )
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise RuntimeError(f"child exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
@@ -403,9 +423,13 @@ def measure_open(run: Run, results: dict[str, LibResult], keys: list[str], workd
         if not got:
             continue
         row = {
-            "lib": a.name, "what": what, "size": os.path.getsize(path),
-            "child": statistics.median(s[0] for s in got), "wall": statistics.median(s[1] for s in got),
-            "hit": all(s[2] for s in got), "giant": giant,
+            "lib": a.name,
+            "what": what,
+            "size": os.path.getsize(path),
+            "child": statistics.median(s[0] for s in got),
+            "wall": statistics.median(s[1] for s in got),
+            "hit": all(s[2] for s in got),
+            "giant": giant,
         }
         run.open_rows.append(row)
         if not row["hit"] and a.is_own:
@@ -415,8 +439,9 @@ def measure_open(run: Run, results: dict[str, LibResult], keys: list[str], workd
             os.unlink(path)
 
 
-def build_open_giants(run: Run, adapters: list[Adapter], sample: list[str],
-                      workdir: str) -> list[tuple[Adapter, str, str, bool]]:
+def build_open_giants(
+    run: Run, adapters: list[Adapter], sample: list[str], workdir: str
+) -> list[tuple[Adapter, str, str, bool]]:
     """Filters of ``--open-mb`` MiB of bits for mmapbloom, the mmap peers and rbloom, each
     holding the keys of ``sample`` (the queried key among them)."""
     num_bits = run.args.open_mb * (1 << 20) * 8
@@ -562,18 +587,30 @@ def measure_processes(run: Run, adapters: list[Adapter], keys: list[str], workdi
                 if not walls[p]:
                     continue
                 wall = statistics.median(walls[p])
-                run.proc_rows.append({
-                    "lib": a.name, "mode": mode, "procs": p, "keys": nkeys, "wall": wall, "vs_one": wall / one,
-                    "lost": lost[p], "extra": extra[p], "false_negatives": misses[p], "rounds": len(walls[p]),
-                })
+                run.proc_rows.append(
+                    {
+                        "lib": a.name,
+                        "mode": mode,
+                        "procs": p,
+                        "keys": nkeys,
+                        "wall": wall,
+                        "vs_one": wall / one,
+                        "lost": lost[p],
+                        "extra": extra[p],
+                        "false_negatives": misses[p],
+                        "rounds": len(walls[p]),
+                    }
+                )
                 if a.is_own and (lost[p] or misses[p]):
-                    run.failures.append(f"{a.name}: {p} processes ({mode}) lost {lost[p]} bits, "
-                                        f"{misses[p]} false negatives")
+                    run.failures.append(
+                        f"{a.name}: {p} processes ({mode}) lost {lost[p]} bits, {misses[p]} false negatives"
+                    )
     gc.unfreeze()
     _PROC_KEYS = []
 
 
 # -- union ------------------------------------------------------------------------------------------
+
 
 def measure_union(run: Run, mm: MmapBloomAdapter, workdir: str) -> None:
     """OR one ``--union-mb`` mmapbloom file into another, fresh handles each round (page
@@ -594,7 +631,7 @@ def measure_union(run: Run, mm: MmapBloomAdapter, workdir: str) -> None:
             with open(path, "r+b") as fh:
                 for start in range(0, size, block_bytes):
                     fh.seek(bits_at + start)
-                    fh.write(raw[:min(block_bytes, size - start)])
+                    fh.write(raw[: min(block_bytes, size - start)])
         runs = []
         for _ in range(run.args.rounds):
             a = mm.mod.BloomFilter.open(paths[0])
@@ -616,6 +653,7 @@ def measure_union(run: Run, mm: MmapBloomAdapter, workdir: str) -> None:
 
 
 # -- profile ----------------------------------------------------------------------------------------
+
 
 def profile_mmapbloom(run: Run, mm: MmapBloomAdapter, keys: list[str], absent: list[str], workdir: str) -> None:
     """cProfile each path of one mmapbloom adapter once; keep the top functions by own time."""
@@ -658,8 +696,9 @@ def profile_mmapbloom(run: Run, mm: MmapBloomAdapter, keys: list[str], absent: l
             pstats.Stats(prof, stream=text).strip_dirs().sort_stats("tottime").print_stats(10)
             body = text.getvalue()
             start = body.find("   ncalls")
-            out.write(f"### {mm.name}, {title}: {wall:.3f} s under the profiler\n\n"
-                      f"```\n{body[start:].rstrip()}\n```\n\n")
+            out.write(
+                f"### {mm.name}, {title}: {wall:.3f} s under the profiler\n\n```\n{body[start:].rstrip()}\n```\n\n"
+            )
     finally:
         full.close()
         os.unlink(built)
@@ -684,8 +723,14 @@ def measure_counting(run: Run, keys: list[str], workdir: str) -> None:
         suffix = f" {mm.strategy.name}"
         kinds += [
             ("BloomFilter" + suffix, functools.partial(mm.mod.BloomFilter.create, config=cfg)),
-            ("Counting 4-bit" + suffix, functools.partial(mm.mod.CountingBloomFilter.create, config=cfg, counter_bits=4)),
-            ("Counting 8-bit" + suffix, functools.partial(mm.mod.CountingBloomFilter.create, config=cfg, counter_bits=8)),
+            (
+                "Counting 4-bit" + suffix,
+                functools.partial(mm.mod.CountingBloomFilter.create, config=cfg, counter_bits=4),
+            ),
+            (
+                "Counting 8-bit" + suffix,
+                functools.partial(mm.mod.CountingBloomFilter.create, config=cfg, counter_bits=8),
+            ),
         ]
     times: dict[tuple[str, str], list[float]] = {}
 
@@ -721,6 +766,7 @@ def measure_counting(run: Run, keys: list[str], workdir: str) -> None:
 
 # -- the big run ---------------------------------------------------------------------------------------
 
+
 def run_big(run: Run, workdir: str) -> None:
     """``--big-keys`` keys with the bulk operations of ``--big-libs``, when the memory allows."""
     a = run.args
@@ -728,8 +774,10 @@ def run_big(run: Run, workdir: str) -> None:
     need = (a.big_keys + nabsent) * BIG_BYTES_PER_KEY
     avail = mem_available()
     if avail is not None and need > 0.8 * avail:
-        run.big_note = (f"Skipped: {a.big_keys:,} keys need about {need / 1e9:.1f} GB of memory, "
-                        f"{avail / 1e9:.1f} GB are available.")
+        run.big_note = (
+            f"Skipped: {a.big_keys:,} keys need about {need / 1e9:.1f} GB of memory, "
+            f"{avail / 1e9:.1f} GB are available."
+        )
         log(run.big_note)
         return
     adapters = [x for x in run.adapters if x.lib in a.big_libs]
@@ -742,10 +790,13 @@ def run_big(run: Run, workdir: str) -> None:
     absent = make_keys(a.big_keys, nabsent, a.seed)
     log(f"[big] keys ready in {time.perf_counter() - t0:.1f} s")
     run.big_absent = nabsent
-    run.big = measure_ops(run, adapters, keys, absent, a.big_keys, a.big_rounds, workdir, "big", with_items=False,
-                          with_extras=False)
+    run.big = measure_ops(
+        run, adapters, keys, absent, a.big_keys, a.big_rounds, workdir, "big", with_items=False, with_extras=False
+    )
     release_filters(run.big)
     others = [x.name for x in run.adapters if x.lib not in a.big_libs]
-    run.big_note = (f"Bulk operations of {', '.join(x.name for x in adapters)}; "
-                    f"median of {a.big_rounds} round(s); {nabsent:,} absent keys."
-                    + (f" Not run at this size (too slow for the time budget): {', '.join(others)}." if others else ""))
+    run.big_note = (
+        f"Bulk operations of {', '.join(x.name for x in adapters)}; "
+        f"median of {a.big_rounds} round(s); {nabsent:,} absent keys."
+        + (f" Not run at this size (too slow for the time budget): {', '.join(others)}." if others else "")
+    )

@@ -53,6 +53,7 @@ IN_MEMORY = ("rbloom", "abloom", "fastbloom-rs")
 
 # -- formatting ----------------------------------------------------------------------------
 
+
 def fmt_ns(value: Optional[float]) -> str:
     if value is None or math.isnan(value):
         return "-"
@@ -94,6 +95,7 @@ def md_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: Sequen
 
 # -- environment ------------------------------------------------------------------------------
 
+
 def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as fh:
@@ -107,10 +109,15 @@ def cpu_model() -> str:
 
 def git_revision() -> str:
     try:
-        rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        rev = subprocess.run(
+            ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
         return f"{rev}{' + uncommitted changes' if dirty else ''}" if rev else "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -129,14 +136,17 @@ def environment_line(run: Run) -> str:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     libs = ", ".join(f"{a.name} {a.version()}" for a in run.adapters)
     strategies = ", ".join(a.strategy.name for a in run.own)
-    return (f"CPU {cpu_model()} ({os.cpu_count()} logical CPUs), {platform.system()} {platform.release()}, "
-            f"Python {platform.python_version()}, numpy {np.__version__}, mmh3 {dist_version('mmh3')}, "
-            f"portalocker {dist_version('portalocker')}; {libs}; mmapbloom backend {run.args.backend_label}, "
-            f"strategies {strategies or '-'}; mmapbloom at git {git_revision()}; "
-            f"load average {run.load_at_start:.2f} at start, {load:.2f} at end")
+    return (
+        f"CPU {cpu_model()} ({os.cpu_count()} logical CPUs), {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}, numpy {np.__version__}, mmh3 {dist_version('mmh3')}, "
+        f"portalocker {dist_version('portalocker')}; {libs}; mmapbloom backend {run.args.backend_label}, "
+        f"strategies {strategies or '-'}; mmapbloom at git {git_revision()}; "
+        f"load average {run.load_at_start:.2f} at start, {load:.2f} at end"
+    )
 
 
 # -- tables ------------------------------------------------------------------------------------
+
 
 def fastest_in_memory(results: dict[str, LibResult], op: str) -> Optional[LibResult]:
     best = [r for r in results.values() if r.adapter.lib in IN_MEMORY and r.ns(op) is not None]
@@ -148,8 +158,9 @@ def run_rounds(results: dict[str, LibResult]) -> int:
     return max(counts) if counts else 0
 
 
-def main_tables(run: Run, results: dict[str, LibResult], ops: Sequence[tuple[str, str]], nkeys: int,
-                nabsent: int) -> str:
+def main_tables(
+    run: Run, results: dict[str, LibResult], ops: Sequence[tuple[str, str]], nkeys: int, nabsent: int
+) -> str:
     """Times (ns per item), FP rate, false negatives and size per library; then the time
     ratios against the reference peer and the fastest in-memory peer; with several
     strategies, also against the first mmapbloom strategy."""
@@ -157,17 +168,26 @@ def main_tables(run: Run, results: dict[str, LibResult], ops: Sequence[tuple[str
     for res in results.values():
         fp = res.fp_rate()
         note = " (errors: " + "; ".join(res.errors) + ")" if res.errors else ""
-        rows.append([res.adapter.label + note] + [fmt_ns(res.ns(op)) for op, _ in ops] + [
-            "-" if fp is None else f"{fp:.3%}",
-            "-" if res.false_negatives is None else str(res.false_negatives),
-            fmt_bytes(res.size),
-        ])
+        rows.append(
+            [res.adapter.label + note]
+            + [fmt_ns(res.ns(op)) for op, _ in ops]
+            + [
+                "-" if fp is None else f"{fp:.3%}",
+                "-" if res.false_negatives is None else str(res.false_negatives),
+                fmt_bytes(res.size),
+            ]
+        )
     for name, why in run.missing.items():
         rows.append([f"{name}: missing ({why})"] + ["-"] * (len(ops) + 3))
-    out = [f"ns per item, median of {run_rounds(results)} round(s); {nkeys:,} present and {nabsent:,} absent keys, "
-           f"p = {run.args.fp_rate:g}.\n",
-           md_table(["library"] + [h for _, h in ops] + ["FP rate", "false neg.", "file / memory"], rows,
-                    ["l"] + ["r"] * (len(ops) + 3))]
+    out = [
+        f"ns per item, median of {run_rounds(results)} round(s); {nkeys:,} present and {nabsent:,} absent keys, "
+        f"p = {run.args.fp_rate:g}.\n",
+        md_table(
+            ["library"] + [h for _, h in ops] + ["FP rate", "false neg.", "file / memory"],
+            rows,
+            ["l"] + ["r"] * (len(ops) + 3),
+        ),
+    ]
     ref = results.get(REFERENCE_PEER)
     best = {op: fastest_in_memory(results, op) for op, _ in ops}
     rrows = []
@@ -179,10 +199,14 @@ def main_tables(run: Run, results: dict[str, LibResult], ops: Sequence[tuple[str
             vs_best = ratio(res.ns(op), b.ns(op) if b else None)
             cells.append(f"{fmt_ratio(vs_ref)} / {fmt_ratio(vs_best)}")
         rrows.append([res.adapter.name] + cells)
-    best_names = ", ".join(f"{h}: {b.adapter.name} ({fmt_ns(b.ns(op))} ns)" if b else f"{h}: none"
-                           for (op, h), b in zip(ops, best.values()))
-    out.append(f"\nTime ratios, *vs {REFERENCE_PEER}* / *vs the fastest in-memory peer of that column* "
-               f"(below 1 is faster). Fastest in-memory peer: {best_names}.\n")
+    best_names = ", ".join(
+        f"{h}: {b.adapter.name} ({fmt_ns(b.ns(op))} ns)" if b else f"{h}: none"
+        for (op, h), b in zip(ops, best.values())
+    )
+    out.append(
+        f"\nTime ratios, *vs {REFERENCE_PEER}* / *vs the fastest in-memory peer of that column* "
+        f"(below 1 is faster). Fastest in-memory peer: {best_names}.\n"
+    )
     out.append(md_table(["library"] + [h for _, h in ops], rrows, ["l"] + ["r"] * len(ops)))
     own = [r for r in results.values() if r.adapter.is_own]
     if len(own) > 1:
@@ -199,14 +223,19 @@ def mmapbloom_paths_table(results: dict[str, LibResult]) -> str:
     own = [r for r in results.values() if r.adapter.is_own]
     if not own:
         return ""
-    rows = [[label] + [fmt_ns(r.ns(op)) for r in own] for op, label in MMAPBLOOM_PATHS
-            if any(r.ns(op) is not None for r in own)]
+    rows = [
+        [label] + [fmt_ns(r.ns(op)) for r in own]
+        for op, label in MMAPBLOOM_PATHS
+        if any(r.ns(op) is not None for r in own)
+    ]
     notes = []
     for r in own:
         held, locked = r.ns("item_add_held"), r.ns("item_add")
         if held and locked:
-            notes.append(f"{r.adapter.name}: a per-call lock costs {locked - held:,.0f} ns per add "
-                         f"({locked / held:.2f}x the held-lock add).")
+            notes.append(
+                f"{r.adapter.name}: a per-call lock costs {locked - held:,.0f} ns per add "
+                f"({locked / held:.2f}x the held-lock add)."
+            )
     header = ["mmapbloom path"] + [f"{r.adapter.name} ns per item" if len(own) > 1 else "ns per item" for r in own]
     return md_table(header, rows, ["l"] + ["r"] * len(own)) + "\n" + ("\n" + "\n".join(notes) + "\n" if notes else "")
 
@@ -217,21 +246,55 @@ def open_table(run: Run) -> str:
     if not run.open_rows:
         return ""
     rbloom_giant = next((r["child"] for r in run.open_rows if r["giant"] and r["lib"] == "rbloom"), None)
-    rows = [[r["lib"], r["what"], fmt_bytes(r["size"]), fmt_seconds(r["child"]), fmt_seconds(r["wall"]),
-             fmt_ratio(ratio(r["child"], rbloom_giant)) if r["giant"] else "", "yes" if r["hit"] else "NO"]
-            for r in run.open_rows]
-    return md_table(["library", "filter", "file", "open/load + 1 query (in child)", "child wall time",
-                     "vs rbloom load", "found"], rows, ["l", "l", "r", "r", "r", "r", "l"])
+    rows = [
+        [
+            r["lib"],
+            r["what"],
+            fmt_bytes(r["size"]),
+            fmt_seconds(r["child"]),
+            fmt_seconds(r["wall"]),
+            fmt_ratio(ratio(r["child"], rbloom_giant)) if r["giant"] else "",
+            "yes" if r["hit"] else "NO",
+        ]
+        for r in run.open_rows
+    ]
+    return md_table(
+        ["library", "filter", "file", "open/load + 1 query (in child)", "child wall time", "vs rbloom load", "found"],
+        rows,
+        ["l", "l", "r", "r", "r", "r", "l"],
+    )
 
 
 def proc_table(run: Run) -> str:
     if not run.proc_rows:
         return ""
-    rows = [[r["lib"], "batch API" if r["mode"] == "bulk" else "per-item add", f"{r['keys']:,}", str(r["procs"]),
-             fmt_seconds(r["wall"]), fmt_ratio(r["vs_one"]), f"{r['lost']:,}", f"{r['false_negatives']:,}"]
-            for r in run.proc_rows]
-    return md_table(["library", "writers use", "keys", "processes", "wall (median)", "vs 1 process",
-                     "lost bits (max)", "false neg. (max)"], rows, ["l", "l", "r", "r", "r", "r", "r", "r"])
+    rows = [
+        [
+            r["lib"],
+            "batch API" if r["mode"] == "bulk" else "per-item add",
+            f"{r['keys']:,}",
+            str(r["procs"]),
+            fmt_seconds(r["wall"]),
+            fmt_ratio(r["vs_one"]),
+            f"{r['lost']:,}",
+            f"{r['false_negatives']:,}",
+        ]
+        for r in run.proc_rows
+    ]
+    return md_table(
+        [
+            "library",
+            "writers use",
+            "keys",
+            "processes",
+            "wall (median)",
+            "vs 1 process",
+            "lost bits (max)",
+            "false neg. (max)",
+        ],
+        rows,
+        ["l", "l", "r", "r", "r", "r", "r", "r"],
+    )
 
 
 def counting_table(run: Run) -> str:
@@ -280,14 +343,18 @@ def locks_table(run: Run) -> str:
         lb, hb = run.locks.get((n, "locked+busy")), run.locks.get((n, "held+busy"))
         if not (locked and held):
             continue
-        parts = [f"per-call lock costs {locked - held:,.0f} ns = {fmt_ratio(ratio(locked - held, bare))} a bare "
-                 f"flock pair ({fmt_ns(bare)} ns)",
-                 f"locked add / held add {fmt_ratio(ratio(locked, held))}",
-                 f"locked add next to a busy thread / alone {fmt_ratio(ratio(lb, locked))} "
-                 f"(held add: {fmt_ratio(ratio(hb, held))}; bare flock pair: {fmt_ratio(ratio(bare_busy, bare))})"]
+        parts = [
+            f"per-call lock costs {locked - held:,.0f} ns = {fmt_ratio(ratio(locked - held, bare))} a bare "
+            f"flock pair ({fmt_ns(bare)} ns)",
+            f"locked add / held add {fmt_ratio(ratio(locked, held))}",
+            f"locked add next to a busy thread / alone {fmt_ratio(ratio(lb, locked))} "
+            f"(held add: {fmt_ratio(ratio(hb, held))}; bare flock pair: {fmt_ratio(ratio(bare_busy, bare))})",
+        ]
         if ref_add:
-            parts.append(f"held add / {REFERENCE_PEER} per-item add of the main table "
-                         f"({fmt_ns(ref_add)} ns) {fmt_ratio(ratio(held, ref_add))}")
+            parts.append(
+                f"held add / {REFERENCE_PEER} per-item add of the main table "
+                f"({fmt_ns(ref_add)} ns) {fmt_ratio(ratio(held, ref_add))}"
+            )
         out.append(f"* {n}: " + "; ".join(parts) + ".")
     return "\n".join(out) + "\n"
 
@@ -296,11 +363,33 @@ def threads_table(run: Run) -> str:
     """One thread querying all keys vs two threads each querying its half, one handle."""
     if not run.threads:
         return ""
-    rows = [[r["lib"], f"{r['keys']:,}", f"{r['chunk']:,}", fmt_seconds(r["one"]), fmt_seconds(r["two"]),
-             fmt_ratio(r["speedup"]), f"{r['cpu_per_wall']:.2f}", f"{r['load']:.2f}"] for r in run.threads]
-    return md_table(["library", "keys", "keys per call", "1 thread, all keys", "2 threads, a half each",
-                     "throughput 2 threads / 1", "CPU s / wall s, 2 threads", "load average after"], rows,
-                    ["l", "r", "r", "r", "r", "r", "r", "r"])
+    rows = [
+        [
+            r["lib"],
+            f"{r['keys']:,}",
+            f"{r['chunk']:,}",
+            fmt_seconds(r["one"]),
+            fmt_seconds(r["two"]),
+            fmt_ratio(r["speedup"]),
+            f"{r['cpu_per_wall']:.2f}",
+            f"{r['load']:.2f}",
+        ]
+        for r in run.threads
+    ]
+    return md_table(
+        [
+            "library",
+            "keys",
+            "keys per call",
+            "1 thread, all keys",
+            "2 threads, a half each",
+            "throughput 2 threads / 1",
+            "CPU s / wall s, 2 threads",
+            "load average after",
+        ],
+        rows,
+        ["l", "r", "r", "r", "r", "r", "r", "r"],
+    )
 
 
 def pure_table(run: Run) -> str:
@@ -317,11 +406,15 @@ def pure_table(run: Run) -> str:
             if native is None and slow is None:
                 continue
             rows.append([name, label, fmt_ns(native), fmt_ns(slow), fmt_ratio(ratio(slow, native))])
-    return md_table(["row", "path", f"{run.args.backend_label} ns per item", "pure ns per item",
-                     "pure / native"], rows, ["l", "l", "r", "r", "r"])
+    return md_table(
+        ["row", "path", f"{run.args.backend_label} ns per item", "pure ns per item", "pure / native"],
+        rows,
+        ["l", "l", "r", "r", "r"],
+    )
 
 
 # -- the whole report ------------------------------------------------------------------------
+
 
 def render(run: Run, command: str, elapsed: float) -> str:
     """The markdown report of ``run`` (what ``--out`` writes)."""
@@ -334,70 +427,99 @@ def render(run: Run, command: str, elapsed: float) -> str:
         f"Environment: {environment_line(run)}.\n",
     ]
     if run.load_at_start > 0.5 * (os.cpu_count() or 1):
-        parts.append(f"**The machine was busy** (load average {run.load_at_start:.2f} on {os.cpu_count()} CPUs at the "
-                     "start): absolute times are inflated; the ratios, measured in interleaved rounds, hold better.\n")
+        parts.append(
+            f"**The machine was busy** (load average {run.load_at_start:.2f} on {os.cpu_count()} CPUs at the "
+            "start): absolute times are inflated; the ratios, measured in interleaved rounds, hold better.\n"
+        )
     if run.missing:
-        parts.append("Missing (not installed or not importable, so not measured): "
-                     + "; ".join(f"{k} ({v})" for k, v in run.missing.items()) + ".\n")
+        parts.append(
+            "Missing (not installed or not importable, so not measured): "
+            + "; ".join(f"{k} ({v})" for k, v in run.missing.items())
+            + ".\n"
+        )
     if a.counting:
-        parts.append(f"## Counting filters: {a.keys:,} keys, p = {a.fp_rate:g}\n\n"
-                     f"ns per item, median of {a.rounds} round(s) (ratio to BloomFilter's time for the same "
-                     "operation and strategy). Per-item `add`, `in`, `remove` loops; batch `update` and "
-                     "`contains_many`; file-backed, in a temporary directory.\n\n" + counting_table(run) + "\n")
+        parts.append(
+            f"## Counting filters: {a.keys:,} keys, p = {a.fp_rate:g}\n\n"
+            f"ns per item, median of {a.rounds} round(s) (ratio to BloomFilter's time for the same "
+            "operation and strategy). Per-item `add`, `in`, `remove` loops; batch `update` and "
+            "`contains_many`; file-backed, in a temporary directory.\n\n" + counting_table(run) + "\n"
+        )
     else:
-        parts.append("Method in short: the same seeded URL-like keys (46-90 bytes) for every library; absent keys "
-                     "are disjoint from present ones. Bulk = the library's batch API, else a list comprehension; "
-                     "per-item = a plain `for` loop over the single-item call. Adds use a fresh filter each round. "
-                     "File-backed filters live in a temporary directory on the local disk (page cache warm). Rounds "
-                     "are interleaved across libraries, so background load hits all of them alike.\n")
+        parts.append(
+            "Method in short: the same seeded URL-like keys (46-90 bytes) for every library; absent keys "
+            "are disjoint from present ones. Bulk = the library's batch API, else a list comprehension; "
+            "per-item = a plain `for` loop over the single-item call. Adds use a fresh filter each round. "
+            "File-backed filters live in a temporary directory on the local disk (page cache warm). Rounds "
+            "are interleaved across libraries, so background load hits all of them alike.\n"
+        )
         parts.append(f"## {a.keys:,} keys, p = {a.fp_rate:g}\n")
-        parts.append(main_tables(run, run.main, OPS if "items" not in a.skip else OPS[:3], a.keys,
-                                 a.absent if a.absent is not None else a.keys) + "\n")
+        parts.append(
+            main_tables(
+                run,
+                run.main,
+                OPS if "items" not in a.skip else OPS[:3],
+                a.keys,
+                a.absent if a.absent is not None else a.keys,
+            )
+            + "\n"
+        )
         paths = mmapbloom_paths_table(run.main)
         if paths:
             parts.append("### mmapbloom's paths\n\n" + paths)
     if run.open_rows:
-        parts.append("## Opening an existing filter in a fresh process and answering one query\n\n"
-                     "Inside the child: from before the open (or load) call to after the query; the wall time adds "
-                     "interpreter start and imports. In-memory libraries load their saved file.\n\n"
-                     + open_table(run) + "\n")
+        parts.append(
+            "## Opening an existing filter in a fresh process and answering one query\n\n"
+            "Inside the child: from before the open (or load) call to after the query; the wall time adds "
+            "interpreter start and imports. In-memory libraries load their saved file.\n\n" + open_table(run) + "\n"
+        )
     if run.proc_rows:
-        parts.append("## Processes writing one file at once\n\n"
-                     "The keys split into disjoint slices, one per process, all started behind a barrier; wall "
-                     "time from the first start to the last end (median of rounds). Lost bits: bits set in the file "
-                     "that one process built which are missing from the file the concurrent processes built (same "
-                     "template file, so the same hash seeds).\n\n" + proc_table(run) + "\n")
+        parts.append(
+            "## Processes writing one file at once\n\n"
+            "The keys split into disjoint slices, one per process, all started behind a barrier; wall "
+            "time from the first start to the last end (median of rounds). Lost bits: bits set in the file "
+            "that one process built which are missing from the file the concurrent processes built (same "
+            "template file, so the same hash seeds).\n\n" + proc_table(run) + "\n"
+        )
     if run.locks:
-        parts.append(f"## The write lock per item\n\nns per op, median of {a.rounds} round(s) of {run.lock_ops:,} "
-                     "per-item adds to a fresh file-backed filter (sized for them), or of as many bare `flock` "
-                     "pairs on a file; then the same next to a Python thread spinning `while not stop: x += 1` in "
-                     "the same process (wall time of the loop: the busy thread takes its share of the GIL, so "
-                     "even a lock-free loop slows down; the held-lock row shows that floor).\n\n" + locks_table(run))
+        parts.append(
+            f"## The write lock per item\n\nns per op, median of {a.rounds} round(s) of {run.lock_ops:,} "
+            "per-item adds to a fresh file-backed filter (sized for them), or of as many bare `flock` "
+            "pairs on a file; then the same next to a Python thread spinning `while not stop: x += 1` in "
+            "the same process (wall time of the loop: the busy thread takes its share of the GIL, so "
+            "even a lock-free loop slows down; the held-lock row shows that floor).\n\n" + locks_table(run)
+        )
     if run.threads:
-        parts.append("## Two threads querying one handle\n\nOne filter built with the main run's keys; one "
-                     "thread queries all of them with the batch query, in calls of the given size, against two "
-                     "threads started together, each querying its own half in the same calls (median of "
-                     f"{a.rounds} round(s)). Throughput ratio = one thread's time / two threads' time. CPU s / wall s: "
-                     "the process's CPU time over the wall time of the two-thread rounds (near 2 when both threads "
-                     "run at once; near 1 when they take turns, for the GIL or because other work holds the second "
-                     "core: compare the load average).\n\n"
-                     + threads_table(run) + "\n")
+        parts.append(
+            "## Two threads querying one handle\n\nOne filter built with the main run's keys; one "
+            "thread queries all of them with the batch query, in calls of the given size, against two "
+            "threads started together, each querying its own half in the same calls (median of "
+            f"{a.rounds} round(s)). Throughput ratio = one thread's time / two threads' time. CPU s / wall s: "
+            "the process's CPU time over the wall time of the two-thread rounds (near 2 when both threads "
+            "run at once; near 1 when they take turns, for the GIL or because other work holds the second "
+            "core: compare the load average).\n\n" + threads_table(run) + "\n"
+        )
     if run.counting and not a.counting:
         n = min(a.counting_keys, a.keys)
-        parts.append(f"## Counting filters: {n:,} keys, p = {a.fp_rate:g}\n\n"
-                     f"ns per item, median of {a.rounds} round(s) (ratio to BloomFilter's time for the same "
-                     "operation and strategy; `remove` to BloomFilter's `add`, as BloomFilter has no remove and "
-                     "the counting filter has no batch remove). Per-item `add`, `in`, `remove` loops; batch "
-                     "`update` and `contains_many`.\n\n" + counting_table(run) + "\n")
+        parts.append(
+            f"## Counting filters: {n:,} keys, p = {a.fp_rate:g}\n\n"
+            f"ns per item, median of {a.rounds} round(s) (ratio to BloomFilter's time for the same "
+            "operation and strategy; `remove` to BloomFilter's `add`, as BloomFilter has no remove and "
+            "the counting filter has no batch remove). Per-item `add`, `in`, `remove` loops; batch "
+            "`update` and `contains_many`.\n\n" + counting_table(run) + "\n"
+        )
     if run.pure:
-        parts.append(f"## mmapbloom native vs pure Python\n\nThe mmapbloom rows of the main run measured again "
-                     f"in a child process with `MMAPBLOOM_PURE=1` (backend there: {run.pure_backend}), same keys "
-                     f"and rounds, right after the other parts.\n\n" + pure_table(run) + "\n")
+        parts.append(
+            f"## mmapbloom native vs pure Python\n\nThe mmapbloom rows of the main run measured again "
+            f"in a child process with `MMAPBLOOM_PURE=1` (backend there: {run.pure_backend}), same keys "
+            f"and rounds, right after the other parts.\n\n" + pure_table(run) + "\n"
+        )
     if run.union:
         u = run.union
-        parts.append(f"## Union\n\n`a.union(b)` of two {fmt_bytes(u['bytes'])} mmapbloom files (fresh handles, page "
-                     f"cache warm): {fmt_seconds(u['seconds'])}, {u['gbps']:.2f} GB/s of one filter's bits "
-                     f"(median of {u['rounds']}).\n")
+        parts.append(
+            f"## Union\n\n`a.union(b)` of two {fmt_bytes(u['bytes'])} mmapbloom files (fresh handles, page "
+            f"cache warm): {fmt_seconds(u['seconds'])}, {u['gbps']:.2f} GB/s of one filter's bits "
+            f"(median of {u['rounds']}).\n"
+        )
     if run.big:
         parts.append(f"## {a.big_keys:,} keys, p = {a.fp_rate:g} (bulk operations)\n\n{run.big_note}\n")
         parts.append(main_tables(run, run.big, OPS[:3], a.big_keys, run.big_absent) + "\n")
@@ -408,5 +530,3 @@ def render(run: Run, command: str, elapsed: float) -> str:
     if run.profile_text:
         parts.append("## Where mmapbloom spends its time (cProfile, top 10 by own time)\n\n" + run.profile_text)
     return "\n".join(parts)
-
-
