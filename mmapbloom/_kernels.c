@@ -1856,6 +1856,10 @@ static int h_contains_int(Handle *h, PyObject *key)
     }
     if (hash_object(key, hv) < 0)   /* the one key rule: str, bytes-like, int, else encode_key */
         return -1;
+    if (h->closed) {   /* encode_key ran Python: another thread may have closed (and unmapped) */
+        h_refuse(h, 0);
+        return -1;
+    }
     /* Lazily: the head positions first; an absent key usually stops there. */
     positions_n(&h->g, hv, pos, 0, head);
     if (!probe_range(h->body, h->width, pos, 0, head))
@@ -1895,6 +1899,11 @@ static PyObject *h_count(Handle *h, PyObject *key)
         return h_refuse(h, 0);
     if ((pos = h_positions(h, key, small)) == NULL)
         return NULL;
+    if (h->closed) {   /* the key's encoding may have run Python, and another thread closed */
+        if (pos != small)
+            PyMem_Free(pos);
+        return h_refuse(h, 0);
+    }
     low = count_min_of(h->body, h->width, pos, h->g.k);
     if (pos != small)
         PyMem_Free(pos);
@@ -2251,6 +2260,12 @@ static PyObject *h_contains_many(Handle *h, PyObject *const *args, Py_ssize_t na
         keys_end(&ks);
         return PyErr_NoMemory();
     }
+    if (h->closed) {   /* keys_begin / get_out may have run Python, and another thread closed */
+        PyMem_Free(ring);
+        PyBuffer_Release(&out);
+        keys_end(&ks);
+        return h_refuse(h, 0);
+    }
     h->busy++;
     if (ks.n >= GIL_MIN_KEYS) {
         Py_BEGIN_ALLOW_THREADS
@@ -2404,12 +2419,16 @@ PyDoc_STRVAR(fb_add_doc,
 
 static PyObject *fb_add(FilterBase *self, PyObject *key)
 {
-    PyObject *h = fb_handle(self);
+    PyObject *h = fb_handle(self), *r;
     if (h == NULL)
         return NULL;
+    Py_INCREF(h);   /* the call may run Python, which may rebind or delete self._h */
     if (Py_IS_TYPE(h, &Handle_Type))
-        return h_write_one((Handle *)h, key, 0, -1);
-    return PyObject_CallMethod(h, "add", "Oi", key, 0);
+        r = h_write_one((Handle *)h, key, 0, -1);
+    else
+        r = PyObject_CallMethod(h, "add", "Oi", key, 0);
+    Py_DECREF(h);
+    return r;
 }
 
 static int fb_contains_int(FilterBase *self, PyObject *key)
@@ -2418,13 +2437,16 @@ static int fb_contains_int(FilterBase *self, PyObject *key)
     int t;
     if (h == NULL)
         return -1;
-    if (Py_IS_TYPE(h, &Handle_Type))
-        return h_contains_int((Handle *)h, key);
-    r = PyObject_CallMethod(h, "contains", "O", key);
-    if (r == NULL)
-        return -1;
-    t = PyObject_IsTrue(r);
-    Py_DECREF(r);
+    Py_INCREF(h);   /* the call may run Python, which may rebind or delete self._h */
+    if (Py_IS_TYPE(h, &Handle_Type)) {
+        t = h_contains_int((Handle *)h, key);
+    } else if ((r = PyObject_CallMethod(h, "contains", "O", key)) == NULL) {
+        t = -1;
+    } else {
+        t = PyObject_IsTrue(r);
+        Py_DECREF(r);
+    }
+    Py_DECREF(h);
     return t;
 }
 
