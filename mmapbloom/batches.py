@@ -94,10 +94,12 @@ def as_batch(items: Iterable[Any], native: Any, *, query: bool = False) -> Any:
 
         return KeysWithNulls(arrowc.read_keys(items))
     seq = items if type(items) is list else list(items)
-    # A query takes bytearray items in place (the kernels pin them); otherwise the one
-    # batch rule, hashing.kernel_keys (encode_key's rule; C-level passes for the common
-    # batches, about 20 ns a key).
-    if query and set(map(type, seq)) <= {str, bytes, bytearray}:
+    kinds = set(map(type, seq))  # one C-level pass
+    # The native handle validates and encodes str (any, as UTF-8) and bytes itself, in C,
+    # with encode_key's messages: such a batch goes to it as it is. A query also takes
+    # bytearray items in place (the kernels pin them). Otherwise the one batch rule,
+    # hashing.kernel_keys (encode_key's rule; C-level passes for the common batches).
+    if kinds <= ({str, bytes, bytearray} if query else {str, bytes}) and (native is not None or query):
         return seq
     return kernel_keys(seq)
 
