@@ -162,6 +162,12 @@ def _producers(values: list[Optional[str]]) -> dict[str, Any]:
     con = duckdb.connect()
     con.register("t", pa.table({"k": pa.array(values, pa.string())}))
     out["duckdb"] = con.sql("select k from t")
+    # pandas < 3 (the newest on Python 3.10) makes a str Series of Python objects (dtype
+    # object) with no Arrow interface: a plain list of items, where None is refused, not a
+    # null. Such a Series is not a column producer; test it where pandas makes one.
+    for name in ("pandas_str", "pandas_category"):
+        if not hasattr(out[name], "__arrow_c_stream__") or out[name].dtype == object:
+            del out[name]
     return out
 
 
