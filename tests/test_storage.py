@@ -139,7 +139,8 @@ def test_sparse_on_tmpfs_beyond_free_space(tmpfs_8m: str, capsys: Any) -> None:
         warnings.simplefilter("always")
         with BloomFilter.open(path, readonly=True) as f:
             assert "x" not in f  # a few pages of holes are fine
-    assert any(issubclass(w.category, SparseFileWarning) and "tmpfs" in str(w.message) for w in seen)
+    sparse = [w for w in seen if issubclass(w.category, SparseFileWarning) and "tmpfs" in str(w.message)]
+    assert sparse and sparse[0].filename == __file__, [(w.filename, w.lineno) for w in seen]  # at the caller
     os.unlink(path)
     # A sparse filter that fits in the free space is accepted without a word.
     with warnings.catch_warnings():
