@@ -199,7 +199,9 @@ def test_bad_key_anywhere_in_a_mixed_batch_same_error_and_nothing_written(tmp_pa
                 got.append((type(raised.value), str(raised.value)))
             assert f.items_added == 0 and f.count_ones() == 0
         assert len(set(got)) == 1, got
-        assert isinstance(bad, str) or got[0][0] is (OverflowError if isinstance(bad, int) and not isinstance(bad, bool) else TypeError)
+        assert isinstance(bad, str) or got[0][0] is (
+            OverflowError if isinstance(bad, int) and not isinstance(bad, bool) else TypeError
+        )
     native.close()
     pure.close()
     assert (tmp_path / "n.blm").read_bytes() == (tmp_path / "p.blm").read_bytes()
