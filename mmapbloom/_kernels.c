@@ -2036,7 +2036,7 @@ static int key_owned(keyset *ks, PyObject *o, mb_key *r)
 }
 
 /* Resolve a Python iterable of keys, validating every one by encode_key's rule (its
- * errors and messages; BufferError for a bytearray being exported elsewhere), before the
+ * errors and messages), before the
  * caller changes any cell.  str and bytes are read in place, an exact int is encoded here
  * (int_key_bytes), a contiguous bytearray / memoryview is read in place by a query and
  * copied by an add batch (copy_mutable), anything else is encode_key's bytes (key_owned).
