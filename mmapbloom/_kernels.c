@@ -1912,15 +1912,20 @@ static PyObject *h_count(Handle *h, PyObject *key)
 
 /* ---- batches over resolved keys ------------------------------------------------------- */
 
-/* A batch's keys.  From a Python sequence they are resolved once: refs[i] is key i's
- * bytes, every object pinned (the tuple holds references; bytearray / memoryview keys hold
- * buffer exports) until keys_end.  From a Column (see _columns.h; it pins its numpy / Arrow
- * buffers and is referenced until keys_end) they are read in place one chunk at a time by
- * keys_chunk, into refs (room for HANDLE_CHUNK_KEYS keys) and scratch (8 bytes a key, for
- * integer keys); a null key has ptr == NULL: never added, never found. */
+/* A batch's keys.  From a Python sequence they are resolved once, every key validated by
+ * encode_key's rule before any cell changes: refs[i] is key i's bytes, every object pinned
+ * until keys_end (the tuple holds the items; bytearray / memoryview keys of a query hold
+ * buffer exports; an exact int's 8 bytes are in scratch; the bytes of any other key, and
+ * of a bytearray / memoryview key of an add batch, are new bytes objects held by owned).
+ * From a Column (see _columns.h; it pins its numpy / Arrow buffers and is referenced until
+ * keys_end) they are read in place one chunk at a time by keys_chunk, into refs (room for
+ * HANDLE_CHUNK_KEYS keys) and scratch (8 bytes a key, for integer keys); a null key has
+ * ptr == NULL: never added, never found. */
 typedef struct {
     PyObject *tuple;
     PyObject *column;
+    PyObject *owned;    /* list of bytes objects refs point into, or NULL */
+    PyObject *encode;   /* mmapbloom.hashing.encode_key, looked up once a batch, or NULL */
     mb_key *refs;
     char *scratch;
     Py_buffer *views;
@@ -1936,11 +1941,15 @@ static void keys_end(keyset *ks)
     PyMem_Free(ks->scratch);
     Py_XDECREF(ks->tuple);
     Py_XDECREF(ks->column);
+    Py_XDECREF(ks->owned);
+    Py_XDECREF(ks->encode);
     ks->views = NULL;
     ks->refs = NULL;
     ks->scratch = NULL;
     ks->tuple = NULL;
     ks->column = NULL;
+    ks->owned = NULL;
+    ks->encode = NULL;
 }
 
 /* The keys [start, start + c) of the batch (c <= HANDLE_CHUNK_KEYS for a column): a column
@@ -1954,16 +1963,19 @@ static const mb_key *keys_chunk(keyset *ks, Py_ssize_t start, Py_ssize_t c)
     return ks->refs;
 }
 
-static int keys_from_python(keyset *ks, PyObject *keys);
+static int keys_from_python(keyset *ks, PyObject *keys, int copy_mutable);
 
-/* Any batch: a Column (read in place by chunks) or a Python iterable (keys_from_python). */
-static int keys_begin(keyset *ks, PyObject *keys)
+/* Any batch: a Column (read in place by chunks) or a Python iterable (keys_from_python;
+ * copy_mutable: an add batch, whose bytearray / memoryview keys are copied). */
+static int keys_begin(keyset *ks, PyObject *keys, int copy_mutable)
 {
     Py_ssize_t room;
     if (!mb_column_check(keys))
-        return keys_from_python(ks, keys);
+        return keys_from_python(ks, keys, copy_mutable);
     ks->tuple = NULL;
     ks->views = NULL;
+    ks->owned = NULL;
+    ks->encode = NULL;
     ks->nviews = 0;
     Py_INCREF(keys);
     ks->column = keys;
@@ -1979,17 +1991,66 @@ static int keys_begin(keyset *ks, PyObject *keys)
     return 0;
 }
 
-/* Resolve a Python iterable of keys (validating every one: TypeError, UnicodeEncodeError,
- * BufferError, as the per-item calls).  A list is copied to a tuple so it cannot change
- * under a GIL-released stage. */
-static int keys_from_python(keyset *ks, PyObject *keys)
+/* Key o of a batch that is neither str, bytes nor an exact int (nor, in a query, a
+ * contiguous bytearray / memoryview, taken in place): its bytes as a new bytes object,
+ * pinned in ks->owned, into *r.  A contiguous bytearray / memoryview of an add batch is
+ * copied here (bytes(o), as encode_key does), so that no other thread can change a key
+ * while the batch is hashed without the GIL; anything else goes through encode_key itself
+ * (the one rule, with its messages: TypeError, OverflowError, UnicodeEncodeError). */
+static int key_owned(keyset *ks, PyObject *o, mb_key *r)
 {
-    Py_ssize_t i, cap = 4;
+    PyObject *enc;
+    if (is_fast_key(o)) {
+        enc = PyBytes_FromObject(o);
+    } else {
+        if (ks->encode == NULL) {
+            PyObject *mod = PyImport_ImportModule("mmapbloom.hashing");
+            if (mod == NULL)
+                return -1;
+            ks->encode = PyObject_GetAttrString(mod, "encode_key");
+            Py_DECREF(mod);
+            if (ks->encode == NULL)
+                return -1;
+        }
+        enc = PyObject_CallOneArg(ks->encode, o);
+    }
+    if (enc == NULL)
+        return -1;
+    if (!PyBytes_Check(enc)) {
+        Py_DECREF(enc);
+        PyErr_SetString(PyExc_TypeError, "mmapbloom.hashing.encode_key must return bytes");
+        return -1;
+    }
+    if (ks->owned == NULL && (ks->owned = PyList_New(0)) == NULL) {
+        Py_DECREF(enc);
+        return -1;
+    }
+    if (PyList_Append(ks->owned, enc) < 0) {
+        Py_DECREF(enc);
+        return -1;
+    }
+    Py_DECREF(enc);   /* the list holds it until keys_end */
+    r->ptr = PyBytes_AS_STRING(enc);
+    r->len = PyBytes_GET_SIZE(enc);
+    return 0;
+}
+
+/* Resolve a Python iterable of keys, validating every one by encode_key's rule (its
+ * errors and messages), before the
+ * caller changes any cell.  str and bytes are read in place, an exact int is encoded here
+ * (int_key_bytes), a contiguous bytearray / memoryview is read in place by a query and
+ * copied by an add batch (copy_mutable), anything else is encode_key's bytes (key_owned).
+ * A list is copied to a tuple so it cannot change under a GIL-released stage. */
+static int keys_from_python(keyset *ks, PyObject *keys, int copy_mutable)
+{
+    Py_ssize_t i, cap = 0;
     ks->refs = NULL;
     ks->views = NULL;
     ks->nviews = 0;
     ks->column = NULL;
     ks->scratch = NULL;
+    ks->owned = NULL;
+    ks->encode = NULL;
     if (PyTuple_CheckExact(keys)) {
         Py_INCREF(keys);
         ks->tuple = keys;
@@ -2002,27 +2063,44 @@ static int keys_from_python(keyset *ks, PyObject *keys)
         return -1;
     ks->n = PyTuple_GET_SIZE(ks->tuple);
     ks->refs = PyMem_Malloc((size_t)(ks->n ? ks->n : 1) * sizeof *ks->refs);
-    ks->views = PyMem_Malloc((size_t)cap * sizeof *ks->views);
-    if (ks->refs == NULL || ks->views == NULL) {
+    if (ks->refs == NULL) {
         PyErr_NoMemory();
         goto fail;
     }
     for (i = 0; i < ks->n; i++) {
         PyObject *o = PyTuple_GET_ITEM(ks->tuple, i);
-        int got;
-        if (ks->nviews == cap && !PyUnicode_Check(o) && !PyBytes_Check(o)) {   /* room for a buffer export */
-            Py_buffer *more = PyMem_Realloc(ks->views, (size_t)cap * 2 * sizeof *ks->views);
-            if (more == NULL) {
+        mb_key *r = &ks->refs[i];
+        if (PyUnicode_Check(o) || PyBytes_Check(o)) {
+            if (resolve_key(o, r, NULL) < 0)   /* takes no buffer for these */
+                goto fail;
+        } else if (PyLong_CheckExact(o)) {
+            if (ks->scratch == NULL && (ks->scratch = PyMem_Malloc((size_t)ks->n * 8)) == NULL) {
                 PyErr_NoMemory();
                 goto fail;
             }
-            ks->views = more;   /* Py_buffer structs may move: they hold no pointer to themselves */
-            cap *= 2;
-        }
-        got = resolve_key(o, &ks->refs[i], &ks->views[ks->nviews]);
-        if (got < 0)
+            if (int_key_bytes(o, (uint8_t *)ks->scratch + (size_t)i * 8) < 0)
+                goto fail;
+            r->ptr = ks->scratch + (size_t)i * 8;
+            r->len = 8;
+        } else if (!copy_mutable && is_fast_key(o)) {   /* a query reads it in place, pinned */
+            int got;
+            if (ks->nviews == cap) {
+                Py_ssize_t more_cap = cap ? cap * 2 : 4;
+                Py_buffer *more = PyMem_Realloc(ks->views, (size_t)more_cap * sizeof *ks->views);
+                if (more == NULL) {
+                    PyErr_NoMemory();
+                    goto fail;
+                }
+                ks->views = more;   /* Py_buffer structs may move: they hold no pointer to themselves */
+                cap = more_cap;
+            }
+            got = resolve_key(o, r, &ks->views[ks->nviews]);
+            if (got < 0)
+                goto fail;
+            ks->nviews += got;
+        } else if (key_owned(ks, o, r) < 0) {
             goto fail;
-        ks->nviews += got;
+        }
     }
     return 0;
 fail:
@@ -2204,7 +2282,7 @@ static PyObject *h_add_many(Handle *h, PyObject *const *args, Py_ssize_t nargs)
         return PyErr_Format(PyExc_TypeError, "add_many() takes 1 or 2 arguments (%zd given)", nargs);
     if (h->closed || !h->writable)
         return h_refuse(h, 1);
-    if (keys_begin(&ks, args[0]) < 0)
+    if (keys_begin(&ks, args[0], 1) < 0)
         return NULL;
     if (nargs == 2 && args[1] != Py_None) {
         if (get_out(args[1], ks.n, &out) < 0) {
@@ -2248,7 +2326,7 @@ static PyObject *h_contains_many(Handle *h, PyObject *const *args, Py_ssize_t na
         return PyErr_Format(PyExc_TypeError, "contains_many() takes 2 arguments (%zd given)", nargs);
     if (h->closed)
         return h_refuse(h, 0);
-    if (keys_begin(&ks, args[0]) < 0)
+    if (keys_begin(&ks, args[0], 0) < 0)
         return NULL;
     if (get_out(args[1], ks.n, &out) < 0) {
         keys_end(&ks);

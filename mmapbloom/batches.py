@@ -69,16 +69,23 @@ def as_batch(items: Iterable[Any], native: Any, *, query: bool = False) -> Any:
         items: the batch.
         native: the compiled module (``mmapbloom._kernels``) when the kernels in use are
             native, else None (pure path).
-        query: the batch is for ``contains_many`` (then bytearray and memoryview items stay
-            as they are; an add batch gets them copied so that the batch is immutable).
+        query: the batch is for ``contains_many``: bytearray and memoryview items may stay
+            as they are (read in place). An add batch's bytearray and memoryview items are
+            copied before its keys are hashed (on the native path by the handle, in C, as
+            it resolves the batch), so the keys an add hashes cannot change under it while
+            the GIL is released.
     Returns:
-        a list (every item str or bytes-like, validated), a ``Column`` (native) or a
-        :class:`KeysWithNulls` / list of bytes (pure).
+        native: the list or tuple of items as given (a list of them for another iterable),
+        validated and encoded by the handle itself before any cell changes, or a
+        ``Column``. Pure: a list (every item str or bytes-like, validated) or a
+        :class:`KeysWithNulls` / list of bytes.
     Raises:
-        TypeError: a bad item (message names its type), an unsupported numpy dtype or Arrow
-            type, a multi-column Arrow batch, a str / bytes given as the batch.
-        OverflowError: an integer item outside [-2**63, 2**64).
-        UnicodeEncodeError: a str with lone surrogates.
+        TypeError: an unsupported numpy dtype or Arrow type, a multi-column Arrow batch, a
+            str / bytes given as the batch; on the pure path also a bad item (message names
+            its type).
+        OverflowError, UnicodeEncodeError: on the pure path, an integer item outside
+            [-2**63, 2**64) or a str with lone surrogates (the native handle raises these,
+            with the same messages, when it is given the batch).
     """
     _check_not_scalar(items)
     if isinstance(items, np.ndarray):
@@ -93,13 +100,16 @@ def as_batch(items: Iterable[Any], native: Any, *, query: bool = False) -> Any:
         from . import arrowc
 
         return KeysWithNulls(arrowc.read_keys(items))
+    if native is not None:
+        # The native handle resolves every item itself, in C, by encode_key's rule and with
+        # its messages, before any cell changes (str, bytes and ints in place or encoded
+        # there, bytearray / memoryview items of an add batch copied, anything else through
+        # encode_key): no Python pass over the keys here.
+        return items if type(items) in (list, tuple) else list(items)
     seq = items if type(items) is list else list(items)
-    kinds = set(map(type, seq))  # one C-level pass
-    # The native handle validates and encodes str (any, as UTF-8) and bytes itself, in C,
-    # with encode_key's messages: such a batch goes to it as it is. A query also takes
-    # bytearray items in place (the kernels pin them). Otherwise the one batch rule,
-    # hashing.kernel_keys (encode_key's rule; C-level passes for the common batches).
-    if kinds <= ({str, bytes, bytearray} if query else {str, bytes}) and (native is not None or query):
+    # The pure path: the one batch rule, hashing.kernel_keys (encode_key's rule; C-level
+    # passes for the common batches). A query also takes bytearray items in place.
+    if query and set(map(type, seq)) <= {str, bytes, bytearray}:
         return seq
     return kernel_keys(seq)
 

@@ -108,6 +108,27 @@ def test_bad_key_changes_nothing(backend: str) -> None:
         f.update([1.0])
 
 
+def test_failed_batches_release_what_they_pinned(backend: str) -> None:
+    """A batch refused for a bad key (after keys the handle pinned, exported or encoded)
+    releases them all: refcounts are back, a bytearray key is resizable again, and a
+    successful batch after it is unaffected."""
+    import sys
+
+    f = bind(BloomFilter(BloomConfig.for_items(1000, 0.01)), backend)
+    ba, bb, big = bytearray(b"xyz"), b"held", 2**63 + 5
+    batch = ["a", ba, bb, memoryview(b"abcdef")[::2], 5, big, np.int64(3), memoryview(b"q")] * 20
+    before = (sys.getrefcount(ba), sys.getrefcount(bb), sys.getrefcount(big))
+    for bad, exc in ((1.5, TypeError), (2**64, OverflowError), ("\ud800", UnicodeEncodeError)):
+        for call in (f.update, f.add_many, f.contains_many):
+            with pytest.raises(exc):
+                call(batch + [bad])
+    assert (sys.getrefcount(ba), sys.getrefcount(bb), sys.getrefcount(big)) == before
+    assert f.items_added == 0 and f.count_ones() == 0
+    ba.extend(b"!")  # no buffer export left behind
+    assert f.update(batch) == 8 and f.contains_many(batch).all() and b"xyz" not in f
+    assert (sys.getrefcount(ba), sys.getrefcount(bb), sys.getrefcount(big)) == before
+
+
 def test_saturated_count_and_one_warning(backend: str) -> None:
     f = bind(BloomFilter(BloomConfig(num_bits=64, num_hashes=2)), backend)
     with warnings.catch_warnings(record=True) as caught:

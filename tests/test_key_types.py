@@ -126,3 +126,82 @@ def test_messages_equal_across_backends() -> None:
                     call(bad)
                 msgs.append(str(got.value))
         assert len(set(msgs)) == 1, msgs
+
+
+class _Text(str):
+    """A str subclass: its key is its UTF-8 bytes, as for str."""
+
+
+def _mixed_keys() -> list[Any]:
+    """Every kind of key encode_key accepts, several of them aliases of one another."""
+    return [
+        "s",
+        "ünï",
+        _Text("sub"),
+        b"b",
+        bytearray(b"ba"),
+        memoryview(b"mv"),
+        memoryview(b"abcdef")[::2],  # non-contiguous: the key b"ace"
+        b"ace",  # the same key again
+        7,
+        -1,
+        2**64 - 1,  # the same key as -1
+        -(2**63),
+        np.int64(9),
+        np.uint8(3),
+        (3).to_bytes(8, "little"),  # the same key as np.uint8(3)
+        "",
+        b"",
+        0,
+    ]
+
+
+@pytest.mark.parametrize("counting", [False, True])
+def test_mixed_batch_same_answers_and_file_on_both_backends(tmp_path: Any, counting: bool) -> None:
+    """A batch mixing every accepted key type (given as a list, a tuple or a generator)
+    gives the same flags, queries and file bytes on the native handle (which resolves the
+    keys itself, in C) and on the pure one, and equals adding each item's encode_key."""
+    make = CountingBloomFilter if counting else BloomFilter
+    keys = _mixed_keys()
+    paths = [tmp_path / "native.blm", tmp_path / "pure.blm", tmp_path / "encoded.blm"]
+    filters = [make.create(p, CFG) for p in paths]
+    _pure(filters[1])
+    flags = []
+    for f, batch in zip(filters, (keys, keys, [encode_key(k) for k in keys])):
+        flags.append(f.add_many(batch).tolist())
+        assert f.update(tuple(batch)) == 0 and f.update(k for k in batch[:3]) == 0
+        assert f.contains_many(batch + ["absent", 8]).tolist() == [True] * len(keys) + [False, False]
+        assert f.contains_many(tuple(batch)).all()
+    assert flags[0] == flags[1] == flags[2]
+    assert flags[0] == [True] * 7 + [False, True, True, False, True, True, True, False, True, False, True]
+    for f in filters:
+        f.close()
+    assert paths[0].read_bytes() == paths[1].read_bytes() == paths[2].read_bytes()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [True, np.bool_(False), 1.5, None, object(), [1], 2**64, -(2**63) - 1, "\ud800", np.float64(1)],
+    ids=repr,
+)
+def test_bad_key_anywhere_in_a_mixed_batch_same_error_and_nothing_written(tmp_path: Any, bad: Any) -> None:
+    """A refused item at the start, middle or end of a long mixed batch raises the same
+    type and message on both backends, from every batch call, before any cell changes."""
+    good = _mixed_keys() * 200
+    native, pure = BloomFilter.create(tmp_path / "n.blm", CFG), _pure(BloomFilter.create(tmp_path / "p.blm", CFG))
+    for where in (0, len(good) // 2, len(good)):
+        batch = good[:where] + [bad] + good[where:]
+        got = []
+        for f in (native, pure):
+            for call in (f.update, f.add_many, f.contains_many, lambda b: f.update(tuple(b))):
+                with pytest.raises((TypeError, ValueError, OverflowError)) as raised:
+                    call(batch)
+                got.append((type(raised.value), str(raised.value)))
+            assert f.items_added == 0 and f.count_ones() == 0
+        assert len(set(got)) == 1, got
+        assert isinstance(bad, str) or got[0][0] is (
+            OverflowError if isinstance(bad, int) and not isinstance(bad, bool) else TypeError
+        )
+    native.close()
+    pure.close()
+    assert (tmp_path / "n.blm").read_bytes() == (tmp_path / "p.blm").read_bytes()
