@@ -142,8 +142,9 @@ def encode_key(item: object) -> bytes:
     the same rule and call this function for everything else).
 
     * ``str`` -> its UTF-8 bytes;
-    * ``bytes``, ``bytearray``, ``memoryview`` -> the raw bytes (a non-contiguous
-      memoryview gives ``item.tobytes()``, its elements in C order);
+    * ``bytes``, ``bytearray``, ``memoryview`` (and their subclasses) -> the raw bytes of
+      the buffer (a non-contiguous memoryview gives ``item.tobytes()``, its elements in C
+      order; a subclass's ``__bytes__`` is not used);
     * an integer (``int`` or anything implementing ``__index__``, such as numpy integer
       scalars; not ``bool``) -> the 8 bytes little-endian of its value mod 2^64. So -1 and
       2**64 - 1 are one key, and an int is the same key as its own 8-byte little-endian
@@ -170,7 +171,7 @@ def encode_key(item: object) -> bytes:
     if isinstance(item, str):
         return str.encode(item)
     if isinstance(item, (bytes, bytearray, memoryview)):
-        return bytes(item)
+        return bytes(memoryview(item))  # the raw bytes: never a subclass's __bytes__
     if type(item) is int or (not isinstance(item, (bool, np.bool_)) and hasattr(type(item), "__index__")):
         try:
             value = operator.index(item)  # type: ignore[arg-type]

@@ -116,6 +116,24 @@ def test_non_contiguous_memoryview_is_its_bytes_everywhere(make: Callable[[], An
     assert g.update([mv]) == 1 and g.update([mv]) == 0 and b"ace" in g
 
 
+class _Labelled(bytes):
+    """A bytes subclass whose ``__bytes__`` says something else: its key is its buffer."""
+
+    def __bytes__(self) -> bytes:
+        return b"not-the-key"
+
+
+def test_bytes_subclass_is_its_buffer_everywhere(make: Callable[[], Any]) -> None:
+    """One rule for every call and backend: the raw bytes, never ``__bytes__`` (the native
+    handle reads the buffer; the reference used to call ``bytes(item)``)."""
+    key = _Labelled(b"abc")
+    assert encode_key(key) == b"abc"
+    f = make()
+    assert f.add(key) is True and b"abc" in f and b"not-the-key" not in f
+    g = make()
+    assert g.update([key, bytearray(b"x")]) == 2 and g.contains_many([b"abc", b"not-the-key"]).tolist() == [True, False]
+
+
 def test_messages_equal_across_backends() -> None:
     native, pure = BloomFilter(CFG), _pure(BloomFilter(CFG))
     for bad in (np.float32(1), object(), 1.5, [1]):
