@@ -27,8 +27,9 @@
  *   M3B2  M3BL with an odd multiplier seed y_0 = h2 | 1 (never 0, so the k bits of a key
  *         never all fall on bit 0 of its block).
  *
- * Thread safety: the functions keep no global state.  Writes to a body are plain byte
- * stores; the Python layer serialises writers (thread lock + flock).  contains_many and
+ * Thread safety: the functions keep no global state but one: the process-wide SIGBUS
+ * handler of the handle's guard (installed once; see "the SIGBUS guard"), whose per-call
+ * state is thread-local.  Writes to a body are plain byte stores; the Python layer serialises writers (thread lock + flock).  contains_many and
  * count_contains_many release the GIL while they hash and probe; the body, the output
  * array and every key are pinned (buffer exports and references) for that time.
  */
@@ -2646,7 +2647,8 @@ PyDoc_STRVAR(fb_add_doc,
 "OverCapacityWarning once per handle past the design point.\n\n"
 "Raises TypeError (another item type), UnicodeEncodeError (a str with lone surrogates),\n"
 "ReadOnlyFilterError, FilterClosedError, SelfDeadlockError (this thread holds the\n"
-"file's lock through another handle).");
+"file's lock through another handle), LengthMismatchError (the file was truncated under\n"
+"the open handle: the touch of the mapping is guarded, never SIGBUS).");
 
 static PyObject *fb_add(FilterBase *self, PyObject *key)
 {
@@ -2688,7 +2690,8 @@ PyDoc_STRVAR(fb_might_contain_doc,
 "stops at the first zero cell: one hash and at most k cell reads (fewer for most absent\n"
 "items).\n\n"
 "Raises TypeError (an item of another type, bool, float, None), OverflowError (an int outside\n"
-"[-2**63, 2**64)), FilterClosedError.");
+"[-2**63, 2**64)), FilterClosedError, LengthMismatchError (the file was truncated under the\n"
+"open handle).");
 
 static PyObject *fb_might_contain(FilterBase *self, PyObject *key)
 {
@@ -2788,8 +2791,9 @@ static PyModuleDef_Slot kernel_slots[] = {
 PyDoc_STRVAR(module_doc,
 "Compiled kernels of mmapbloom: MurmurHash3_x64_128, the M3KM / M3MX / M3BL / M3M2 / M3B2\n"
 "position strategies (ids 1 to 5), Bloom and counting (4-/8-bit) body loops, popcount and a\n"
-"GIL-keeping flock.  Results are identical to the pure-Python reference path.  The module\n"
-"keeps no state.");
+"GIL-keeping flock.  Results are identical to the pure-Python reference path.  The first\n"
+"Handle installs a process-wide SIGBUS handler (chained to the previous one) that turns a\n"
+"fault of a handle's mapping (a file truncated under it) into LengthMismatchError.");
 
 static struct PyModuleDef kernel_module = {
     PyModuleDef_HEAD_INIT,

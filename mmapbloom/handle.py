@@ -74,7 +74,8 @@ class PyFilterBase:
         Raises:
             TypeError (another item type), UnicodeEncodeError (a str with lone
             surrogates), ReadOnlyFilterError, FilterClosedError, SelfDeadlockError (this
-            thread holds the file's lock through another handle).
+            thread holds the file's lock through another handle), LengthMismatchError
+            (the file was truncated under the open handle).
         """
         return bool(self._h.add(item))
 
@@ -85,7 +86,8 @@ class PyFilterBase:
         absent items).
 
         Raises TypeError (an item of another type, bool, float, None), OverflowError (an
-        int outside [-2**63, 2**64)), FilterClosedError.
+        int outside [-2**63, 2**64)), FilterClosedError, LengthMismatchError (the file was
+        truncated under the open handle).
         """
         return bool(self._h.contains(item))
 

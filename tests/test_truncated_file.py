@@ -137,7 +137,9 @@ def explain(proc: subprocess.CompletedProcess[str]) -> str:
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("kind", ["BloomFilter", "CountingBloomFilter", "scalable"])
 @pytest.mark.parametrize("faulthandler_first", [True, False])
-def test_per_item_ops_on_a_truncated_file_raise(tmp_path: Any, backend: str, kind: str, faulthandler_first: bool) -> None:
+def test_per_item_ops_on_a_truncated_file_raise(
+    tmp_path: Any, backend: str, kind: str, faulthandler_first: bool
+) -> None:
     script = (PRELUDE + PER_ITEM).format(root=ROOT, tmp=str(tmp_path), kind=kind, faulthandler_first=faulthandler_first)
     proc = run_child(script, backend)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), explain(proc)
