@@ -1620,9 +1620,16 @@ typedef struct {
     const uint8_t *lo, *hi;   /* the guarded mapping [lo, hi) */
 } mb_guard;
 
-/* initial-exec: a plain thread-pointer-relative load, no __tls_get_addr (which may
- * allocate, so must not run in a signal handler) */
-static __thread mb_guard *volatile mb_active __attribute__((tls_model("initial-exec")));
+/* glibc: initial-exec, a plain thread-pointer-relative access with no __tls_get_addr
+ * (which allocates a dlopen'ed module's block lazily, so must not run in a signal
+ * handler; glibc keeps static TLS room for such modules).  Elsewhere (musl allocates every
+ * block up front and refuses initial-exec in dlopen'ed modules; macOS) the default model. */
+#if defined(__GLIBC__)
+#define MB_TLS_MODEL __attribute__((tls_model("initial-exec")))
+#else
+#define MB_TLS_MODEL
+#endif
+static __thread mb_guard *volatile mb_active MB_TLS_MODEL;
 static struct sigaction mb_prev_bus;
 static int mb_bus_installed;
 
