@@ -1,8 +1,10 @@
-"""The filter handle: lifecycle shared by every kind of filter (construction, files,
-locking, pickling, closing), independent of what a cell holds.
+"""The filter handle: lifecycle shared by every kind of filter (construction, locking,
+pickling, closing) and the interface they share, independent of what a cell holds.
 
 :class:`MappedFilter` owns a :class:`~mmapbloom.storage.Storage` (the header+cells image in
 memory or in a shared mapping) and the handle's :class:`~mmapbloom.locking.WriteLock`.
+Opening files (and adopting the mapped storage, checked against a config) is
+:mod:`mmapbloom.opening`'s; creating them is :func:`mmapbloom.storage.create_file`'s.
 Subclasses (:class:`~mmapbloom.filter.BloomFilter`,
 :class:`~mmapbloom.counting.CountingBloomFilter`) add the cell operations.
 """
@@ -11,16 +13,15 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Iterable, Optional, TypeVar, Union
+from typing import Any, ClassVar, Iterable, Optional, TypeVar, Union
 
 import numpy as np
 import numpy.typing as npt
 
 from . import format as fmt
-from . import kernels
+from . import kernels, opening
 from .errors import (
     BadHeaderError,
-    ConfigMismatchError,
     FilterClosedError,
     IncompatibleFiltersError,
     LengthMismatchError,
@@ -74,8 +75,10 @@ class MappedFilter(FilterBase, Lifecycle):
     (``self._h``, :func:`mmapbloom.handle.attach`: the native C object or the pure one),
     which takes the write lock and keeps the items counter itself.
 
-    One home per concern: images are validated by :func:`mmapbloom.format.validate_image`
-    (``_validate``; ``open`` parses the header once, before mapping), shapes compared by
+    One home per concern: files are opened and adopted by :mod:`mmapbloom.opening` (the
+    class's ``_validate``, ``_check_options`` and ``_from_storage`` are its hooks), images
+    are validated by :func:`mmapbloom.format.validate_image` (``_validate``; ``open``
+    parses the header once, before mapping), shapes compared by
     :meth:`BloomConfig.check_compatible`, the items counter and its over-capacity warning
     are one :class:`~mmapbloom.items.ItemsCounter` (``self._counter``), the bytes and the
     lock belong to the :class:`~mmapbloom.storage.Storage` (``self._storage``). The
@@ -88,7 +91,7 @@ class MappedFilter(FilterBase, Lifecycle):
     # ``in`` call it directly.
     __slots__ = ("_storage", "_config", "_hs", "_cell_bits", "_counter", "__weakref__")
 
-    _magic: bytes = fmt.MAGIC
+    _magic: ClassVar[bytes] = fmt.MAGIC
     _counter: ItemsCounter
 
     # -- subclass hooks ---------------------------------------------------------------
@@ -101,6 +104,14 @@ class MappedFilter(FilterBase, Lifecycle):
     @classmethod
     def _pack(cls, header: fmt.Header) -> bytes:
         return fmt.pack_header(header.strategy.name, header.num_bits, header.num_hashes, 0, cls._magic)
+
+    @classmethod
+    def _check_options(cls, header: fmt.Header, options: dict[str, Any], source: str) -> None:
+        """``open_or_create`` (:func:`mmapbloom.opening.adopt`): refuse an existing file
+        whose kind-specific options differ."""
+        cls._new_header(
+            BloomConfig(num_bits=header.num_bits, num_hashes=header.num_hashes, strategy=header.strategy), **options
+        )  # TypeError on unknown options
 
     def _after_attach(self) -> None:
         """Called once the storage is attached (subclasses cache derived values)."""
@@ -230,61 +241,7 @@ class MappedFilter(FilterBase, Lifecycle):
             PaddingError: the file is not a sound filter of this kind (all
             ``FormatError``, a ``ValueError``), with expected and actual values.
         """
-        return cls._open_checked(path, readonly=readonly, config=None, options=None)
-
-    @classmethod
-    def _open_checked(
-        cls: type[F],
-        path: PathLike,
-        *,
-        readonly: bool,
-        config: Optional[BloomConfig],
-        options: Optional[dict[str, Any]],
-    ) -> F:
-        storage = FileStorage.open(path, readonly=readonly, validate=cls._validate)
-        return cls._adopt(storage, config, options)
-
-    @classmethod
-    def _open_any(cls, path: PathLike, readonly: bool, kinds: "tuple[type[MappedFilter], ...]") -> "MappedFilter":
-        """Open a file of one of ``kinds``, chosen by its magic, with one open, one
-        validation and one parse of the header (``verify.open_any``). An unknown magic is
-        refused by the first kind (its ``BadMagicError``)."""
-        by_magic = {kind._magic: kind for kind in kinds}
-        chosen: list[type[MappedFilter]] = []
-
-        def validate(read: fmt.Reader, size: int, source: str) -> fmt.Header:
-            kind = by_magic.get(read(0, 4), kinds[0])
-            chosen.append(kind)
-            return kind._validate(read, size, source)
-
-        storage = FileStorage.open(path, readonly=readonly, validate=validate)
-        return chosen[0]._adopt(storage, None, None)
-
-    @classmethod
-    def _adopt(
-        cls: type[F], storage: FileStorage, config: Optional[BloomConfig], options: Optional[dict[str, Any]]
-    ) -> F:
-        """A handle over a validated file storage (closed on error), after checking it
-        against ``config`` and ``options`` when given (``open_or_create``)."""
-        source = storage.path or ""
-        try:
-            header = storage.header  # validated (header, length, padding) before mapping
-            found = BloomConfig(num_bits=header.num_bits, num_hashes=header.num_hashes, strategy=header.strategy)
-            if config is not None:
-                _check_same(config, found, source)
-                cls._check_options(header, options or {}, source)
-                found = config
-            return cls._from_storage(storage, found, header)
-        except BaseException:
-            storage.close()
-            raise
-
-    @classmethod
-    def _check_options(cls, header: fmt.Header, options: dict[str, Any], source: str) -> None:
-        """open_or_create: refuse an existing file whose kind-specific options differ."""
-        cls._new_header(
-            BloomConfig(num_bits=header.num_bits, num_hashes=header.num_hashes, strategy=header.strategy), **options
-        )  # TypeError on unknown options
+        return opening.open_file(cls, path, readonly=readonly)
 
     @classmethod
     def open_or_create(
@@ -305,18 +262,9 @@ class MappedFilter(FilterBase, Lifecycle):
                 num_hashes or strategy differ from ``config`` (the message names the field).
             And whatever :meth:`open` and :meth:`create` raise.
         """
-        for _ in range(100):
-            try:
-                return cls._open_checked(path, readonly=False, config=config, options=options)
-            except FileNotFoundError:
-                pass
-            try:
-                return cls.create(path, config, sparse=sparse, mode=mode, **options)
-            except FileExistsError:
-                if os.path.islink(path) and not os.path.exists(path):
-                    raise  # a dangling symlink: never create through it
-                continue  # another process published it first: open theirs
-        raise FileExistsError(f"{path}: file keeps appearing and disappearing")  # pragma: no cover
+        return opening.open_or_create(
+            cls, path, config, options, lambda: cls.create(path, config, sparse=sparse, mode=mode, **options)
+        )
 
     @classmethod
     def from_bytes(cls: type[F], data: Union[bytes, bytearray, memoryview]) -> F:
@@ -757,12 +705,6 @@ class MappedFilter(FilterBase, Lifecycle):
 
         Raises as :meth:`check`."""
         self.check()
-
-
-def _check_same(expected: BloomConfig, found: BloomConfig, path: str) -> None:
-    diff = expected.difference(found)  # the one comparison of shapes (BloomConfig)
-    if diff is not None:
-        raise ConfigMismatchError(path, *diff)
 
 
 def _failer(storage: Storage) -> Any:

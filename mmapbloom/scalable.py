@@ -90,7 +90,7 @@ from .scalable_format import (
     validate_directory,
     write_manifest,
 )
-from .storage import absolute_path, atomic_file, fsync_directory, temporary_directory
+from .storage import about_destination, absolute_path, atomic_file, fsync_directory, temporary_directory
 
 __all__ = [
     "DEFAULT_GROWTH",
@@ -183,8 +183,8 @@ def _about_destination(exc: BaseException, tmp: str, dest: str) -> BaseException
         names = [n for n in (exc.filename, exc.filename2) if n is not None]
         if not any(tmp in str(n) for n in names) and tmp not in str(exc.strerror):
             return exc
-        if exc.errno == errno.ENOSPC:
-            return NoSpaceError(f"{dest}: no space left on device while creating it", path=dest)
+        if exc.errno == errno.ENOSPC:  # the one wording of a full disk (storage's)
+            return about_destination(exc, tmp, dest, os.path.dirname(dest))
         parent = os.path.dirname(dest) or "."
         detail = {
             errno.ENOENT: f" (directory {parent} does not exist)",

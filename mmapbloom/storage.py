@@ -62,6 +62,7 @@ Validator = Callable[[Reader, int, str], Header]
 __all__ = [
     "DEFAULT_FILE_MODE",
     "ALLOCATE_ON_READ",
+    "about_destination",
     "absolute_path",
     "check_backing",
     "check_space",
@@ -661,10 +662,15 @@ def publish_file(tmp: str, dest: str, *, replace: bool) -> None:
     fsync_directory(os.path.dirname(dest) or ".")
 
 
-def _about_destination(exc: OSError, tmp: str, dest: str, directory: str) -> OSError:
-    """An OS error met while building ``tmp`` for ``dest``, reworded to name ``dest`` (the
-    user's file), never the internal temporary; errors of the package, and errors that
-    name another file (a shard), are returned unchanged."""
+def about_destination(exc: OSError, tmp: str, dest: str, directory: str) -> OSError:
+    """An OS error met while building ``tmp`` (in ``directory``) for ``dest``, reworded to
+    name ``dest`` (the user's file), never the internal temporary; errors of the package,
+    and errors that name another file (a shard), are returned unchanged. ENOSPC (whatever
+    file it names) becomes the package's :class:`~mmapbloom.errors.NoSpaceError`:
+    ``"<dest>: No space left on device (while writing it; <n> bytes free)"``, with
+    ``available`` the bytes free in ``directory`` (``; no free inode`` when inodes ran out).
+    The one wording of a full disk met while building a file or a directory (a scalable
+    filter's) under a temporary name."""
     if isinstance(exc, (NoSpaceError, FileExistsError)) or exc.errno is None:
         return exc
     if exc.errno == errno.ENOSPC:  # full disk (or no inode) while writing: the package's error
@@ -776,7 +782,7 @@ def atomic_file(
     try:
         fd = os.open(tmp, _CREATE_FLAGS, mode)
     except OSError as exc:
-        raise _about_destination(exc, tmp, dest, directory) from None
+        raise about_destination(exc, tmp, dest, directory) from None
     published = False
     try:
         _try_flock(fd)  # "a live writer builds this": remove_stale_temporaries leaves it alone
@@ -787,7 +793,7 @@ def atomic_file(
             _publish(tmp, dest, replace=replace)
             fsync_directory(directory or ".")
         except OSError as exc:
-            renamed = _about_destination(exc, tmp, dest, directory)
+            renamed = about_destination(exc, tmp, dest, directory)
             if renamed is exc:
                 raise
             raise renamed from None

@@ -9,6 +9,7 @@ from typing import Any, Iterable, Protocol, Union
 import numpy as np
 import numpy.typing as npt
 
+from . import opening
 from .base import MappedFilter
 from .counting import CountingBloomFilter
 from .filter import BloomFilter
@@ -75,7 +76,7 @@ def open_any(path: Union[str, "os.PathLike[str]"], readonly: bool = False) -> Ma
         As ``BloomFilter.open``; ``BadMagicError`` (expecting BLM1) when the magic is
         neither kind's.
     """
-    return MappedFilter._open_any(path, readonly, (BloomFilter, CountingBloomFilter))
+    return opening.open_any(path, readonly, (BloomFilter, CountingBloomFilter))
 
 
 def verify_file(path: Union[str, "os.PathLike[str]"]) -> MappedFilter:

@@ -17,6 +17,7 @@ from typing import Any, Iterator
 import pytest
 
 from mmapbloom import (
+    BloomConfig,
     BloomFilter,
     ConfigError,
     NoSpaceError,
@@ -266,6 +267,25 @@ def test_create_errors_name_the_destination_not_the_temporary(tmp_path: Any) -> 
         layer0 = os.path.join(dest, "layer-0000.blm")
         assert nospace.value.filename == layer0 and str(nospace.value).startswith(layer0 + ": "), str(nospace.value)
         assert ".tmp" not in str(nospace.value) and os.listdir(where) == []
+
+
+def test_enospc_while_making_the_directory_has_the_files_wording(tmp_path: Any) -> None:
+    """A full disk met while the directory itself is made (``mkdir`` of the temporary
+    directory on a file system without a free inode) is worded as one met while a filter
+    file is written: the destination, the OS's text and what is free."""
+    for where in mount_tmpfs("size=1m,nr_inodes=1,mode=0755"):  # the root takes the only inode
+        dest = os.path.join(where, "s")
+        with pytest.raises(NoSpaceError) as err:
+            ScalableBloomFilter.create(dest, 100, 0.01)
+        text = str(err.value)
+        assert err.value.errno == errno.ENOSPC and err.value.filename == dest, text
+        assert text == f"{dest}: No space left on device (while writing it; no free inode)", text
+        assert err.value.available == os.statvfs(where).f_bavail * os.statvfs(where).f_frsize  # type: ignore[attr-defined]
+        assert os.listdir(where) == []
+        # A filter file there meets the same full disk and says it the same way.
+        with pytest.raises(NoSpaceError) as same:
+            BloomFilter.create(os.path.join(where, "f.blm"), BloomConfig(num_bits=800, num_hashes=3))
+        assert str(same.value) == text.replace(dest, os.path.join(where, "f.blm")), str(same.value)
 
 
 def test_enospc_while_writing_the_manifest_is_no_space_error(tmp_path: Any) -> None:
