@@ -27,8 +27,9 @@
  *   M3B2  M3BL with an odd multiplier seed y_0 = h2 | 1 (never 0, so the k bits of a key
  *         never all fall on bit 0 of its block).
  *
- * Thread safety: the functions keep no global state.  Writes to a body are plain byte
- * stores; the Python layer serialises writers (thread lock + flock).  contains_many and
+ * Thread safety: the functions keep no global state but one: the process-wide SIGBUS
+ * handler of the handle's guard (installed once; see "the SIGBUS guard"), whose per-call
+ * state is thread-local.  Writes to a body are plain byte stores; the Python layer serialises writers (thread lock + flock).  contains_many and
  * count_contains_many release the GIL while they hash and probe; the body, the output
  * array and every key are pinned (buffer exports and references) for that time.
  */
@@ -280,12 +281,6 @@ static inline void cell_put(uint8_t *body, int width, uint64_t c, unsigned v)
     }
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
 /* Sort pos[0..k) and drop repeats in place; return the number of distinct values. */
 static unsigned distinct(uint64_t *pos, unsigned k)
 {
@@ -297,8 +292,25 @@ static unsigned distinct(uint64_t *pos, unsigned k)
                 pos[j] = pos[j - 1];
             pos[j] = v;
         }
-    } else {
-        qsort(pos, k, sizeof *pos, cmp_u64);
+    } else {   /* heapsort: in place, allocates nothing (it runs inside guarded sections) */
+        unsigned start = k / 2, end = k, root, child;
+        uint64_t v;
+        while (end > 1) {
+            if (start > 0) {
+                v = pos[--start];
+            } else {
+                v = pos[--end];
+                pos[end] = pos[0];
+            }
+            for (root = start; (child = 2 * root + 1) < end; root = child) {
+                if (child + 1 < end && pos[child + 1] > pos[child])
+                    child++;
+                if (pos[child] <= v)
+                    break;
+                pos[root] = pos[child];
+            }
+            pos[root] = v;
+        }
     }
     for (i = 1, n = 1; i < k; i++)
         if (pos[i] != pos[n - 1])
@@ -1570,6 +1582,139 @@ static inline void items_store(uint8_t *p, uint32_t v)
 #endif
 }
 
+/* ---- the SIGBUS guard ------------------------------------------------------------------ */
+
+/* A page of a shared mapping past the end of its file (another program truncated the file
+ * under the open handle) kills the process with SIGBUS at the first touch.  Every touch of
+ * the mapping by a Handle method runs inside a guarded section instead:
+ *
+ *   - one process-wide SIGBUS handler (sigaction, SA_SIGINFO | SA_NODEFER | SA_ONSTACK),
+ *     installed once, by the first Handle made, chaining to the handler it replaced (the
+ *     default action, or Python's faulthandler, which pytest enables);
+ *   - a thread-local pointer to the calling thread's active guard: a sigjmp_buf and the
+ *     mapping's address range, set by GUARD_BEGIN (sigsetjmp(env, 0): no system call, no
+ *     signal mask saved) and cleared by GUARD_END;
+ *   - on a fault (si_code > 0) inside the active guard's range, the handler clears the
+ *     guard and siglongjmps back to GUARD_BEGIN, which then answers "faulted"; the caller
+ *     releases what the normal path releases (the thread lock and flock) and raises
+ *     LengthMismatchError through the filter's fail(3).  Any other SIGBUS (no guard in
+ *     this thread, an address outside the guarded mapping) goes to the previous handler,
+ *     or, for the default action, restores it and lets the fault repeat: the crash is the
+ *     one the process would have had without the guard.
+ *
+ * A guarded section calls no Python API and allocates nothing, so the jump never skips
+ * interpreter or allocator state; it only reads and writes the cells and the items word.
+ * Every guarded section is a function of its own (the g_* helpers below): no local of the
+ * caller lives across the sigsetjmp.  SA_NODEFER keeps SIGBUS unblocked after the jump
+ * (sigsetjmp(env, 0) restores no mask).  A SIGBUS *sent* (kill, raise: si_code <= 0)
+ * while this thread is guarded is ignored: it is faulthandler re-raising a guarded fault
+ * that it saw first (it was installed after this handler); the fault repeats and lands
+ * here.  Windows: no guard (no SIGBUS there). */
+#if !defined(_WIN32) && (defined(__GNUC__) || defined(__clang__))
+#define MB_GUARD 1
+#include <setjmp.h>
+#include <signal.h>
+
+typedef struct {
+    sigjmp_buf env;
+    const uint8_t *lo, *hi;   /* the guarded mapping [lo, hi) */
+} mb_guard;
+
+/* glibc: initial-exec, a plain thread-pointer-relative access with no __tls_get_addr
+ * (which allocates a dlopen'ed module's block lazily, so must not run in a signal
+ * handler; glibc keeps static TLS room for such modules).  Elsewhere (musl allocates every
+ * block up front and refuses initial-exec in dlopen'ed modules; macOS) the default model. */
+#if defined(__GLIBC__)
+#define MB_TLS_MODEL __attribute__((tls_model("initial-exec")))
+#else
+#define MB_TLS_MODEL
+#endif
+static __thread mb_guard *volatile mb_active MB_TLS_MODEL;
+static struct sigaction mb_prev_bus;
+static int mb_bus_installed;
+
+static void mb_bus_handler(int sig, siginfo_t *si, void *ctx)
+{
+    mb_guard *g = mb_active;
+    if (g != NULL) {
+        if (si == NULL || si->si_code <= 0)
+            return;   /* sent, not a fault: see above */
+        if ((const uint8_t *)si->si_addr >= g->lo && (const uint8_t *)si->si_addr < g->hi) {
+            mb_active = NULL;
+            siglongjmp(g->env, 1);
+        }
+    }
+    if (mb_prev_bus.sa_flags & SA_SIGINFO) {
+        if (mb_prev_bus.sa_sigaction != NULL) {
+            mb_prev_bus.sa_sigaction(sig, si, ctx);
+            return;
+        }
+    } else if (mb_prev_bus.sa_handler != SIG_DFL && mb_prev_bus.sa_handler != SIG_IGN) {
+        mb_prev_bus.sa_handler(sig);
+        return;
+    }
+    {   /* the default action: restore it; a fault repeats when this returns, a sent signal
+         * is sent again */
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        sigemptyset(&dfl.sa_mask);
+        sigaction(SIGBUS, &dfl, NULL);
+        if (si == NULL || si->si_code <= 0)
+            raise(sig);
+    }
+}
+
+/* Install the handler (once per process; the caller holds the GIL).  -1 with OSError. */
+static int mb_guard_install(void)
+{
+    struct sigaction act;
+    if (mb_bus_installed)
+        return 0;
+    memset(&act, 0, sizeof act);
+    act.sa_sigaction = mb_bus_handler;
+    act.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
+    sigemptyset(&act.sa_mask);
+    if (sigaction(SIGBUS, &act, &mb_prev_bus) != 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    mb_bus_installed = 1;
+    return 0;
+}
+
+/* Open a guarded section over [lo, lo + len) in a g_* helper: the statement after it runs
+ * when the mapping faulted inside the section (the guard is cleared then).  mb_active is
+ * volatile and fenced: the compiler must neither drop the store (the section's body does
+ * not read it) nor move a touch of the mapping outside the section. */
+#define GUARD_BEGIN(gd, base, len)                              \
+    (gd).lo = (const uint8_t *)(base);                          \
+    (gd).hi = (gd).lo + (len);                                  \
+    if (sigsetjmp((gd).env, 0) == 0) {                          \
+        mb_active = &(gd);                                      \
+        __atomic_signal_fence(__ATOMIC_SEQ_CST);                \
+    } else
+/* The fences keep every touch of the mapping between the two stores (a compiler barrier:
+ * the handler runs in the same thread). */
+#define GUARD_END() (__atomic_signal_fence(__ATOMIC_SEQ_CST), mb_active = NULL)
+#define GUARD_DECL(gd) mb_guard gd
+/* GCC's -Wclobbered flags the g_* helpers' parameters and locals as "might be clobbered
+ * by longjmp": after the jump a helper reads none of them (it only returns -1), so no
+ * value is indeterminate there (C11 7.13.2.1).  The only functions here that call
+ * sigsetjmp are the g_* helpers. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wclobbered"
+#endif
+#else
+#define GUARD_BEGIN(gd, base, len) if (0)
+#define GUARD_END() ((void)0)
+#define GUARD_DECL(gd) int gd = 0; (void)gd
+static int mb_guard_install(void)
+{
+    return 0;
+}
+#endif
+
 /* ---- the handle ------------------------------------------------------------------------ */
 
 #define HANDLE_CHUNK_KEYS 65536      /* keys per lock acquisition in a batch (base.CHUNK_KEYS) */
@@ -1642,6 +1787,8 @@ static PyObject *h_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     if (width != 1 && width != 4 && width != 8)
         return PyErr_Format(PyExc_ValueError, "width must be 1, 4 or 8, got %d", width);
+    if (mb_guard_install() < 0)   /* once per process: the handle's touches are guarded */
+        return NULL;
     if (header_size < 0 || items_offset < 0 || items_offset > header_size - 4)
         return PyErr_Format(PyExc_ValueError, "items_offset %zd does not fit a header of %zd bytes", items_offset,
                             header_size);
@@ -1763,6 +1910,76 @@ static int h_lock(Handle *h)
     return LOCK_TAKEN;
 }
 
+/* Raise for a fault of the mapping inside a guarded section (the file was truncated under
+ * the open handle): LengthMismatchError through fail(3), which compares the file's size
+ * with the mapping.  The caller released what it held. */
+static PyObject *h_faulted(Handle *h)
+{
+    if (h->fail != NULL) {
+        PyObject *r = PyObject_CallFunction(h->fail, "i", 3);
+        Py_XDECREF(r);
+    }
+    if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_OSError, "a touch of the filter's mapping faulted (SIGBUS): the file was truncated "
+                                       "under the open handle");
+    return NULL;
+}
+
+/* ---- guarded sections: every touch of the mapping (see "the SIGBUS guard") -------------- */
+
+/* The cells and items word of one write (the lock is held): op 0 adds (n = k positions),
+ * op 1 removes (n distinct positions).  0, or -1: the mapping faulted. */
+static int g_write_one(Handle *h, const uint64_t *pos, unsigned n, int op, int *fresh, int *sat, int *removed,
+                       int *over, uint32_t *stored)
+{
+    GUARD_DECL(gd);
+    GUARD_BEGIN(gd, h->image.buf, h->image.len)
+        return -1;
+    if (op == 0) {
+        if (h->width == 1)
+            *fresh = bloom_set(h->body, pos, n);
+        else
+            count_inc(h->body, h->width, pos, n, fresh, sat);
+        if (*fresh)
+            *over = items_bump(h, 1, stored);
+    } else {
+        *removed = count_dec(h->body, h->width, pos, n);
+        if (*removed > 0)
+            *over = items_bump(h, -1, stored);
+    }
+    GUARD_END();
+    return 0;
+}
+
+/* The probes of one query (pos has room for k; its head is computed): 1 present, 0
+ * absent (stops at the first zero cell; the rest of the positions lazily), -1 faulted. */
+static int g_contains(Handle *h, const uint64_t hv[2], uint64_t *pos, unsigned head)
+{
+    const unsigned k = h->g.k;
+    int present;
+    GUARD_DECL(gd);
+    GUARD_BEGIN(gd, h->image.buf, h->image.len)
+        return -1;
+    present = probe_range(h->body, h->width, pos, 0, head);
+    if (present && head < k) {
+        positions_n(&h->g, hv, pos, head, k);
+        present = probe_range(h->body, h->width, pos, head, k);
+    }
+    GUARD_END();
+    return present;
+}
+
+/* The minimum of a key's counters into *low: 0, or -1 faulted. */
+static int g_count_min(Handle *h, const uint64_t *pos, unsigned *low)
+{
+    GUARD_DECL(gd);
+    GUARD_BEGIN(gd, h->image.buf, h->image.len)
+        return -1;
+    *low = count_min_of(h->body, h->width, pos, h->g.k);
+    GUARD_END();
+    return 0;
+}
+
 /* A key's positions into pos (k values; pos has SMALL_K room, else heap in *heap). */
 static uint64_t *h_positions(Handle *h, PyObject *key, uint64_t *small)
 {
@@ -1788,24 +2005,20 @@ static PyObject *h_write_one(Handle *h, PyObject *key, int op, int depth)
     uint64_t small[SMALL_K], *pos;
     int state, fresh = 0, sat = 0, over = 0, removed = 0;
     uint32_t stored = 0;
+    unsigned n;
     if (h->closed || !h->writable)
         return h_refuse(h, 1);
     if ((pos = h_positions(h, key, small)) == NULL)
         return NULL;
+    n = h->width == 1 ? h->g.k : distinct(pos, h->g.k);
     state = h_lock(h);
     if (state < 0)
         goto fail;
-    if (op == 0) {
-        if (h->width == 1)
-            fresh = bloom_set(h->body, pos, h->g.k);
-        else
-            count_inc(h->body, h->width, pos, distinct(pos, h->g.k), &fresh, &sat);
-        if (fresh)
-            over = items_bump(h, 1, &stored);
-    } else {
-        removed = count_dec(h->body, h->width, pos, distinct(pos, h->g.k));
-        if (removed > 0)
-            over = items_bump(h, -1, &stored);
+    if (g_write_one(h, pos, n, op, &fresh, &sat, &removed, &over, &stored) < 0) {
+        if (state == LOCK_TAKEN && lock_release(h->lock) < 0)
+            goto fail;
+        h_faulted(h);
+        goto fail;
     }
     if (state == LOCK_TAKEN && lock_release(h->lock) < 0)
         goto fail;
@@ -1860,22 +2073,18 @@ static int h_contains_int(Handle *h, PyObject *key)
         h_refuse(h, 0);
         return -1;
     }
-    /* Lazily: the head positions first; an absent key usually stops there. */
-    positions_n(&h->g, hv, pos, 0, head);
-    if (!probe_range(h->body, h->width, pos, 0, head))
-        return 0;
-    if (head == k)
-        return 1;
+    /* Room for k positions before the guarded probes (which allocate nothing). */
     if (k > SMALL_K && (pos = PyMem_Malloc(k * sizeof *pos)) == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    if (pos != small)
-        memcpy(pos, small, head * sizeof *pos);   /* the head, for the strategies that keep it */
-    positions_n(&h->g, hv, pos, head, k);
-    present = probe_range(h->body, h->width, pos, head, k);
+    /* Lazily: the head positions first; an absent key usually stops there. */
+    positions_n(&h->g, hv, pos, 0, head);
+    present = g_contains(h, hv, pos, head);
     if (pos != small)
         PyMem_Free(pos);
+    if (present < 0)
+        h_faulted(h);
     return present;
 }
 
@@ -1892,7 +2101,8 @@ PyDoc_STRVAR(h_count_doc,
 static PyObject *h_count(Handle *h, PyObject *key)
 {
     uint64_t small[SMALL_K], *pos;
-    unsigned low;
+    unsigned low = 0;
+    int faulted;
     if (h->width == 1)
         return PyErr_Format(PyExc_TypeError, "count needs a counting handle");
     if (h->closed)
@@ -1904,9 +2114,11 @@ static PyObject *h_count(Handle *h, PyObject *key)
             PyMem_Free(pos);
         return h_refuse(h, 0);
     }
-    low = count_min_of(h->body, h->width, pos, h->g.k);
+    faulted = g_count_min(h, pos, &low);
     if (pos != small)
         PyMem_Free(pos);
+    if (faulted < 0)
+        return h_faulted(h);
     return PyLong_FromUnsignedLong(low);
 }
 
@@ -2154,6 +2366,20 @@ static Py_ssize_t commit_rows(Handle *h, const mb_key *refs, size_t n, uint64_t 
     return total;
 }
 
+/* A chunk's commit and its count (the lock is held): 0, or -1 the mapping faulted (cells
+ * of the chunk may be set, its count is not bumped). */
+static int g_commit(Handle *h, const mb_key *refs, size_t n, uint64_t *rows, uint8_t *out, int *sat,
+                    Py_ssize_t *fresh, int *over, uint32_t *stored)
+{
+    GUARD_DECL(gd);
+    GUARD_BEGIN(gd, h->image.buf, h->image.len)
+        return -1;
+    *fresh = commit_rows(h, refs, n, rows, out, sat);
+    *over = *fresh ? items_bump(h, *fresh, stored) : 0;
+    GUARD_END();
+    return 0;
+}
+
 /* Tell the caller how far a failed batch got (every exception leaving add_many). */
 static void note_committed(Py_ssize_t committed)
 {
@@ -2213,8 +2439,14 @@ static Py_ssize_t h_add_keys(Handle *h, keyset *ks, uint8_t *out)
         state = h_lock(h);
         if (state < 0)
             goto fail;
-        fresh = commit_rows(h, refs, (size_t)c, rows, out ? out + start : NULL, &sat);
-        o = fresh ? items_bump(h, fresh, &s) : 0;
+        fresh = 0;
+        o = 0;
+        if (g_commit(h, refs, (size_t)c, rows, out ? out + start : NULL, &sat, &fresh, &o, &s) < 0) {
+            if (state == LOCK_TAKEN && lock_release(h->lock) < 0)
+                goto fail;
+            h_faulted(h);
+            goto fail;
+        }
         if (o) {
             over = 1;
             stored = s;
@@ -2317,11 +2549,23 @@ static void query_keys(Handle *h, keyset *ks, uint64_t *ring, uint8_t *out)
     }
 }
 
+/* query_keys in a guarded section (with or without the GIL): 0, or -1 faulted. */
+static int g_query(Handle *h, keyset *ks, uint64_t *ring, uint8_t *out)
+{
+    GUARD_DECL(gd);
+    GUARD_BEGIN(gd, h->image.buf, h->image.len)
+        return -1;
+    query_keys(h, ks, ring, out);
+    GUARD_END();
+    return 0;
+}
+
 static PyObject *h_contains_many(Handle *h, PyObject *const *args, Py_ssize_t nargs)
 {
     keyset ks;
     Py_buffer out;
     uint64_t *ring;
+    int faulted;
     if (nargs != 2)
         return PyErr_Format(PyExc_TypeError, "contains_many() takes 2 arguments (%zd given)", nargs);
     if (h->closed)
@@ -2347,15 +2591,17 @@ static PyObject *h_contains_many(Handle *h, PyObject *const *args, Py_ssize_t na
     h->busy++;
     if (ks.n >= GIL_MIN_KEYS) {
         Py_BEGIN_ALLOW_THREADS
-        query_keys(h, &ks, ring, out.buf);
+        faulted = g_query(h, &ks, ring, out.buf);
         Py_END_ALLOW_THREADS
     } else {
-        query_keys(h, &ks, ring, out.buf);
+        faulted = g_query(h, &ks, ring, out.buf);
     }
     h_leave(h);
     PyMem_Free(ring);
     PyBuffer_Release(&out);
     keys_end(&ks);
+    if (faulted < 0)
+        return h_faulted(h);
     Py_RETURN_NONE;
 }
 
@@ -2493,7 +2739,8 @@ PyDoc_STRVAR(fb_add_doc,
 "OverCapacityWarning once per handle past the design point.\n\n"
 "Raises TypeError (another item type), UnicodeEncodeError (a str with lone surrogates),\n"
 "ReadOnlyFilterError, FilterClosedError, SelfDeadlockError (this thread holds the\n"
-"file's lock through another handle).");
+"file's lock through another handle), LengthMismatchError (the file was truncated under\n"
+"the open handle: the touch of the mapping is guarded, never SIGBUS).");
 
 static PyObject *fb_add(FilterBase *self, PyObject *key)
 {
@@ -2535,7 +2782,8 @@ PyDoc_STRVAR(fb_might_contain_doc,
 "stops at the first zero cell: one hash and at most k cell reads (fewer for most absent\n"
 "items).\n\n"
 "Raises TypeError (an item of another type, bool, float, None), OverflowError (an int outside\n"
-"[-2**63, 2**64)), FilterClosedError.");
+"[-2**63, 2**64)), FilterClosedError, LengthMismatchError (the file was truncated under the\n"
+"open handle).");
 
 static PyObject *fb_might_contain(FilterBase *self, PyObject *key)
 {
@@ -2635,8 +2883,9 @@ static PyModuleDef_Slot kernel_slots[] = {
 PyDoc_STRVAR(module_doc,
 "Compiled kernels of mmapbloom: MurmurHash3_x64_128, the M3KM / M3MX / M3BL / M3M2 / M3B2\n"
 "position strategies (ids 1 to 5), Bloom and counting (4-/8-bit) body loops, popcount and a\n"
-"GIL-keeping flock.  Results are identical to the pure-Python reference path.  The module\n"
-"keeps no state.");
+"GIL-keeping flock.  Results are identical to the pure-Python reference path.  The first\n"
+"Handle installs a process-wide SIGBUS handler (chained to the previous one) that turns a\n"
+"fault of a handle's mapping (a file truncated under it) into LengthMismatchError.");
 
 static struct PyModuleDef kernel_module = {
     PyModuleDef_HEAD_INIT,

@@ -24,6 +24,7 @@ from .errors import (
     BadHeaderError,
     FilterClosedError,
     IncompatibleFiltersError,
+    LengthMismatchError,
     ReadOnlyFilterError,
 )
 from .batches import as_batch
@@ -708,11 +709,29 @@ class MappedFilter(FilterBase, Lifecycle):
 
 def _failer(storage: Storage) -> Any:
     """The handle's ``fail(kind)``: raises FilterClosedError (0) or, for a write on a
-    read-only handle, ReadOnlyFilterError (1). Holds the storage, never the filter (no
-    reference cycle through the C handle)."""
+    read-only handle, ReadOnlyFilterError (1); kind 2 is the pure handle's size check before
+    each touch of the mapping (:meth:`~mmapbloom.storage.Storage.check_size`: returns, or
+    raises LengthMismatchError for a file truncated under the handle); kind 3 tells that a
+    touch of the mapping faulted (the native handle's SIGBUS guard) and always raises,
+    LengthMismatchError unless the storage was closed meanwhile. Holds the storage, never
+    the filter (no reference cycle through the C handle)."""
 
     def fail(kind: int) -> None:
         source = storage.path or "<memory>"
+        if kind >= 2:
+            storage.check_size()  # LengthMismatchError (expected vs actual size) or FilterClosedError
+            if kind == 2:
+                return
+            # Faulted, but the file is long enough again (re-extended since the fault).
+            mapped = len(storage.buf)
+            size = os.fstat(storage.fd).st_size if storage.fd is not None else mapped
+            raise LengthMismatchError(
+                f"truncated under the open handle: a touch of the mapping faulted (SIGBUS); {mapped} bytes "
+                f"are mapped and the file now has {size}",
+                source=source,
+                expected=mapped,
+                actual=size,
+            )
         if kind == 1 and storage.readonly and not storage.closed:
             raise ReadOnlyFilterError(f"{source}: filter was opened read-only; writes are refused")
         raise FilterClosedError(f"{source}: filter is closed")

@@ -145,6 +145,7 @@ class CountingBloomFilter(MappedFilter):
         Raises:
             KeyError: the item is certainly absent (one of its counters is 0); nothing changes.
             TypeError, ReadOnlyFilterError, FilterClosedError.
+            LengthMismatchError: the file was truncated under the open handle.
         """
         if self._h.remove(item) < 0:
             raise KeyError(item)
@@ -160,7 +161,8 @@ class CountingBloomFilter(MappedFilter):
     def count(self, item: Item) -> int:
         """The minimum of the item's counters: an upper bound on how many times it was
         added (minus removed); 0 means certainly absent. Takes no lock; stops at the first
-        zero counter."""
+        zero counter. Raises TypeError, FilterClosedError, LengthMismatchError (the file was
+        truncated under the open handle)."""
         return self._h.count(item)  # type: ignore[no-any-return]
 
     # add_many and update: MappedFilter's, through the counting handle (saturation warns

@@ -11,12 +11,17 @@ remove and count), with the write lock and the items counter included.
   with the GIL held; only a real wait calls :meth:`WriteLock.acquire`. A batch resolves
   its keys once, hashes each chunk before taking the lock (without the GIL for large
   chunks), then tests-and-sets the chunk and bumps the counter once under the lock.
+  Every touch of the mapping runs under a SIGBUS guard (see ``_kernels.c``): a file that
+  another program truncated under the handle raises LengthMismatchError (``fail(3)``).
 * pure path: :class:`PyHandle` below, the reference with the same semantics over
   :mod:`mmapbloom.kernels`' Python functions (and the only path for custom strategies).
+  It checks the file's size (``fail(2)``: one ``fstat``) before each per-item operation
+  and each batch chunk, so a file truncated under the handle raises LengthMismatchError;
+  a truncation landing between that check and the touch can still end in SIGBUS.
 
 Both answer and write identically (tests/test_backends.py). Either handle raises through
 the filter's ``fail(kind)`` (0: FilterClosedError; 1: the write refusal of a read-only
-handle) and warns through :class:`~mmapbloom.items.ItemsCounter` and the filter's
+handle; 2: check the file's size; 3: a touch of the mapping faulted) and warns through :class:`~mmapbloom.items.ItemsCounter` and the filter's
 ``saturated`` callable, after the lock is released.
 """
 
@@ -69,7 +74,8 @@ class PyFilterBase:
         Raises:
             TypeError (another item type), UnicodeEncodeError (a str with lone
             surrogates), ReadOnlyFilterError, FilterClosedError, SelfDeadlockError (this
-            thread holds the file's lock through another handle).
+            thread holds the file's lock through another handle), LengthMismatchError
+            (the file was truncated under the open handle).
         """
         return bool(self._h.add(item))
 
@@ -80,7 +86,8 @@ class PyFilterBase:
         absent items).
 
         Raises TypeError (an item of another type, bool, float, None), OverflowError (an
-        int outside [-2**63, 2**64)), FilterClosedError.
+        int outside [-2**63, 2**64)), FilterClosedError, LengthMismatchError (the file was
+        truncated under the open handle).
         """
         return bool(self._h.contains(item))
 
@@ -111,7 +118,9 @@ def attach(
         header_size: where the cells start. config: m, k, strategy. cell_bits: 1, 4, 8.
         lock: the storage's write lock. counter: the items counter over the same image.
         writable: False for a read-only handle (writes call ``fail(1)``).
-        fail: ``fail(kind)`` raises FilterClosedError (0) or the read-only refusal (1).
+        fail: ``fail(kind)`` raises FilterClosedError (0) or the read-only refusal (1);
+            ``fail(2)`` checks the file's size (LengthMismatchError if truncated) and
+            ``fail(3)`` raises LengthMismatchError after a touch of the mapping faulted.
         saturated: ``saturated(depth=0)`` emits the counting filter's saturation warning.
         pure: the pure-Python handle even where the native one is available (tests).
     """
@@ -199,6 +208,7 @@ class PyHandle:
             raise
 
     def _add_locked(self, key: Any) -> tuple[bool, bool]:
+        self._fail(2)  # the file's size first: a truncated file raises, never SIGBUS
         if self._width == 1:
             new, sat = self._k.add(key), False
         else:
@@ -216,6 +226,7 @@ class PyHandle:
         return bool(new)
 
     def _remove_locked(self, key: Any) -> int:
+        self._fail(2)  # the file's size first: a truncated file raises, never SIGBUS
         result: int = self._k.remove(key)
         if result > 0:
             self._counter.bump(-1)
@@ -240,6 +251,7 @@ class PyHandle:
         if self.closed:
             self._refuse(False)
         try:
+            self._fail(2)  # the file's size first: a truncated file raises, never SIGBUS
             return bool(self._k.contains(key))
         except ValueError:
             if self.closed:
@@ -253,6 +265,7 @@ class PyHandle:
         if self.closed:
             self._refuse(False)
         try:
+            self._fail(2)  # the file's size first: a truncated file raises, never SIGBUS
             return int(self._k.count(key))
         except ValueError:
             if self.closed:
@@ -281,6 +294,7 @@ class PyHandle:
                 with self._lock, deferred_signals():  # wait interruptibly; hold signals while committing
                     if self.closed:
                         self._refuse(False)
+                    self._fail(2)  # the file's size, per chunk: a truncated file raises, never SIGBUS
                     flags, new, *sat = add_many(chunk)  # counting kernels add "saturated"
                     if new:
                         self._counter.bump(new)
@@ -311,6 +325,7 @@ class PyHandle:
         if self.closed:
             self._refuse(False)
         try:
+            self._fail(2)  # the file's size first: a truncated file raises, never SIGBUS
             out[:] = self._k.contains_many(keys if isinstance(keys, (list, tuple)) else list(keys))
         except ValueError:
             if self.closed:

@@ -20,9 +20,13 @@ process with SIGBUS at the first touch. Two causes are guarded against here:
 * The file is truncated by another program under an open handle. :meth:`FileStorage.check_size`
   compares the file's real size (``fstat``) with the mapping; the filters call it before
   every scan of the mapping (``check``, ``to_bytes``/``copy``, statistics, batch calls)
-  and raise ``LengthMismatchError`` instead. A truncation *during* a scan, or before a
-  single-item ``add``/``in`` (which stay O(k) without a system call), can still end in
-  SIGBUS: truncating a mapped filter file is not supported.
+  and raise ``LengthMismatchError`` instead. The per-item calls (``add``, ``in``,
+  ``remove``, ``count``) stay O(k) without a system call on the native backend: its
+  handle runs every touch of the mapping (batch loops included) under a SIGBUS guard
+  (``mmapbloom/_kernels.c``) and raises ``LengthMismatchError`` through this check when
+  a touch faults; the pure handle calls this check before each per-item call and batch
+  chunk. A truncation *during* a numpy scan, or between the pure handle's check and its
+  touch, can still end in SIGBUS: truncating a mapped filter file is not supported.
 * Holes that cannot be backed. tmpfs (and ramfs, hugetlbfs) allocate memory for a hole
   even when it is only *read* through a shared mapping, so a sparse file larger than the
   free space dies on reads too. :func:`check_backing` (found by the file's ``st_dev`` in

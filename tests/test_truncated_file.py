@@ -1,0 +1,250 @@
+"""A filter file truncated by another program under an open handle: the per-item paths
+(``add``, ``in``, ``might_contain``, a counting filter's ``remove`` and ``count``, the
+same calls on a scalable filter whose layer file was truncated) raise
+``LengthMismatchError`` naming the file and both sizes, on both backends, instead of
+killing the process with SIGBUS:
+
+* native: every touch of the mapping by the C handle runs inside a SIGBUS guard
+  (``mmapbloom/_kernels.c``): the fault jumps back, the lock is released, the error raised;
+* pure: the handle checks the file's size (``fstat``) before each touch.
+
+Also: a truncation landing *during* a batch (another thread truncates while batch queries
+and writes run) never kills the process; and the guard leaves every other SIGBUS alone: a
+fault outside a guarded section, or on another mapping, still kills the process (through
+faulthandler when it is enabled, whichever was installed first), even while another
+thread is inside a guarded section. The scans (``check``, statistics, ``to_bytes`` ...)
+are covered by tests/test_storage.py.
+
+Every victim runs in a child Python, so a SIGBUS shows as return code -7, not as a
+crashed test run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGBUS"), reason="needs SIGBUS (POSIX)")
+
+BACKENDS = ["native", "pure"]
+
+PRELUDE = r"""
+import os, sys, threading, time
+sys.path.insert(0, {root!r})
+import faulthandler
+if {faulthandler_first!r}:
+    faulthandler.enable()
+from mmapbloom import BloomConfig, BloomFilter, CountingBloomFilter, LengthMismatchError, ScalableBloomFilter
+from mmapbloom.handle import PyHandle
+tmp = {tmp!r}
+pure = os.environ.get("MMAPBLOOM_PURE") == "1"
+"""
+
+# One case per (kind, operation, truncated size): a fresh file, a second handle that
+# truncates nothing (the victim), the file truncated by another program, the operation.
+PER_ITEM = r"""
+def expect_truncated(name, path, size, mapped, op):
+    try:
+        op()
+    except LengthMismatchError as exc:
+        text = str(exc)
+        assert path in text and "truncated under the open handle" in text, (name, text)
+        assert exc.expected == mapped and exc.actual == size, (name, exc.expected, exc.actual)
+        assert f"{{mapped}}" in text and f"{{size}}" in text, (name, text)
+    else:
+        print("NO ERROR", name, flush=True)
+        sys.exit(3)
+
+def plain_cases(cls):
+    ops = {{
+        "add": lambda f: f.add("new"),
+        "add-present": lambda f: f.add("a"),
+        "in": lambda f: "a" in f,
+        "in-absent": lambda f: "zz" in f,
+        "might_contain": lambda f: f.might_contain("a"),
+        "update": lambda f: f.update(["x", "y"]),
+        "contains_many": lambda f: f.contains_many(["a", "zz"] * 300),
+    }}
+    if cls is CountingBloomFilter:
+        ops["remove"] = lambda f: f.remove("a")
+        ops["discard"] = lambda f: f.discard("a")
+        ops["count"] = lambda f: f.count("a")
+    n = 0
+    for size in (0, 100, 4096 + 10):
+        for name, op in ops.items():
+            path = os.path.join(tmp, f"{{cls.__name__}}-{{n}}.blm")
+            n += 1
+            with cls.create(path, BloomConfig(num_bits=8 * 65536 * 4, num_hashes=3)) as f:
+                f.update(["a", "b"])
+                assert (type(f._h) is PyHandle) == pure, type(f._h)
+                with cls.open(path) as victim:
+                    mapped = victim.size_bytes
+                    os.truncate(path, size)
+                    expect_truncated(f"{{cls.__name__}} {{name}} {{size}}", path, size, mapped, lambda: op(victim))
+                    # the handle stays usable for an error each time, and the lock was released
+                    expect_truncated(f"{{cls.__name__}} {{name}} again", path, size, mapped, lambda: op(victim))
+                    with victim.write_lock():
+                        pass
+
+def scalable_cases():
+    ops = {{
+        "add": lambda f: f.add("new"),
+        "in": lambda f: "zz" in f,
+        "might_contain": lambda f: f.might_contain("zz"),
+        "update": lambda f: f.update(["x", "y"]),
+        "contains_many": lambda f: f.contains_many(["a", "zz"] * 300),
+    }}
+    for n, (name, op) in enumerate(ops.items()):
+        path = os.path.join(tmp, f"scalable-{{n}}")
+        with ScalableBloomFilter.create(path, capacity=100000, fp_rate=0.01) as f:
+            f.update(["a", "b"])
+            with ScalableBloomFilter.open(path) as victim:
+                layer = os.path.join(path, "layer-0000.blm")
+                mapped = os.path.getsize(layer)
+                os.truncate(layer, 100)
+                expect_truncated(f"scalable {{name}}", layer, 100, mapped, lambda: op(victim))
+
+kind = {kind!r}
+if kind == "scalable":
+    scalable_cases()
+else:
+    plain_cases(globals()[kind])
+print("ok", flush=True)
+"""
+
+
+def run_child(script: str, backend: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop("MMAPBLOOM_PURE", None)
+    if backend == "pure":
+        env["MMAPBLOOM_PURE"] = "1"
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT
+    )
+
+
+def explain(proc: subprocess.CompletedProcess[str]) -> str:
+    return f"exit {proc.returncode} (-7 is SIGBUS): {proc.stdout[-800:]} {proc.stderr[-2000:]}"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", ["BloomFilter", "CountingBloomFilter", "scalable"])
+@pytest.mark.parametrize("faulthandler_first", [True, False])
+def test_per_item_ops_on_a_truncated_file_raise(
+    tmp_path: Any, backend: str, kind: str, faulthandler_first: bool
+) -> None:
+    script = (PRELUDE + PER_ITEM).format(root=ROOT, tmp=str(tmp_path), kind=kind, faulthandler_first=faulthandler_first)
+    proc = run_child(script, backend)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), explain(proc)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_guard_after_faulthandler_enabled_later(tmp_path: Any, backend: str) -> None:
+    """faulthandler enabled *after* the guard was installed sees a guarded fault first:
+    it may print its report, but the process lives and gets LengthMismatchError."""
+    script = PRELUDE.format(root=ROOT, tmp=str(tmp_path), faulthandler_first=False) + (
+        "path = os.path.join(tmp, 'late.blm')\n"
+        "f = BloomFilter.create(path, BloomConfig(num_bits=8 * 65536 * 4, num_hashes=3))\n"
+        "faulthandler.enable()\n"
+        "os.truncate(path, 100)\n"
+        "for op in (lambda: f.add('new'), lambda: 'a' in f, lambda: 'a' in f):\n"
+        "    try:\n"
+        "        op()\n"
+        "    except LengthMismatchError:\n"
+        "        pass\n"
+        "    else:\n"
+        "        sys.exit(3)\n"
+        "print('ok', flush=True)\n"
+    )
+    proc = run_child(script, backend)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), explain(proc)
+
+
+# Another thread truncates the file while batches run (the GIL is released while batch
+# queries probe and while batch writes hash): whichever check sees it first (the size
+# check before the batch or the native guard inside the loops), the batch ends with
+# LengthMismatchError, never SIGBUS.
+DURING_BATCH = r"""
+path = os.path.join(tmp, "during.blm")
+f = BloomFilter.create(path, BloomConfig(num_bits=8 * 2**24, num_hashes=7))
+keys = [f"k{{i}}" for i in range({n})]
+f.update(keys[:1000])
+errors = []
+def work(op):
+    try:
+        for _ in range(200):
+            op()
+    except LengthMismatchError as exc:
+        errors.append(exc)
+threads = [threading.Thread(target=work, args=(op,)) for op in (lambda: f.contains_many(keys), lambda: f.update(keys))]
+for t in threads:
+    t.start()
+time.sleep(0.2)
+os.truncate(path, 100)
+for t in threads:
+    t.join()
+assert len(errors) == 2 and all(e.actual == 100 for e in errors), errors
+print("ok", flush=True)
+"""
+
+
+def test_truncation_during_batches(tmp_path: Any) -> None:
+    """Native only: the pure path checks the size before each chunk, so a truncation
+    landing between that check and the touch can still end in SIGBUS (documented)."""
+    script = (PRELUDE + DURING_BATCH).format(root=ROOT, tmp=str(tmp_path), faulthandler_first=True, n=200_000)
+    proc = run_child(script, "native")
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), explain(proc)
+
+
+# A real SIGBUS outside any guarded section (a Python mmap of a truncated file, read past
+# its end) while another thread runs guarded batch queries: it must still kill the
+# process, through faulthandler when enabled.
+UNGUARDED = r"""
+import mmap
+if {faulthandler_late!r}:
+    faulthandler.enable()
+path = os.path.join(tmp, "guarded.blm")
+f = BloomFilter.create(path, BloomConfig(num_bits=8 * 2**24, num_hashes=7))
+if {faulthandler_after_handle!r}:
+    faulthandler.enable()
+keys = [f"k{{i}}" for i in range(200000)]
+stop = False
+def queries():
+    while not stop:
+        f.contains_many(keys)
+t = threading.Thread(target=queries, daemon=True)
+t.start()
+time.sleep(0.2)
+other = os.path.join(tmp, "other.bin")
+with open(other, "wb") as out:
+    out.write(b"x" * 65536)
+fd = os.open(other, os.O_RDWR)
+m = mmap.mmap(fd, 65536)
+os.truncate(other, 10)
+print("touching", flush=True)
+m[40000]  # SIGBUS here, outside any guard
+print("ALIVE", flush=True)
+"""
+
+
+@pytest.mark.parametrize("order", ["none", "faulthandler_first", "faulthandler_after_handle"])
+def test_sigbus_outside_the_guard_still_kills(tmp_path: Any, order: str) -> None:
+    script = (PRELUDE + UNGUARDED).format(
+        root=ROOT,
+        tmp=str(tmp_path),
+        faulthandler_first=order == "faulthandler_first",
+        faulthandler_late=False,
+        faulthandler_after_handle=order == "faulthandler_after_handle",
+    )
+    proc = run_child(script, "native")
+    assert "touching" in proc.stdout and "ALIVE" not in proc.stdout, explain(proc)
+    assert proc.returncode == -signal.SIGBUS, explain(proc)
+    if order != "none":
+        assert "Bus error" in proc.stderr, explain(proc)
