@@ -271,7 +271,7 @@ def _plan(args: argparse.Namespace) -> int:
     ]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
-        print("  ".join(cell.rjust(w) for cell, w in zip(row, widths)).rstrip())
+        print("  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     return 0
 
 
@@ -445,7 +445,7 @@ def _check(args: argparse.Namespace) -> int:
                 absent += len(chunk) - n_hits
                 if show:
                     wanted = ~hits if args.absent else hits
-                    selected = [item for item, keep in zip(chunk, wanted.tolist()) if keep]
+                    selected = [item for item, keep in zip(chunk, wanted.tolist(), strict=True) if keep]
                     if selected:
                         out.write(sep.join(selected) + sep)
         finally:

@@ -791,7 +791,7 @@ class ScalableBloomFilter(Lifecycle):
             if not todo:
                 break
             hit = layer.contains_many([keys[i] for i in todo])
-            todo = [i for i, h in zip(todo, hit.tolist()) if not h]
+            todo = [i for i, h in zip(todo, hit.tolist(), strict=True) if not h]
         return todo
 
     def write_lock(self) -> WriteLock:
@@ -903,8 +903,11 @@ class ScalableBloomFilter(Lifecycle):
     @property
     def layers(self) -> list[LayerInfo]:
         """A snapshot of every committed layer's shape and fill, oldest first."""
+        return self._layer_infos(self._current())
+
+    def _layer_infos(self, layers: list[BloomFilter]) -> list[LayerInfo]:
         out = []
-        for i, layer in enumerate(self._current()):
+        for i, layer in enumerate(layers):
             out.append(
                 LayerInfo(
                     index=i,
@@ -937,7 +940,7 @@ class ScalableBloomFilter(Lifecycle):
         ``observed_fp_rate`` and ``approx_items`` and the total ``approx_items``."""
         layers = self._current()
         entries = []
-        for info, layer in zip(self.layers, layers):
+        for info, layer in zip(self._layer_infos(layers), layers, strict=True):  # one snapshot
             entry = dataclasses.asdict(info)
             if scan:
                 ones = layer.count_ones()

@@ -49,7 +49,7 @@ def run_all(*calls: tuple[list[str], bytes]) -> list[subprocess.CompletedProcess
         for args, _ in calls
     ]
     results = []
-    for proc, (_args, stdin) in zip(procs, calls):
+    for proc, (_args, stdin) in zip(procs, calls, strict=True):
         out, err = proc.communicate(stdin, timeout=120)
         results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
     return results
@@ -124,7 +124,7 @@ BAD_USAGE = [
 
 
 def test_bad_usage_exit_2_one_line() -> None:
-    for proc, (_, needle) in zip(run_all(*[(args, b"") for args, _ in BAD_USAGE]), BAD_USAGE):
+    for proc, (_, needle) in zip(run_all(*[(args, b"") for args, _ in BAD_USAGE]), BAD_USAGE, strict=True):
         assert_one_line_error(proc, needle)
 
 
@@ -160,7 +160,7 @@ def test_create_bad_usage(tmp_path) -> None:  # type: ignore[no-untyped-def]
         (["--bits", "0", "--hashes", "3"], "whole number"),
         (["--bits", "10", "--hashes", "3", "--bogus"], "unrecognized arguments"),
     ]
-    for proc, (_, needle) in zip(run_all(*[(["create", path, *args], b"") for args, _ in cases]), cases):
+    for proc, (_, needle) in zip(run_all(*[(["create", path, *args], b"") for args, _ in cases]), cases, strict=True):
         assert_one_line_error(proc, needle)
     assert not os.path.exists(path)
 
@@ -450,7 +450,7 @@ def test_verify_good_and_each_kind_of_damage(tmp_path) -> None:  # type: ignore[
     assert everything.stdout.decode().count(": OK") == 1
     lines = everything.stderr.decode().splitlines()
     assert len(lines) == len(damaged) + 2 and all("FAILED" in line for line in lines)
-    for (path, words), line in zip(damaged.values(), lines):
+    for (path, words), line in zip(damaged.values(), lines[:-2], strict=True):  # the last two: checked below
         assert path in line and words in line, (path, words, line)
     assert "missing.blm: No such file" in lines[-2] and "directory" in lines[-1]
 
@@ -510,7 +510,7 @@ def test_merge_subcommand_and_tools_script_agree(tmp_path) -> None:  # type: ign
 
 def test_help_on_every_subcommand() -> None:
     subs = ("plan", "create", "add", "check", "info", "verify", "merge")
-    for sub, proc in zip(subs, run_all(*[([sub, "--help"], b"") for sub in subs])):
+    for sub, proc in zip(subs, run_all(*[([sub, "--help"], b"") for sub in subs]), strict=True):
         assert proc.returncode == 0, (sub, proc.stderr)
         assert proc.stdout.startswith(b"usage: mmapbloom " + sub.encode()), sub
         if sub in ("add", "check"):

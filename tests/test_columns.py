@@ -177,7 +177,7 @@ texts = st.lists(st.one_of(st.none(), st.text(max_size=20)), min_size=1, max_siz
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(values=texts)
 def test_arrow_string_producers_equal_the_list(values: list[Optional[str]]) -> None:
-    for name, make in zip(["native", "pure", "counting", "counting-pure"], MAKERS):
+    for name, make in zip(["native", "pure", "counting", "counting-pure"], MAKERS, strict=True):
         for producer, batch in _producers(values).items():
             if producer == "record_batches":
                 batch = _Fresh(values, producer)
