@@ -566,7 +566,7 @@ class ScalableBloomFilter(Lifecycle):
         tuple (replaced whole, so a thread never pairs one list with another's newest
         layer): the layers, a load of the newest layer's items word (through its mapping),
         and that layer's limit (the count at which a writer adds the next layer)."""
-        return layers, layers[-1]._counter.load, self._params.layer_limit(len(layers) - 1)
+        return layers, layers[-1]._items_loader(), self._params.layer_limit(len(layers) - 1)
 
     def _open_layer(
         self, i: int, entry: dict[str, Any], count: int, *, writable: bool
