@@ -196,7 +196,7 @@ def run(
         time.sleep(0.02)
     open(go, "w").close()
     t0 = time.monotonic()
-    pages, filtered = zip(*(pages_of(out, proc) for out, proc in procs))
+    pages, filtered = zip(*(pages_of(out, proc) for out, proc in procs), strict=True)
     seconds = time.monotonic() - t0
     fetched = server.fetched()
     sets = [set(p) for p in pages]

@@ -15,6 +15,7 @@ struct is moved out (its release set to NULL) and released here when the keys ar
 from __future__ import annotations
 
 import ctypes
+import itertools
 from typing import Any, Optional
 
 import numpy as np
@@ -200,7 +201,7 @@ def _keys(
         offsets = np.frombuffer(_bytes_at(bufs[1], (off + length + 1) * np.dtype(dtype).itemsize), dtype=dtype)
         offsets = offsets[off:].tolist()
         data = _bytes_at(bufs[2], offsets[-1])
-        keys = [data[a:b] for a, b in zip(offsets, offsets[1:])]
+        keys = [data[a:b] for a, b in itertools.pairwise(offsets)]
     elif fmt in ("vu", "vz"):
         views = _bytes_at(bufs[1], 16 * (off + length))
         ndata = arr.n_buffers - 3
@@ -221,5 +222,5 @@ def _keys(
     else:
         raise _bad_type(fmt, in_dict)
     if valid is not None:
-        keys = [k if ok else None for k, ok in zip(keys, valid)]
+        keys = [k if ok else None for k, ok in zip(keys, valid, strict=True)]
     return keys

@@ -44,7 +44,7 @@ from .base import MappedFilter
 from .counting import CountingBloomFilter
 from .errors import MmapBloomError
 from .filter import BloomFilter
-from .units import format_bytes, format_count, format_rate, parse_count, parse_fp_rate, progress_bar
+from .units import format_bytes, format_count, format_rate, parse_count, parse_fp_rate, parse_mode, progress_bar
 from .termination import TerminationSignal, exit_status, run_main
 from .scalable import ScalableBloomFilter
 from .verify import open_filter
@@ -271,7 +271,7 @@ def _plan(args: argparse.Namespace) -> int:
     ]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
-        print("  ".join(cell.rjust(w) for cell, w in zip(row, widths)).rstrip())
+        print("  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     return 0
 
 
@@ -325,7 +325,9 @@ def _create_scalable(args: argparse.Namespace) -> int:
     if args.tightening is not None:
         options["tightening"] = args.tightening
     try:
-        f = ScalableBloomFilter.create(args.file, args.n, args.p, strategy=_strategy(args.strategy), **options)
+        f = ScalableBloomFilter.create(
+            args.file, args.n, args.p, strategy=_strategy(args.strategy), mode=args.mode, **options
+        )
     except FileExistsError as exc:
         raise FileExistsError(exc.errno, SCALABLE_EXISTS, args.file) from None
     with f:
@@ -359,11 +361,15 @@ def _create(args: argparse.Namespace) -> int:
             f"creating {args.file}: m={cfg.num_bits:,}, k={cfg.num_hashes}, {size:,} bytes ({format_bytes(size)})",
             file=sys.stderr,
         )
+    if args.mode is not None:
+        options["mode"] = args.mode  # masked by the umask here: never more open than asked
     try:
         f = kind.create(args.file, cfg, sparse=args.sparse, overwrite=args.force, **options)
     except FileExistsError as exc:
         raise _use_force(exc, args.file) from None
-    f.close()
+    with f:
+        if args.mode is not None:  # the exact bits, whatever the umask (as mkdir -m)
+            os.chmod(f.path or args.file, args.mode)
     if not args.quiet:
         what = f"counting filter, {options['counter_bits']}-bit counters, " if args.counting else ""
         print(
@@ -439,7 +445,7 @@ def _check(args: argparse.Namespace) -> int:
                 absent += len(chunk) - n_hits
                 if show:
                     wanted = ~hits if args.absent else hits
-                    selected = [item for item, keep in zip(chunk, wanted.tolist()) if keep]
+                    selected = [item for item, keep in zip(chunk, wanted.tolist(), strict=True) if keep]
                     if selected:
                         out.write(sep.join(selected) + sep)
         finally:
@@ -788,6 +794,16 @@ def build_parser() -> argparse.ArgumentParser:
         choices=(4, 8),
         default=None,
         help="counter width of a --counting filter (default 4)",
+    )
+    p.add_argument(
+        "--mode",
+        type=_arg_type(parse_mode),
+        default=None,
+        metavar="OCTAL",
+        help="exact permission bits of the new file, not masked by the umask (e.g. 0664 or 0640); "
+        "with --scalable, of every file of the directory, including the layers and manifest that "
+        "later growths write, whoever grows it (the directory gets x where r is set). "
+        "Default: 0666 masked by the umask",
     )
     p.add_argument("--force", action="store_true", help="replace an existing file atomically (not with --scalable)")
     p.add_argument(

@@ -182,7 +182,7 @@ class BloomConfig:
         """The first of ``num_bits``, ``num_hashes``, ``strategy`` (compared by name) that
         differs, as ``(field, self's value, other's value)``; ``None`` when the cells of
         filters of the two configs line up. ``capacity`` and ``fp_rate`` take no part."""
-        for name, mine, theirs in zip(("num_bits", "num_hashes", "strategy"), self._key(), other._key()):
+        for name, mine, theirs in zip(("num_bits", "num_hashes", "strategy"), self._key(), other._key(), strict=True):
             if mine != theirs:
                 return name, mine, theirs
         return None

@@ -293,7 +293,7 @@ def _bind_pure_counters(
                 return -1
             values.append(v)
         emptied = 0
-        for c, v in zip(cells, values):
+        for c, v in zip(cells, values, strict=True):
             if v < top:
                 put(c, v - 1)
                 if v == 1:

@@ -27,7 +27,10 @@ documented exactly in docs/SCALABLE.md): a directory holding
   that word (one ``pread``) at each operation and compares it with its own layer count,
   so layers added by other processes are seen at O(1) cost, with no directory listing.
   The word is never read through a mapping: a lock file truncated by another program is
-  reported (ManifestError), not a SIGBUS.
+  reported (ManifestError), not a SIGBUS. The one exception is a single-item query that
+  answers "no" while the handle's newest layer is below its limit: a writer adds a layer
+  only after the newest is full, so no layer can have been added, and the query makes no
+  system call (see :meth:`ScalableBloomFilter.might_contain`).
 
 Growth is crash-safe: under the write lock the writer creates the whole layer file
 (atomically), publishes the manifest that lists it, and only then stores the new count in
@@ -212,6 +215,14 @@ def _file_mode(mode: Optional[int]) -> Optional[int]:
     return mode
 
 
+def _no_count() -> int:
+    return 0
+
+
+#: The ``_tail`` of a handle not yet open or closed: limit 0, so a query goes to the pread.
+_NO_TAIL: tuple[list[BloomFilter], Callable[[], int], int] = ([], _no_count, 0)
+
+
 # -- the filter -------------------------------------------------------------------------------
 class ScalableBloomFilter(Lifecycle):
     """A scalable Bloom filter (Almeida et al. 2007) stored in a directory of BLM1 layers.
@@ -232,7 +243,8 @@ class ScalableBloomFilter(Lifecycle):
     (the package's :class:`~mmapbloom.locking.WriteLock`). Readers take no lock. Each
     operation first compares the committed layer count (a ``pread`` of the ``lock``
     file's count word) with the handle's; when another process added a layer the handle
-    opens it then. Fork-safe: a child that inherits a handle locks through its own open
+    opens it then. (A single-item query skips the ``pread`` while the newest layer it
+    knows is below its limit: no layer can have been added after it then.) Fork-safe: a child that inherits a handle locks through its own open
     file description of the lock file (the parent's flock never admits it). Not safe on
     file systems whose ``flock`` is not coherent (NFS).
 
@@ -259,6 +271,7 @@ class ScalableBloomFilter(Lifecycle):
         "_lock_fd",
         "_seen",
         "_layers",
+        "_tail",
         "_inodes",
         "_retired",
         "_reload_lock",
@@ -276,6 +289,7 @@ class ScalableBloomFilter(Lifecycle):
     _lock_fd: int
     _seen: bytes  # the count word's bytes for len(_layers)
     _layers: list[BloomFilter]
+    _tail: tuple[list[BloomFilter], Callable[[], int], int]  # see _watch
     _inodes: list[tuple[int, int]]
     _retired: list[BloomFilter]  # read-only layer handles replaced by writable ones
     _reload_lock: threading.Lock
@@ -401,6 +415,7 @@ class ScalableBloomFilter(Lifecycle):
         self._no_write = self._readonly
         self._closed = False
         self._layers = []
+        self._tail = _NO_TAIL
         self._seen = _packed(0)
         self._inodes = []
         self._retired = []
@@ -539,11 +554,19 @@ class ScalableBloomFilter(Lifecycle):
                 raise
             self._inodes = inodes
             self._layers = new
+            self._tail = self._watch(new)
             self._seen = _packed(len(new))
             return new
 
     def _layer_path(self, i: int) -> str:
         return os.path.join(self._path, layer_name(i))
+
+    def _watch(self, layers: list[BloomFilter]) -> tuple[list[BloomFilter], Callable[[], int], int]:
+        """What :meth:`might_contain` needs to answer "no" without a system call, as one
+        tuple (replaced whole, so a thread never pairs one list with another's newest
+        layer): the layers, a load of the newest layer's items word (through its mapping),
+        and that layer's limit (the count at which a writer adds the next layer)."""
+        return layers, layers[-1]._items_loader(), self._params.layer_limit(len(layers) - 1)
 
     def _open_layer(
         self, i: int, entry: dict[str, Any], count: int, *, writable: bool
@@ -595,6 +618,7 @@ class ScalableBloomFilter(Lifecycle):
             new = layers[:last] + [layer]
             if self._layers is layers:
                 self._layers = new
+                self._tail = self._watch(new)
         return new
 
     def _full(self, i: int, layer: BloomFilter) -> bool:
@@ -637,6 +661,7 @@ class ScalableBloomFilter(Lifecycle):
                 store_count(self._lock_fd, i + 1)
                 self._inodes = self._inodes + [(st.st_dev, st.st_ino)]
                 self._layers = new = layers + [layer]
+                self._tail = self._watch(new)
                 self._seen = _packed(i + 1)
         except BaseException:
             layer.close()
@@ -766,7 +791,7 @@ class ScalableBloomFilter(Lifecycle):
             if not todo:
                 break
             hit = layer.contains_many([keys[i] for i in todo])
-            todo = [i for i, h in zip(todo, hit.tolist()) if not h]
+            todo = [i for i, h in zip(todo, hit.tolist(), strict=True) if not h]
         return todo
 
     def write_lock(self) -> WriteLock:
@@ -787,19 +812,37 @@ class ScalableBloomFilter(Lifecycle):
         the layers newest first (the newest holds about half of the items for s = 2) and
         stops at the first that reports it. Takes no lock.
 
-        Cost: a hash and a few reads per layer asked; a negative answer adds one
-        ``pread`` of the lock file's count word (a positive one needs none: bits are never
-        cleared, so the layers already open suffice to say yes).
+        Cost: a hash and a few reads per layer asked, and no system call, except for a
+        negative answer while the newest layer this handle knows is full (then one
+        ``pread`` of the lock file's count word, to find the layers added since).
 
         Raises TypeError, FilterClosedError, ManifestError (the lock file was truncated
-        or damaged under the handle)."""
+        or damaged under the handle, found when the count word is read)."""
         key = encode_key(item)
-        layers = self._layers
+        layers, newest_count, limit = self._tail
         for layer in reversed(layers):
             if layer.might_contain(key):
-                return True
-        # "No" must include the layers other processes committed since: one pread. An add
-        # that returned before this call began went to a layer below the count read here.
+                return True  # bits are never cleared: the layers already open suffice for yes
+        # "No" must include every layer another process committed before this call began
+        # (an add that returned before it went to one of them). A writer adds layer i + 1
+        # only after it saw layer i's items word reach the layer's limit (add and
+        # _update_locked grow only when _full; the word only grows, and a growth publishes
+        # the layer, the manifest and the count word after that observation). So while our
+        # newest layer's word, read now through the shared mapping, is below its limit, no
+        # process had committed a newer layer at this moment, let alone before the call
+        # began: the layers asked above are all there are. So a miss makes no system call,
+        # where a pread of the count word per miss used to cost more than the rest. (The word is
+        # in page 0 of a layer just probed: page 0 can fault only for a layer truncated to 0
+        # bytes, and then the probe above, which touched at least one cell, raised
+        # LengthMismatchError first: guarded on the native handle, size-checked on the pure one.)
+        try:
+            if newest_count() < limit:
+                return False
+        except ValueError:  # the layer's mapping was released: closed by another thread
+            self._check_open()
+            raise
+        # The newest layer is full: a growth may have been committed. One pread of the
+        # count word: a count equal to ours means no growth yet.
         try:
             same = os.pread(self._lock_fd, 4, COUNT_OFFSET) == self._seen and self._layers is layers
         except OSError:  # EBADF: closed
@@ -861,8 +904,11 @@ class ScalableBloomFilter(Lifecycle):
     @property
     def layers(self) -> list[LayerInfo]:
         """A snapshot of every committed layer's shape and fill, oldest first."""
+        return self._layer_infos(self._current())
+
+    def _layer_infos(self, layers: list[BloomFilter]) -> list[LayerInfo]:
         out = []
-        for i, layer in enumerate(self._current()):
+        for i, layer in enumerate(layers):
             out.append(
                 LayerInfo(
                     index=i,
@@ -895,7 +941,7 @@ class ScalableBloomFilter(Lifecycle):
         ``observed_fp_rate`` and ``approx_items`` and the total ``approx_items``."""
         layers = self._current()
         entries = []
-        for info, layer in zip(self.layers, layers):
+        for info, layer in zip(self._layer_infos(layers), layers, strict=True):  # one snapshot
             entry = dataclasses.asdict(info)
             if scan:
                 ones = layer.count_ones()
@@ -1063,6 +1109,7 @@ class ScalableBloomFilter(Lifecycle):
         self._closed = True
         if hasattr(self, "_lock"):
             self._lock.close()
+        self._tail = _NO_TAIL  # its limit 0 sends a query to the pread, which fails (EBADF)
         for layer in self._layers + self._retired:
             layer.close()
         self._layers = []

@@ -8,7 +8,7 @@ import sys
 from fractions import Fraction
 from typing import Any, Optional
 
-__all__ = ["format_bytes", "format_count", "format_rate", "parse_count", "parse_fp_rate", "progress_bar"]
+__all__ = ["format_bytes", "format_count", "format_rate", "parse_count", "parse_fp_rate", "parse_mode", "progress_bar"]
 
 _SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 
@@ -63,6 +63,26 @@ def parse_fp_rate(text: str) -> float:
     if not 0.0 < rate < 1.0:  # 1e-400 is > 0 but rounds to 0.0 as a float
         raise ValueError(f"a false-positive rate of {text!r} is too close to {int(rate)} to compute with")
     return rate
+
+
+def parse_mode(text: str) -> int:
+    """Parse permission bits written in octal, as ``chmod`` takes them: ``664``, ``0664``
+    or ``0o664``, in [0, 0o777] (no setuid, setgid or sticky bits).
+
+    Raises:
+        ValueError: not an octal number, or outside [0, 0o777] (the message shows the text).
+
+    >>> [oct(parse_mode(s)) for s in ("0664", "640", "0o600", "0")]
+    ['0o664', '0o640', '0o600', '0o0']
+    """
+    s = text.strip()
+    digits = s[2:] if s[:2].lower() == "0o" else s
+    if not digits or not all(c in "01234567" for c in digits):
+        raise ValueError(f"expected octal permission bits such as 0664 or 0640, got {text!r}")
+    value = int(digits, 8)
+    if value > 0o777:
+        raise ValueError(f"expected permission bits in 0000..0777 (no setuid, setgid or sticky bit), got {text!r}")
+    return value
 
 
 def format_bytes(n: float) -> str:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 
@@ -17,10 +19,19 @@ from tests.conftest import ROOT, run_on_terminal
 ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), "OPENBLAS_NUM_THREADS": "1"}
 
 
-def run(*args: str, stdin: bytes = b"", cwd: str | None = None) -> subprocess.CompletedProcess[bytes]:
-    """``python -m mmapbloom ARGS`` in a subprocess (stderr is a pipe, not a terminal)."""
+def run(
+    *args: str, stdin: bytes = b"", cwd: str | None = None, umask: int | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """``python -m mmapbloom ARGS`` in a subprocess (stderr is a pipe, not a terminal),
+    with ``umask`` set in the child if given."""
     return subprocess.run(
-        [sys.executable, "-m", "mmapbloom", *args], input=stdin, capture_output=True, timeout=120, env=ENV, cwd=cwd
+        [sys.executable, "-m", "mmapbloom", *args],
+        input=stdin,
+        capture_output=True,
+        timeout=120,
+        env=ENV,
+        cwd=cwd,
+        preexec_fn=None if umask is None else functools.partial(os.umask, umask),
     )
 
 
@@ -38,7 +49,7 @@ def run_all(*calls: tuple[list[str], bytes]) -> list[subprocess.CompletedProcess
         for args, _ in calls
     ]
     results = []
-    for proc, (_args, stdin) in zip(procs, calls):
+    for proc, (_args, stdin) in zip(procs, calls, strict=True):
         out, err = proc.communicate(stdin, timeout=120)
         results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
     return results
@@ -113,7 +124,7 @@ BAD_USAGE = [
 
 
 def test_bad_usage_exit_2_one_line() -> None:
-    for proc, (_, needle) in zip(run_all(*[(args, b"") for args, _ in BAD_USAGE]), BAD_USAGE):
+    for proc, (_, needle) in zip(run_all(*[(args, b"") for args, _ in BAD_USAGE]), BAD_USAGE, strict=True):
         assert_one_line_error(proc, needle)
 
 
@@ -149,7 +160,7 @@ def test_create_bad_usage(tmp_path) -> None:  # type: ignore[no-untyped-def]
         (["--bits", "0", "--hashes", "3"], "whole number"),
         (["--bits", "10", "--hashes", "3", "--bogus"], "unrecognized arguments"),
     ]
-    for proc, (_, needle) in zip(run_all(*[(["create", path, *args], b"") for args, _ in cases]), cases):
+    for proc, (_, needle) in zip(run_all(*[(["create", path, *args], b"") for args, _ in cases]), cases, strict=True):
         assert_one_line_error(proc, needle)
     assert not os.path.exists(path)
 
@@ -158,6 +169,46 @@ def test_create_in_missing_directory_is_exit_2(tmp_path) -> None:  # type: ignor
     assert_one_line_error(
         run("create", str(tmp_path / "no" / "x.blm"), "-n", "10", "-p", "1%"), "No such file or directory"
     )
+
+
+def modes(directory: str) -> dict[str, int]:
+    return {n: stat.S_IMODE(os.stat(os.path.join(directory, n)).st_mode) for n in sorted(os.listdir(directory))}
+
+
+def test_create_mode_sets_exact_bits_and_growths_of_a_scalable_filter_keep_them(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # A private umask (077) in every process: only --mode can make the files group-readable.
+    path = str(tmp_path / "shared")
+    proc = run("create", "-q", path, "--scalable", "-n", "100", "-p", "1%", "--mode", "0664", umask=0o077)
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o775  # x where r is set
+    assert modes(path) == {"layer-0000.blm": 0o664, "lock": 0o664, "manifest.json": 0o664}
+    lines = b"".join(b"item-%d\n" % i for i in range(1000))
+    proc = run("add", path, stdin=lines, umask=0o077)  # the growths: layers 1..3 and new manifests
+    assert proc.returncode == 0, proc.stderr
+    got = modes(path)
+    assert [n for n in got if n.startswith("layer-")] == [f"layer-{i:04d}.blm" for i in range(4)]
+    assert set(got.values()) == {0o664}, {n: oct(m) for n, m in got.items()}
+    assert run("check", "-q", path, stdin=lines, umask=0o077).returncode == 0  # every item found
+
+    # The plain kinds: the exact bits too (0640 is not what umask 077 would give).
+    for name, extra, mode in (("p.blm", [], "640"), ("c.blc", ["--counting"], "0o604")):
+        made = str(tmp_path / name)
+        proc = run("create", "-q", made, "-n", "1000", "-p", "1%", "--mode", mode, *extra, umask=0o077)
+        assert proc.returncode == 0, proc.stderr
+        assert stat.S_IMODE(os.stat(made).st_mode) == int(mode.removeprefix("0o"), 8)
+    with BloomFilter.open(str(tmp_path / "p.blm")) as f:  # still a sound, writable filter
+        assert f.add("x") and "x" in f
+
+
+@pytest.mark.parametrize("kind", [["--scalable"], []])
+def test_create_mode_refuses_what_is_not_permission_bits(tmp_path, kind: list[str]) -> None:  # type: ignore[no-untyped-def]
+    bad = ["0899", "1777", "4755", "rw-r--r--", "", "-644", "0o"]
+    path = str(tmp_path / "x")
+    procs = run_all(*[(["create", path, *kind, "-n", "100", "-p", "1%", "--mode", value], b"") for value in bad])
+    for proc, value in zip(procs, bad, strict=True):
+        err = assert_one_line_error(proc, "argument --mode", repr(value))
+        assert "octal permission bits" in err or "permission bits in 0000..0777" in err, err
+    assert not os.path.exists(path)
 
 
 # -- add and check: framing --------------------------------------------------------------
@@ -399,7 +450,7 @@ def test_verify_good_and_each_kind_of_damage(tmp_path) -> None:  # type: ignore[
     assert everything.stdout.decode().count(": OK") == 1
     lines = everything.stderr.decode().splitlines()
     assert len(lines) == len(damaged) + 2 and all("FAILED" in line for line in lines)
-    for (path, words), line in zip(damaged.values(), lines):
+    for (path, words), line in zip(damaged.values(), lines[:-2], strict=True):  # the last two: checked below
         assert path in line and words in line, (path, words, line)
     assert "missing.blm: No such file" in lines[-2] and "directory" in lines[-1]
 
@@ -459,7 +510,7 @@ def test_merge_subcommand_and_tools_script_agree(tmp_path) -> None:  # type: ign
 
 def test_help_on_every_subcommand() -> None:
     subs = ("plan", "create", "add", "check", "info", "verify", "merge")
-    for sub, proc in zip(subs, run_all(*[([sub, "--help"], b"") for sub in subs])):
+    for sub, proc in zip(subs, run_all(*[([sub, "--help"], b"") for sub in subs]), strict=True):
         assert proc.returncode == 0, (sub, proc.stderr)
         assert proc.stdout.startswith(b"usage: mmapbloom " + sub.encode()), sub
         if sub in ("add", "check"):

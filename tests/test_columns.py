@@ -178,7 +178,7 @@ texts = st.lists(st.one_of(st.none(), st.text(max_size=20)), min_size=1, max_siz
 @given(values=texts)
 def test_arrow_string_producers_equal_the_list(values: list[Optional[str]]) -> None:
     producers = _producers(values)  # each is read anew by every check (a stream: _Fresh)
-    for name, make in zip(["native", "pure", "counting", "counting-pure"], MAKERS):
+    for name, make in zip(["native", "pure", "counting", "counting-pure"], MAKERS, strict=True):
         for producer, batch in producers.items():
             if producer == "record_batches":
                 batch = _Fresh(values, producer)

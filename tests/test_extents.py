@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import warnings
 from typing import Any
@@ -93,7 +94,7 @@ def test_counts_equal_full_read_and_holes_are_skipped(holes: Any, monkeypatch: p
             assert any(a <= off + len(written) - 1 < a + n for a, n in found)
         # A multi-block region comes back whole (its first block and the rest joined).
         assert any(a <= 30 * MIB and 30 * MIB + 3 * 65536 <= a + n for a, n in found)
-        assert all(a + n < b for (a, n), (b, _) in zip(found, found[1:]))  # sorted, not even adjacent
+        assert all(a + n < b for (a, n), (b, _) in itertools.pairwise(found))  # sorted, not even adjacent
         expected = _full_popcount(fd, 0, 40 * MIB)
         reads = ReadCounter(monkeypatch)
         assert count_set_bits(fd, 0, 40 * MIB) == expected

@@ -67,7 +67,7 @@ def test_batch_equals_per_key(keys: list[bytes], k: int, m: int) -> None:
     s = M3KM()
     batch = s.positions_many(keys, k, m)
     assert batch.shape == (len(keys), k) and batch.dtype == np.uint64
-    for key, row in zip(keys, batch.tolist()):
+    for key, row in zip(keys, batch.tolist(), strict=True):
         assert row == reference_positions(key, k, m)
 
 

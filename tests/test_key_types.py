@@ -185,7 +185,7 @@ def test_mixed_batch_same_answers_and_file_on_both_backends(tmp_path: Any, count
     filters = [make.create(p, CFG) for p in paths]
     _pure(filters[1])
     flags = []
-    for f, batch in zip(filters, (keys, keys, [encode_key(k) for k in keys])):
+    for f, batch in zip(filters, (keys, keys, [encode_key(k) for k in keys]), strict=True):
         flags.append(f.add_many(batch).tolist())
         assert f.update(tuple(batch)) == 0 and f.update(k for k in batch[:3]) == 0
         assert f.contains_many(batch + ["absent", 8]).tolist() == [True] * len(keys) + [False, False]

@@ -125,7 +125,7 @@ class Model:
         if 0 in values:
             return -1
         emptied = 0
-        for c, v in zip(cells, values):
+        for c, v in zip(cells, values, strict=True):
             if v < self.top:
                 self._put(c, v - 1)
                 emptied |= v == 1

@@ -116,7 +116,7 @@ def _fork_children(f: BloomFilter, parts: list[list[str]]) -> list[float]:
         pids.append(pid)
         pipes.append(r)
     times = []
-    for pid, r in zip(pids, pipes):
+    for pid, r in zip(pids, pipes, strict=True):
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
         times.append(float(os.read(r, 100)))

@@ -116,7 +116,7 @@ def test_console_blocks(run_dir: Path) -> None:
     )
     outputs = proc.stdout.split(marker + "\n")
     assert len(outputs) == len(expected) + 1, proc.stdout[-3000:]
-    for (command, want), got in zip(expected, outputs):
+    for (command, want), got in zip(expected, outputs[:-1], strict=True):  # the last part follows the last marker
         want_n, got_n = normalize(want, str(run_dir)), normalize(got, str(run_dir))
         assert matches(want_n, got_n), f"$ {command}\n--- README shows:\n{want_n}\n--- it printed:\n{got_n}"
 

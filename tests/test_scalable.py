@@ -14,6 +14,8 @@ import pickle
 import random
 import signal
 import struct
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -36,7 +38,7 @@ from mmapbloom import scalable_format as sf
 from mmapbloom.sizing import expected_fp_rate
 from mmapbloom.errors import FormatError, LayerMismatchError, ManifestError, MissingLayerError
 from tests import scalable_workers
-from tests.conftest import urls
+from tests.conftest import ROOT, urls
 
 CTX = mp.get_context("spawn")
 M3KM = get_strategy("M3KM")  # pinned: the measured rates below must not move with the default
@@ -252,6 +254,68 @@ def test_other_handles_see_new_layers_without_listing(tmp_path, monkeypatch) -> 
     assert all(r.might_contain(k) for k in keys)
     w.close()
     r.close()
+
+
+ADDER = r"""
+import sys
+sys.path.insert(0, {root!r})
+from mmapbloom import ScalableBloomFilter
+with ScalableBloomFilter.open({path!r}) as f:
+    for i, key in enumerate(sys.stdin.read().split()):
+        assert (f.add(key) if i % 2 else f.update([key])), key  # both write paths
+        print(key, flush=True)  # after the add returned
+"""
+
+
+def test_single_queries_find_what_another_process_added_to_new_layers(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # A reader's handle knows one layer; another process adds keys one at a time across
+    # four growths and tells each key after its add returned; the reader asks for it at
+    # once with `in`. No false negative: a key in a layer this handle has not opened yet
+    # is found (the newest layer it knows is full then, so the query reads the count word).
+    path = str(tmp_path / "s")
+    ScalableBloomFilter.create(path, 50, 1e-6).close()
+    keys = [f"k{i}" for i in range(1000)]  # layers of 50, 100, 200, 400, 800: five layers
+    with ScalableBloomFilter.open(path, readonly=True) as r:
+        assert r.num_layers == 1
+        proc = subprocess.Popen(
+            [sys.executable, "-c", ADDER.format(root=ROOT, path=path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write("\n".join(keys))
+        proc.stdin.close()
+        told = []
+        for line in proc.stdout:
+            key = line.strip()
+            assert key in r, f"{key} (item {len(told)}) not found by a handle with {len(r._layers)} layers"
+            told.append(key)
+        assert proc.wait(timeout=120) == 0
+        assert told == keys
+        assert r.num_layers == 5 and r.contains_many(keys).all()
+
+
+def test_a_query_reads_the_count_word_only_while_the_newest_layer_is_full(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    w = ScalableBloomFilter.create(tmp_path / "s", 50, 1e-6)
+    r = ScalableBloomFilter.open(tmp_path / "s", readonly=True)
+    preads = []
+    real_pread = os.pread
+    monkeypatch.setattr(os, "pread", lambda fd, n, off: preads.append(off) or real_pread(fd, n, off))
+    w.update(urls(49))
+    preads.clear()  # the writer's own reads
+    assert not any(f"absent-{i}" in r for i in range(100)) and preads == []  # 49 < 50: no system call
+    w.update(urls(50)[49:])  # layer 0 is full now, nothing added after it yet
+    preads.clear()
+    assert "absent" not in r and preads == [sf.COUNT_OFFSET]
+    w.update(["next"])  # the growth
+    assert "next" in r and r.num_layers == 2  # read the count word, opened layer 1
+    preads.clear()
+    assert "absent" not in r and preads == []  # layer 1 below its limit again
+    w.close()
+    r.close()
+    with pytest.raises(FilterClosedError):
+        "absent" in r  # noqa: B015
 
 
 def test_threads_one_process_exactly_one_true(tmp_path) -> None:  # type: ignore[no-untyped-def]

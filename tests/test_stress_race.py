@@ -94,7 +94,7 @@ def _open_or_create_and_add(
             new = [x for x in items if f.add(x)]
         else:
             flags = f.add_many(items)
-            new = [x for x, n in zip(items, flags) if n]
+            new = [x for x, n in zip(items, flags, strict=True) if n]
         return (st.st_dev, st.st_ino), new
 
 
@@ -209,7 +209,7 @@ def test_reader_survives_atomic_replace(tmp_path: Any, replace_trial: int, reado
 def _child_adds(f: BloomFilter, part: list[str]) -> list[str]:
     new = [x for x in part[: len(part) // 2] if f.add(x)]
     flags = f.add_many(part[len(part) // 2 :])
-    return new + [x for x, n in zip(part[len(part) // 2 :], flags) if n]
+    return new + [x for x, n in zip(part[len(part) // 2 :], flags, strict=True) if n]
 
 
 @pytest.mark.parametrize("parent_thread", ["holds-lock", "adds-in-loop"])
@@ -308,7 +308,7 @@ def test_threads_shared_and_own_handles(tmp_path: Any, thread_trial: int) -> Non
                 if mode == 0:
                     news[i].extend(x for x in chunk if f.add(x))
                 elif mode == 1:
-                    news[i].extend(x for x, n in zip(chunk, f.add_many(chunk)) if n)
+                    news[i].extend(x for x, n in zip(chunk, f.add_many(chunk), strict=True) if n)
                 else:
                     with f.write_lock():
                         news[i].extend(x for x in chunk if f.add(x))
@@ -662,7 +662,7 @@ def test_merge_into_races_writers(tmp_path: Any, merge_trial: int, record_proper
     gate = Gate()
     stop_r, stop_w = os.pipe()
     monitor = Forked(_bits_monitor, target, stop_r, gate=gate.r, close_in_child=(gate.w, stop_w))
-    children = [gate.fork(_merge_writer, target, items, mode) for items, mode in zip(writers_items, modes)]
+    children = [gate.fork(_merge_writer, target, items, mode) for items, mode in zip(writers_items, modes, strict=True)]
     mergers = [gate.fork(_merger, target, shards_a, merge_trial % 2 == 1), gate.fork(_merger, target, shards_b, False)]
     gate.open()
     try:

@@ -239,7 +239,7 @@ class CountingModel:
     def union(self, other: "CountingModel") -> None:
         """Counter-wise saturating sum; with itself every counter doubles (a multiset sum)."""
         theirs, their_added, their_items = list(other.cells), collections.Counter(other.added), other.items
-        self.cells = [min(a + b, self.top) for a, b in zip(self.cells, theirs)]
+        self.cells = [min(a + b, self.top) for a, b in zip(self.cells, theirs, strict=True)]
         self.items = min(self.items + their_items, MAX_ITEMS)
         self.added.update(their_added)
 

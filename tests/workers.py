@@ -24,7 +24,7 @@ def add_items(path: str, items: list[str], barrier: Any, mode: str = "add") -> l
             return [x for x in items if f.add(x)]
         if mode == "add_many":
             flags = f.add_many(items)
-            return [x for x, new in zip(items, flags) if new]
+            return [x for x, new in zip(items, flags, strict=True) if new]
         if mode == "locked":
             with f.write_lock():
                 return [x for x in items if f.add(x)]

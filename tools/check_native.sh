@@ -28,6 +28,30 @@ if [[ -z "${PYTHON:-}" ]]; then
     if [[ -x .venv/bin/python ]]; then PYTHON=$ROOT/.venv/bin/python; else PYTHON=python3; fi
 fi
 CC=${CC:-gcc}
+
+# setup.py below runs with the interpreter's own setuptools (no build isolation), and
+# pyproject.toml's PEP 639 license fields (license = "MIT", license-files) need the
+# version its [build-system] requires (setuptools >= 77.0.3): check it here, with the fix,
+# rather than fail later inside setuptools with a message about the license field.
+REQ=$(grep -o -m1 'setuptools>=[^"]*' pyproject.toml)
+"$PYTHON" - "$REQ" <<'PY'
+import re
+import sys
+
+req = sys.argv[1]  # e.g. setuptools>=77.0.3,<85
+need = tuple(int(x) for x in re.search(r">=([0-9.]+)", req).group(1).split("."))
+fix = f"fix: {sys.executable} -m pip install '{req}'"
+try:
+    import setuptools
+except ImportError:
+    sys.exit(f"FAIL: setuptools is not installed for {sys.executable}; this build needs {req} ({fix})")
+have = tuple(int(x) for x in re.findall(r"[0-9]+", setuptools.__version__)[: len(need)])
+if have < need:
+    sys.exit(
+        f"FAIL: {sys.executable} has setuptools {setuptools.__version__}, but pyproject.toml's "
+        f"license fields (PEP 639) need {req} ({fix})"
+    )
+PY
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/mmapbloom-asan.XXXXXX")
 if [[ -z "${KEEP:-}" ]]; then trap 'rm -rf "$WORK"' EXIT; else echo "work dir: $WORK"; fi
 

@@ -142,7 +142,7 @@ def build(path: str, size_gib: float, keys: int, how: str) -> tuple[float, int]:
     fd = os.open(path, os.O_RDWR)
     try:
         end = os.fstat(fd).st_size
-        for lo, hi in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [offs.size]])):
+        for lo, hi in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [offs.size]]), strict=True):
             base = int(page_of[lo]) * PAGE
             page = np.frombuffer(bytearray(os.pread(fd, PAGE, base).ljust(PAGE, b"\0")), dtype=np.uint8)
             np.bitwise_or.at(page, offs[lo:hi] - base, masks[lo:hi])

@@ -38,7 +38,7 @@ def write_chart(run: Run, path: str) -> None:
         values = [res.ns(op) or 0.0 for op, _ in ops]
         xs = [j + (i - (len(libs) - 1) / 2) * width for j in range(len(ops))]
         bars = ax.bar(xs, values, width, label=res.adapter.label)
-        for bar, v in zip(bars, values):
+        for bar, v in zip(bars, values, strict=True):
             if v:
                 ax.annotate(
                     fmt_ns(v),

@@ -102,7 +102,7 @@ def make_keys(start: int, count: int, seed: int) -> list[str]:
         which = (draw[0] % len(prefixes)).tolist()
         length = (KEY_MIN_BYTES + draw[1] % span).tolist()
         offset = (draw[2] % (len(pool) - KEY_MAX_BYTES)).tolist()
-        for i, p, n, o in zip(range(lo, hi), which, length, offset):
+        for i, p, n, o in zip(range(lo, hi), which, length, offset, strict=True):
             head = f"{prefixes[p]}{i:x}/"  # at most 33 + 8 + 1 bytes for ids below 2**32
             append(head + pool[o : o + n - len(head)])
     return out

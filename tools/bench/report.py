@@ -201,7 +201,7 @@ def main_tables(
         rrows.append([res.adapter.name] + cells)
     best_names = ", ".join(
         f"{h}: {b.adapter.name} ({fmt_ns(b.ns(op))} ns)" if b else f"{h}: none"
-        for (op, h), b in zip(ops, best.values())
+        for (op, h), b in zip(ops, best.values(), strict=True)
     )
     out.append(
         f"\nTime ratios, *vs {REFERENCE_PEER}* / *vs the fastest in-memory peer of that column* "
