@@ -590,6 +590,18 @@ static PyObject *encode_key_py(PyObject *o)
     return res;
 }
 
+/* encode_key's result (a new reference or NULL), checked to be bytes: the same reference,
+ * or NULL with TypeError (a replaced encode_key returning something else). */
+static PyObject *encoded_bytes(PyObject *enc)
+{
+    if (enc != NULL && !PyBytes_Check(enc)) {
+        Py_DECREF(enc);
+        PyErr_SetString(PyExc_TypeError, "mmapbloom.hashing.encode_key must return bytes");
+        return NULL;
+    }
+    return enc;
+}
+
 /* A key that resolve_key does not take in place: raise encode_key's error for it (or, for
  * a key that encode_key accepts, say that batches must be encoded first: the Python layer
  * does that, see mmapbloom.batches). */
@@ -706,14 +718,9 @@ static int hash_object(PyObject *o, uint64_t h[2])
         return 0;
     }
     {
-        PyObject *enc = encode_key_py(o);
+        PyObject *enc = encoded_bytes(encode_key_py(o));
         if (enc == NULL)
             return -1;
-        if (!PyBytes_Check(enc)) {
-            Py_DECREF(enc);
-            PyErr_SetString(PyExc_TypeError, "mmapbloom.hashing.encode_key must return bytes");
-            return -1;
-        }
         r.ptr = PyBytes_AS_STRING(enc);
         r.len = PyBytes_GET_SIZE(enc);
         hash_key(&r, h);
@@ -2224,15 +2231,10 @@ static int key_owned(keyset *ks, PyObject *o, mb_key *r)
             if (ks->encode == NULL)
                 return -1;
         }
-        enc = PyObject_CallOneArg(ks->encode, o);
+        enc = encoded_bytes(PyObject_CallOneArg(ks->encode, o));
     }
     if (enc == NULL)
         return -1;
-    if (!PyBytes_Check(enc)) {
-        Py_DECREF(enc);
-        PyErr_SetString(PyExc_TypeError, "mmapbloom.hashing.encode_key must return bytes");
-        return -1;
-    }
     if (ks->owned == NULL && (ks->owned = PyList_New(0)) == NULL) {
         Py_DECREF(enc);
         return -1;
