@@ -58,6 +58,10 @@ def raise_faulted(storage: Storage, *others: Storage) -> NoReturn:
     fault), a LengthMismatchError saying that the touch faulted, with both sizes."""
     for each in (*others, storage):
         each.check_size()
+    # Long enough again (or no check saw it): name the first file now shorter than its
+    # mapping, else ``storage``.
+    shorter = (each for each in (storage, *others) if each.fd is not None and os.fstat(each.fd).st_size < len(each.buf))
+    storage = next(shorter, storage)
     mapped = len(storage.buf)
     size = os.fstat(storage.fd).st_size if storage.fd is not None else mapped
     raise LengthMismatchError(
