@@ -652,11 +652,9 @@ class MappedFilter(FilterBase, Lifecycle):
         if self.items_added != other.items_added:
             return False
         start, stop = self._storage.body_range()
-        ostart, ostop = other._storage.body_range()
-        # Guarded chunk copies of both files (mmapbloom.scans): a truncation raises, never SIGBUS.
-        mine = scans.chunks(self._storage, start, stop, CHUNK_BYTES)
-        theirs = scans.chunks(other._storage, ostart, ostop, CHUNK_BYTES)
-        return all(np.array_equal(a, b) for a, b in zip(mine, theirs, strict=True))
+        ostart = other._storage.body_range()[0]
+        # Guarded (mmapbloom.scans): a truncation before or during the compare raises, never SIGBUS.
+        return scans.equal(self._storage, start, other._storage, ostart, stop - start)
 
     __hash__ = None  # type: ignore[assignment]
 

@@ -41,10 +41,11 @@ from .errors import LengthMismatchError
 from .kernels import native_module
 from .storage import Storage
 
-__all__ = ["OP_ADD4", "OP_ADD8", "OP_AND", "OP_COPY", "OP_OR", "chunks", "combine", "raise_faulted", "read"]
+__all__ = ["OP_ADD4", "OP_ADD8", "OP_AND", "OP_COPY", "OP_OR", "chunks", "combine", "equal", "raise_faulted", "read"]
 
-#: Operations of :func:`combine` (the compiled ``scan``'s op codes).
+#: Operations of :func:`combine` (the compiled ``scan``'s op codes; 5 compares).
 OP_COPY, OP_OR, OP_AND, OP_ADD8, OP_ADD4 = range(5)
+_OP_EQ = 5
 
 _native = native_module()
 
@@ -178,3 +179,29 @@ def combine(
             for each in storages:
                 each.check_size()  # pure backend: the sizes again before each chunk
         _numpy_op(mine[s : s + step], theirs[s : s + step], op)
+
+
+def equal(a: Storage, a_offset: int, b: Storage, b_offset: int, count: int, *, step: int = 1 << 24) -> bool:
+    """True when ``a``'s image ``[a_offset, a_offset + count)`` equals ``b``'s from
+    ``b_offset`` (O(count), no copy). Native, file-backed: one guarded ``memcmp`` with the
+    GIL released; otherwise numpy in chunks of ``step`` bytes, the sizes checked before each.
+
+    Raises:
+        LengthMismatchError: a file was truncated under its handle. FilterClosedError.
+    """
+    a.check_size()
+    b.check_size()
+    if _native is not None and (a.fd is not None or b.fd is not None):
+        same = _native.scan(a.buf, a_offset, b.buf, b_offset, count, _OP_EQ)
+        if same is None:
+            raise_faulted(a, b)
+        return bool(same)
+    mine = np.frombuffer(a.buf, dtype=np.uint8, count=count, offset=a_offset)
+    theirs = np.frombuffer(b.buf, dtype=np.uint8, count=count, offset=b_offset)
+    for s in range(0, count, step):
+        if s:
+            a.check_size()  # pure backend: the sizes again before each chunk
+            b.check_size()
+        if not np.array_equal(mine[s : s + step], theirs[s : s + step]):
+            return False
+    return True

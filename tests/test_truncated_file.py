@@ -341,7 +341,7 @@ for kind in KINDS:
     _, g = make(f"{{kind}}-other.blm", kind)
     same = type(f).open(path)
     mapped = f.size_bytes
-    size = 3 * 4096 + 10
+    size = 3 * 4096  # page-aligned: the next byte faults (a partial page reads as zeros)
     os.truncate(path, size)
     checked = FileStorage.check_size
     FileStorage.check_size = lambda self: None  # no size check: the guard alone
