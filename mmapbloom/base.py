@@ -354,9 +354,10 @@ class MappedFilter(FilterBase, Lifecycle):
         return self._storage.path or "<memory>"
 
     def _cells(self) -> npt.NDArray[np.uint8]:
-        """A numpy ``uint8`` view of the cell array (no copy; read-only when the handle is).
-        Every scan of the mapping starts here, so the file's size is checked here first
-        (``LengthMismatchError`` for a file truncated under the handle, not SIGBUS)."""
+        """A numpy ``uint8`` view of the cell array (no copy; read-only when the handle is),
+        after a size check (``LengthMismatchError`` for a file truncated under the handle).
+        For in-memory images; a scan of a mapped file goes through :mod:`mmapbloom.scans`
+        (guarded), since a truncation during a numpy scan of this view would be SIGBUS."""
         return self._storage.body()
 
     # -- for the package's own modules (merge): the items counter under the lock ---------
