@@ -200,7 +200,7 @@ class CountingBloomFilter(MappedFilter):
         """``histogram[j]`` = number of ``block_bits``-cell blocks with j non-zero counters."""
         self._check_open()
         per_block = block_bits * self._cell_bits // 8
-        step = CHUNK_BYTES - CHUNK_BYTES % per_block
+        step = scans.CACHE_STEP - scans.CACHE_STEP % per_block  # copies that stay in cache
         hist = np.zeros(block_bits + 1, dtype=np.int64)
         start, stop = self._storage.body_range()
         for chunk in scans.chunks(self._storage, start, stop, step):  # guarded copies: no SIGBUS

@@ -152,7 +152,7 @@ class BloomFilter(MappedFilter):
         """``histogram[j]`` = number of ``block_bits``-bit blocks with j bits set."""
         self._check_open()
         per_block = block_bits // 8
-        step = CHUNK_BYTES - CHUNK_BYTES % per_block
+        step = scans.CACHE_STEP - scans.CACHE_STEP % per_block  # copies that stay in cache
         hist = np.zeros(block_bits + 1, dtype=np.int64)
         start, stop = self._storage.body_range()
         for chunk in scans.chunks(self._storage, start, stop, step):  # guarded copies: no SIGBUS
