@@ -12,8 +12,13 @@ Also: a truncation landing *during* a batch (another thread truncates while batc
 and writes run) never kills the process; and the guard leaves every other SIGBUS alone: a
 fault outside a guarded section, or on another mapping, still kills the process (through
 faulthandler when it is enabled, whichever was installed first), even while another
-thread is inside a guarded section. The scans (``check``, statistics, ``to_bytes`` ...)
-are covered by tests/test_storage.py.
+thread is inside a guarded section.
+
+The scans of the whole cell array (``mmapbloom.scans``: ``to_bytes``, ``==``, ``union``,
+``intersection``, ``to_bloom``, block statistics, ``check``; and the ``pread`` counts of
+``mmapbloom.extents``) on a file truncated before the call, on both backends; with the
+size checks switched off, so that only the native guard can catch the fault; and with the
+truncation landing while threads loop them (native).
 
 Every victim runs in a child Python, so a SIGBUS shows as return code -7, not as a
 crashed test run.
