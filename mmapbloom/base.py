@@ -19,12 +19,11 @@ import numpy as np
 import numpy.typing as npt
 
 from . import format as fmt
-from . import kernels, opening
+from . import kernels, opening, scans
 from .errors import (
     BadHeaderError,
     FilterClosedError,
     IncompatibleFiltersError,
-    LengthMismatchError,
     ReadOnlyFilterError,
 )
 from .batches import as_batch
@@ -355,9 +354,10 @@ class MappedFilter(FilterBase, Lifecycle):
         return self._storage.path or "<memory>"
 
     def _cells(self) -> npt.NDArray[np.uint8]:
-        """A numpy ``uint8`` view of the cell array (no copy; read-only when the handle is).
-        Every scan of the mapping starts here, so the file's size is checked here first
-        (``LengthMismatchError`` for a file truncated under the handle, not SIGBUS)."""
+        """A numpy ``uint8`` view of the cell array (no copy; read-only when the handle is),
+        after a size check (``LengthMismatchError`` for a file truncated under the handle).
+        For in-memory images; a scan of a mapped file goes through :mod:`mmapbloom.scans`
+        (guarded), since a truncation during a numpy scan of this view would be SIGBUS."""
         return self._storage.body()
 
     # -- for the package's own modules (merge): the items counter under the lock ---------
@@ -554,7 +554,8 @@ class MappedFilter(FilterBase, Lifecycle):
         buf = self._storage.buf
         size = os.fstat(self._storage.fd).st_size if isinstance(self._storage, FileStorage) else len(buf)
         # Reads from the mapping, never past it: the length is checked before the last byte.
-        header = self._validate(lambda offset, count: bytes(buf[offset : offset + count]), size, source)
+        # Guarded reads (mmapbloom.scans): a truncation meanwhile raises, never SIGBUS.
+        header = self._validate(lambda offset, count: scans.read(self._storage, offset, count), size, source)
         found = BloomConfig(num_bits=header.num_bits, num_hashes=header.num_hashes, strategy=header.strategy)
         if found != self._config or header.cell_bits != self._cell_bits:
             raise BadHeaderError(
@@ -600,8 +601,9 @@ class MappedFilter(FilterBase, Lifecycle):
         snapshot includes the block's own writes. Memory: :attr:`size_bytes` bytes."""
         self._check_open()
         with self._storage.lock.snapshot():
-            self._storage.check_size()  # a truncated file: LengthMismatchError, not SIGBUS
-            return bytes(self._storage.buf[:])
+            # Guarded (mmapbloom.scans): a truncation before or during the copy raises
+            # LengthMismatchError, never SIGBUS (pure backend: see scans for its race).
+            return scans.read(self._storage, 0, len(self._storage.buf))
 
     def copy(self: F) -> F:
         """An in-memory copy (a consistent snapshot, see :meth:`to_bytes`)."""
@@ -650,10 +652,10 @@ class MappedFilter(FilterBase, Lifecycle):
             return False
         if self.items_added != other.items_added:
             return False
-        a, b = self._cells(), other._cells()
-        return all(
-            np.array_equal(a[s : s + CHUNK_BYTES], b[s : s + CHUNK_BYTES]) for s in range(0, a.shape[0], CHUNK_BYTES)
-        )
+        start, stop = self._storage.body_range()
+        ostart = other._storage.body_range()[0]
+        # Guarded (mmapbloom.scans): a truncation before or during the compare raises, never SIGBUS.
+        return scans.equal(self._storage, start, other._storage, ostart, stop - start)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -727,19 +729,10 @@ def _failer(storage: Storage) -> Any:
     def fail(kind: int) -> None:
         source = storage.path or "<memory>"
         if kind >= 2:
-            storage.check_size()  # LengthMismatchError (expected vs actual size) or FilterClosedError
             if kind == 2:
+                storage.check_size()  # LengthMismatchError (expected vs actual size) or FilterClosedError
                 return
-            # Faulted, but the file is long enough again (re-extended since the fault).
-            mapped = len(storage.buf)
-            size = os.fstat(storage.fd).st_size if storage.fd is not None else mapped
-            raise LengthMismatchError(
-                f"truncated under the open handle: a touch of the mapping faulted (SIGBUS); {mapped} bytes "
-                f"are mapped and the file now has {size}",
-                source=source,
-                expected=mapped,
-                actual=size,
-            )
+            scans.raise_faulted(storage)  # the same error as a faulted scan's
         if kind == 1 and storage.readonly and not storage.closed:
             raise ReadOnlyFilterError(f"{source}: filter was opened read-only; writes are refused")
         raise FilterClosedError(f"{source}: filter is closed")

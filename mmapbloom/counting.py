@@ -33,7 +33,7 @@ from typing import Any, Union
 import numpy as np
 import numpy.typing as npt
 
-from . import extents
+from . import extents, scans
 from . import format as fmt
 from .base import CHUNK_BYTES, MappedFilter
 from .locking import deferred_signals
@@ -199,12 +199,12 @@ class CountingBloomFilter(MappedFilter):
     def _block_histogram(self, block_bits: int) -> list[int]:
         """``histogram[j]`` = number of ``block_bits``-cell blocks with j non-zero counters."""
         self._check_open()
-        cells = self._cells()
         per_block = block_bits * self._cell_bits // 8
-        step = CHUNK_BYTES - CHUNK_BYTES % per_block
+        step = scans.CACHE_STEP - scans.CACHE_STEP % per_block  # copies that stay in cache
         hist = np.zeros(block_bits + 1, dtype=np.int64)
-        for start in range(0, cells.shape[0], step):
-            values = _unpack_counters(cells[start : start + step], self._cell_bits)
+        start, stop = self._storage.body_range()
+        for chunk in scans.chunks(self._storage, start, stop, step):  # guarded copies: no SIGBUS
+            values = _unpack_counters(chunk, self._cell_bits)
             nonzero = np.count_nonzero(values.reshape(-1, block_bits), axis=1)
             hist += np.bincount(nonzero, minlength=block_bits + 1)
         counts: list[int] = hist.tolist()
@@ -220,27 +220,30 @@ class CountingBloomFilter(MappedFilter):
 
         Raises:
             IncompatibleFiltersError: num_bits, num_hashes, strategy or counter_bits differ.
+            LengthMismatchError: a file was truncated under its handle (``self`` may then be
+                partly summed).
             TypeError, ReadOnlyFilterError, FilterClosedError.
         """
         self._check_writable()
         self._check_open()
         self._check_compatible(other)
         same = self._same_image(other)
-        mine = self._cells()
+        start, stop = self._storage.body_range()
         with self._storage.lock, deferred_signals():  # wait interruptibly; hold signals while committing
             # The snapshot of a second handle of this file is taken under our lock (which
             # excludes every writer, so the snapshot takes no lock of its own, never waiting
             # for ourselves) and the sum is atomic.
-            source = other.to_bytes()[other._hs :] if same else None
-            theirs = np.frombuffer(source, dtype=np.uint8) if source is not None else other._cells()
-            for start in range(0, mine.shape[0], CHUNK_BYTES):
-                a, b = mine[start : start + CHUNK_BYTES], theirs[start : start + CHUNK_BYTES]
-                if self._cell_bits == 8:
-                    a[:] = np.minimum(a.astype(np.uint16) + b, 255).astype(np.uint8)
-                else:
-                    lo = np.minimum((a & 0x0F) + (b & 0x0F), 15)
-                    hi = np.minimum((a >> 4) + (b >> 4), 15)
-                    a[:] = lo | (hi << 4)
+            # Guarded (mmapbloom.scans): a file truncated before or during the sum raises
+            # LengthMismatchError, never SIGBUS.
+            op = scans.OP_ADD8 if self._cell_bits == 8 else scans.OP_ADD4
+            if same:
+                source = other.to_bytes()
+                scans.combine(self._storage, start, source, other._hs, stop - start, op)
+            else:
+                ostart = other._storage.body_range()[0]
+                scans.combine(
+                    self._storage, start, other._storage.buf, ostart, stop - start, op, src_storage=other._storage
+                )
             self._counter.set(self.items_added + other.items_added)
         self._counter.flush(stacklevel=2)
         return self
@@ -266,14 +269,15 @@ class CountingBloomFilter(MappedFilter):
     def _to_bloom_locked(self) -> BloomFilter:
         out = BloomFilter(self._config)
         bits = out._bits()
-        cells = self._cells()
+        start, stop = self._storage.body_range()
         per_cell_chunk = CHUNK_BYTES * 8 // self._cell_bits  # cells per chunk, a multiple of 8
         bytes_per_chunk = per_cell_chunk * self._cell_bits // 8
         m = self.num_bits
-        for c0 in range(0, m, per_cell_chunk):
+        # Guarded chunk copies (mmapbloom.scans): a truncation raises, never SIGBUS.
+        cells = scans.chunks(self._storage, start, stop, bytes_per_chunk)
+        for c0, chunk in zip(range(0, m, per_cell_chunk), cells, strict=True):
             c1 = min(m, c0 + per_cell_chunk)
-            b0 = c0 * self._cell_bits // 8
-            values = _unpack_counters(cells[b0 : b0 + bytes_per_chunk], self._cell_bits)[: c1 - c0]
+            values = _unpack_counters(chunk, self._cell_bits)[: c1 - c0]
             packed = np.packbits(values != 0, bitorder="little")
             bits[c0 // 8 : c0 // 8 + packed.shape[0]] = packed
         out._counter.set(self.items_added)

@@ -361,7 +361,8 @@ def count_filter_cells(f: Any, progress: Progress = None, test: Optional[Callabl
 
     Raises:
         FilterClosedError: the handle is closed. LengthMismatchError: the file was
-        truncated under the handle. OSError: a read error.
+        truncated under the handle (before or during the scan: its size is checked again
+        after the reads). OSError: a read error.
     """
     storage = f._storage  # the storage object's interface (storage.py), never its fields
     mine = storage.duplicate_fd()
@@ -371,7 +372,12 @@ def count_filter_cells(f: Any, progress: Progress = None, test: Optional[Callabl
         start, stop = storage.body_range()
         cell_bits = getattr(f, "counter_bits", 1)
         if cell_bits == 1:
-            return count_set_bits(mine, start, stop, progress)
-        return count_cells(mine, start, stop, cell_bits, test or _nonzero, progress)
+            found = count_set_bits(mine, start, stop, progress)
+        else:
+            found = count_cells(mine, start, stop, cell_bits, test or _nonzero, progress)
+        # The reads count bytes past the end as zeros: a file truncated during the scan
+        # raises LengthMismatchError here rather than giving a short count.
+        storage.check_size()
+        return found
     finally:
         os.close(mine)

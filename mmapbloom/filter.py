@@ -20,7 +20,7 @@ from typing import Any, Union
 import numpy as np
 import numpy.typing as npt
 
-from . import extents
+from . import extents, scans
 from . import format as fmt
 from .base import CHUNK_BYTES, MappedFilter
 from .items import OVERFILL_RATIO
@@ -85,11 +85,14 @@ class BloomFilter(MappedFilter):
         self._check_compatible(other)
         if self._same_image(other):
             return self  # x | x == x & x == x: nothing changes, and no self-deadlock
-        mine, theirs = self._bits(), other._bits()
+        start, stop = self._storage.body_range()
+        ostart = other._storage.body_range()[0]
         with self._storage.lock, deferred_signals():  # wait interruptibly; hold signals while committing
-            for start in range(0, mine.shape[0], CHUNK_BYTES):
-                stop = start + CHUNK_BYTES
-                op(mine[start:stop], theirs[start:stop], out=mine[start:stop])
+            # Guarded (mmapbloom.scans): a file truncated before or during the pass raises
+            # LengthMismatchError, never SIGBUS.
+            scans.combine(
+                self._storage, start, other._storage.buf, ostart, stop - start, op, src_storage=other._storage
+            )
             a, b = self.items_added, other.items_added
             self._counter.set(a + b if union else min(a, b))
         self._counter.flush(stacklevel=3)
@@ -100,22 +103,24 @@ class BloomFilter(MappedFilter):
 
         Afterwards ``self`` contains every item of both. Items added becomes the saturating
         sum (and warns, OverCapacityWarning, past the design point). A union with itself
-        or with another handle on the same file changes nothing. Runs over numpy views in
-        chunks of ``CHUNK_BYTES`` under ``self``'s write lock.
+        or with another handle on the same file changes nothing. One pass under ``self``'s
+        write lock (guarded on the native backend: see :mod:`mmapbloom.scans`).
 
         Raises:
             IncompatibleFiltersError (a ``ValueError``): num_bits, num_hashes or strategy
                 differ; the message names the field and both values.
+            LengthMismatchError: a file was truncated under its handle (``self`` may then be
+                partly combined).
             TypeError, ReadOnlyFilterError, FilterClosedError.
         """
-        return self._combine(other, np.bitwise_or, union=True)
+        return self._combine(other, scans.OP_OR, union=True)
 
     def intersection(self, other: "BloomFilter") -> "BloomFilter":
         """In-place intersection (bitwise AND); returns ``self``. Contains at least every item
         added to both (it may answer True for more than the exact intersection, and its
         false-positive rate is not that of a filter built from the intersection).
         Items added becomes the smaller of the two. Raises as :meth:`union`."""
-        return self._combine(other, np.bitwise_and, union=False)
+        return self._combine(other, scans.OP_AND, union=False)
 
     def __ior__(self, other: "BloomFilter") -> "BloomFilter":
         return self.union(other)
@@ -146,12 +151,12 @@ class BloomFilter(MappedFilter):
     def _block_histogram(self, block_bits: int) -> list[int]:
         """``histogram[j]`` = number of ``block_bits``-bit blocks with j bits set."""
         self._check_open()
-        bits = self._bits()
         per_block = block_bits // 8
-        step = CHUNK_BYTES - CHUNK_BYTES % per_block
+        step = scans.CACHE_STEP - scans.CACHE_STEP % per_block  # copies that stay in cache
         hist = np.zeros(block_bits + 1, dtype=np.int64)
-        for start in range(0, bits.shape[0], step):
-            words = bits[start : start + step].view(np.uint64)
+        start, stop = self._storage.body_range()
+        for chunk in scans.chunks(self._storage, start, stop, step):  # guarded copies: no SIGBUS
+            words = chunk.view(np.uint64)
             ones = np.bitwise_count(words).reshape(-1, per_block // 8).sum(axis=1, dtype=np.int64)
             hist += np.bincount(ones, minlength=block_bits + 1)
         counts: list[int] = hist.tolist()

@@ -61,6 +61,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import format as fmt
+from . import scans
 from .units import progress_bar
 from .base import items_update
 from .errors import MergeError, OverCapacityWarning
@@ -567,22 +568,22 @@ def merge_into(
                 raise MergeError(f"{info.path}: the target is also named as a shard", path=info.path)
             info.config.check_compatible(f.config, where=f"{info.path} vs {tpath}")
         body = fmt.body_size(mine.num_bits)
+        hs = storage.body_range()[0]  # the cells' offset in the image
         acc = np.empty(min(chunk, body), dtype=np.uint8)
         scratch = np.empty_like(acc)
-        bits = storage.body()  # writable numpy view of the shared mapping (no copy)
         bar = _Progress(body * len(infos), progress, "merge")
         try:
             for start, size in _chunks(body, chunk):
                 part = acc[:size]
                 _accumulate(infos, start, part, scratch[:size], False, bar)
                 with f.write_lock():
-                    storage.check_size()  # truncated meanwhile: LengthMismatchError, not SIGBUS
-                    _combine(bits[start : start + size], part, intersection=False)
+                    # Guarded (mmapbloom.scans): truncated before or during the OR raises
+                    # LengthMismatchError, never SIGBUS.
+                    scans.combine(storage, hs + start, part, 0, size, scans.OP_OR)
             # The one writer of the counter: saturating, OverCapacityWarning past the design point.
             items = f._add_items(sum(s.items_added for s in infos), stacklevel=2)
         finally:
             bar.close()
-            del bits
         if flush:
             f.flush()
     return MergeResult(

@@ -25,8 +25,17 @@ process with SIGBUS at the first touch. Two causes are guarded against here:
   handle runs every touch of the mapping (batch loops included) under a SIGBUS guard
   (``mmapbloom/_kernels.c``) and raises ``LengthMismatchError`` through this check when
   a touch faults; the pure handle calls this check before each per-item call and batch
-  chunk. A truncation *during* a numpy scan, or between the pure handle's check and its
-  touch, can still end in SIGBUS: truncating a mapped filter file is not supported.
+  chunk. The scans of the whole cell array (union, intersection, the counting sum,
+  ``to_bloom``, block statistics, ``to_bytes``, ``==``, ``check``, ``merge_into``) go
+  through :mod:`mmapbloom.scans`: on the native backend they run in guarded C sections
+  too, so a truncation *during* the scan raises ``LengthMismatchError``; ``count_ones``
+  and the counter statistics of a file read with ``pread`` and check the size after.
+  What remains on the pure backend (Python cannot catch SIGBUS): a truncation that lands
+  between a check and the touch it precedes (inside one per-item call, one batch chunk,
+  or one 16 MiB scan chunk) still kills the process with SIGBUS. On both backends, the
+  items word read by ``items_added`` (after its check) is one 4-byte load outside any
+  guard, a window of a few instructions. Truncating a mapped filter file is not
+  supported; it is reported wherever the race allows.
 * Holes that cannot be backed. tmpfs (and ramfs, hugetlbfs) allocate memory for a hole
   even when it is only *read* through a shared mapping, so a sparse file larger than the
   free space dies on reads too. :func:`check_backing` (found by the file's ``st_dev`` in

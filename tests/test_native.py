@@ -774,3 +774,45 @@ def test_type_stub_lists_the_module() -> None:
         }, name
     for name, params in stub_funcs.items():
         assert list(inspect.signature(getattr(K, name)).parameters) == params, name
+
+
+# -- the guarded scans (mmapbloom.scans): the ops against numpy, and their argument checks --
+@settings(max_examples=50, deadline=None)
+@given(st.binary(min_size=0, max_size=300), st.binary(min_size=0, max_size=300), st.integers(0, 5))
+def test_scan_ops_match_numpy(a: bytes, b: bytes, op: int) -> None:
+    n = min(len(a), len(b))
+    dst, src = bytearray(a[:n]), np.frombuffer(b[:n], dtype=np.uint8)
+    x, y = np.frombuffer(a[:n], dtype=np.uint8).astype(np.uint16), src.astype(np.uint16)
+    got = K.scan(dst, 0, b, 0, n, op)
+    if op == 5:
+        assert got == int(a[:n] == b[:n]) and dst == a[:n]
+        return
+    assert got is True
+    lo, hi = np.minimum((x & 15) + (y & 15), 15), np.minimum((x >> 4) + (y >> 4), 15)
+    want = [y, x | y, x & y, np.minimum(x + y, 255), lo | (hi << 4)][op]
+    assert bytes(dst) == want.astype(np.uint8).tobytes()
+
+
+def test_scan_bytes_copies_a_range() -> None:
+    data = bytes(range(256))
+    assert K.scan_bytes(data, 10, 5) == data[10:15] and K.scan_bytes(data, 256, 0) == b""
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: K.scan(bytearray(4), 1, b"abcd", 0, 4, 0),
+        lambda: K.scan(bytearray(4), 0, b"abc", 0, 4, 1),
+        lambda: K.scan(bytearray(4), 0, b"abcd", -1, 1, 1),
+        lambda: K.scan(bytearray(4), 0, b"abcd", 0, 4, 6),
+        lambda: K.scan_bytes(b"abcd", 3, 2),
+    ],
+)
+def test_scan_refuses_bad_ranges_and_ops(call: Callable[[], Any]) -> None:
+    with pytest.raises(ValueError, match="outside the buffer|op must be 0 to 5"):
+        call()
+
+
+def test_scan_refuses_a_read_only_destination() -> None:
+    with pytest.raises(BufferError):
+        K.scan(b"abcd", 0, b"abcd", 0, 4, 1)

@@ -12,8 +12,13 @@ Also: a truncation landing *during* a batch (another thread truncates while batc
 and writes run) never kills the process; and the guard leaves every other SIGBUS alone: a
 fault outside a guarded section, or on another mapping, still kills the process (through
 faulthandler when it is enabled, whichever was installed first), even while another
-thread is inside a guarded section. The scans (``check``, statistics, ``to_bytes`` ...)
-are covered by tests/test_storage.py.
+thread is inside a guarded section.
+
+The scans of the whole cell array (``mmapbloom.scans``: ``to_bytes``, ``==``, ``union``,
+``intersection``, ``to_bloom``, block statistics, ``check``; and the ``pread`` counts of
+``mmapbloom.extents``) on a file truncated before the call, on both backends; with the
+size checks switched off, so that only the native guard can catch the fault; and with the
+truncation landing while threads loop them (native).
 
 Every victim runs in a child Python, so a SIGBUS shows as return code -7, not as a
 crashed test run.
@@ -248,3 +253,190 @@ def test_sigbus_outside_the_guard_still_kills(tmp_path: Any, order: str) -> None
     assert proc.returncode == -signal.SIGBUS, explain(proc)
     if order != "none":
         assert "Bus error" in proc.stderr, explain(proc)
+
+
+# The scans over the whole cell array (mmapbloom.scans, and the pread statistics of
+# mmapbloom.extents): each kind, each scan, on a file truncated under the handle.
+SCAN_KINDS = r"""
+M = 8 * 65536 * 8  # 512 KiB of cells
+KINDS = {{
+    "plain": (BloomFilter, {{}}, None),
+    "blocked": (BloomFilter, {{}}, "M3BL"),
+    "counting4": (CountingBloomFilter, {{}}, None),
+    "counting8-blocked": (CountingBloomFilter, {{"counter_bits": 8}}, "M3BL"),
+}}
+
+def make(name, kind):
+    cls, options, strategy = KINDS[kind]
+    path = os.path.join(tmp, name)
+    config = BloomConfig(num_bits=M, num_hashes=3, strategy=strategy)
+    f = cls.create(path, config, **options)
+    f.update([f"k{{i}}" for i in range(5000)])
+    return path, f
+
+def scans(f, g, same):
+    ops = {{
+        "to_bytes": lambda: f.to_bytes(),
+        "copy": lambda: f.copy(),
+        "eq": lambda: f == g,
+        "eq-as-other": lambda: g == f,
+        "union": lambda: f.union(g),
+        "union-as-source": lambda: g.union(f),
+        "or": lambda: f | g,
+        "fill_ratio": lambda: f.fill_ratio(),
+        "count_ones": lambda: f.count_ones(),
+        "observed_fp_rate": lambda: f.observed_fp_rate(),
+        "approx_items": lambda: f.approx_items(),
+        "describe": lambda: f.describe(),
+        "check": lambda: f.check(),
+        "verify": lambda: f.verify(),
+    }}
+    if isinstance(f, CountingBloomFilter):
+        ops["to_bloom"] = lambda: f.to_bloom()
+        ops["saturated_counters"] = lambda: f.saturated_counters()
+        ops["union-same-file"] = lambda: f.union(same)
+    else:
+        ops["intersection"] = lambda: f.intersection(g)
+        ops["intersection-as-source"] = lambda: g.intersection(f)
+    return ops
+"""
+
+SCANS_TRUNCATED_FIRST = r"""
+n = 0
+for kind in KINDS:
+    for size in (100, 3 * 4096 + 10):
+        path, f = make(f"{{kind}}-{{size}}.blm", kind)
+        _, g = make(f"{{kind}}-{{size}}-other.blm", kind)
+        same = type(f).open(path)
+        mapped = f.size_bytes
+        os.truncate(path, size)
+        for name, op in scans(f, g, same).items():
+            try:
+                op()
+            except LengthMismatchError as exc:
+                text = str(exc)
+                assert path in text and "truncated under the open handle" in text, (kind, name, text)
+                assert exc.expected == mapped and exc.actual == size, (kind, name, exc.expected, exc.actual)
+                n += 1
+            else:
+                print("NO ERROR", kind, size, name, flush=True)
+                sys.exit(3)
+print(n, "ok", flush=True)
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_scans_on_a_truncated_file_raise(tmp_path: Any, backend: str) -> None:
+    """Every scan of every kind (plain, blocked, 4- and 8-bit counting) on a file truncated
+    before the call: LengthMismatchError with both sizes, never SIGBUS, on both backends."""
+    script = (PRELUDE + SCAN_KINDS + SCANS_TRUNCATED_FIRST).format(
+        root=ROOT, tmp=str(tmp_path), faulthandler_first=True
+    )
+    proc = run_child(script, backend)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), explain(proc)
+
+
+# The guard itself: the size checks are switched off, so the scan reaches the missing
+# pages, faults, and the guarded section answers "faulted" (the message says so).
+SCANS_GUARD_ONLY = r"""
+from mmapbloom.storage import FileStorage
+n = 0
+for kind in KINDS:
+    path, f = make(f"{{kind}}.blm", kind)
+    _, g = make(f"{{kind}}-other.blm", kind)
+    same = type(f).open(path)
+    mapped = f.size_bytes
+    size = 3 * 4096  # page-aligned: the next byte faults (a partial page reads as zeros)
+    os.truncate(path, size)
+    checked = FileStorage.check_size
+    FileStorage.check_size = lambda self: None  # no size check: the guard alone
+    try:
+        ops = scans(f, g, same)
+        guarded = ["to_bytes", "copy", "eq", "eq-as-other", "union", "union-as-source", "or"]
+        if isinstance(f, CountingBloomFilter):
+            guarded += ["to_bloom", "union-same-file"]
+        else:
+            guarded += ["intersection", "intersection-as-source"]
+        if "blocked" in kind:
+            guarded += ["observed_fp_rate", "approx_items"]
+        for name in guarded:
+            try:
+                ops[name]()
+            except LengthMismatchError as exc:
+                text = str(exc)
+                assert path in text and "faulted (SIGBUS)" in text, (kind, name, text)
+                assert exc.expected == mapped and exc.actual == size, (kind, name, exc.expected, exc.actual)
+                n += 1
+            else:
+                print("NO ERROR", kind, name, flush=True)
+                sys.exit(3)
+    finally:
+        FileStorage.check_size = checked
+print(n, "ok", flush=True)
+"""
+
+
+def test_scan_guard_catches_the_fault_without_the_size_check(tmp_path: Any) -> None:
+    """Native: with every size check switched off, each mapped scan reaches the missing
+    pages; the guard turns the SIGBUS into LengthMismatchError (a fault, not a check)."""
+    script = (PRELUDE + SCAN_KINDS + SCANS_GUARD_ONLY).format(root=ROOT, tmp=str(tmp_path), faulthandler_first=True)
+    proc = run_child(script, "native")
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), explain(proc)
+
+
+# Threads loop scans over large files while the main thread truncates one: each loop ends
+# with LengthMismatchError (from the guard when the truncation lands inside a scan, from a
+# size check otherwise), never SIGBUS.
+SCANS_RACING = r"""
+M = 8 * 2**25  # 32 MiB of bits (a counting filter: 128 or 256 MiB of counters is too much here)
+cls = {cls}
+options = {options!r}
+config = BloomConfig(num_bits=M if cls is BloomFilter else M // 4, num_hashes=3, strategy="M3BL")
+path = os.path.join(tmp, "victim.blm")
+f = cls.create(path, config, **options)
+g = cls.create(os.path.join(tmp, "other.blm"), config, **options)
+errors, alive = [], []
+def loop(name, op):
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            op()
+        alive.append(name)
+    except LengthMismatchError as exc:
+        errors.append((name, exc))
+ops = {{
+    "to_bytes": lambda: f.to_bytes(),
+    "fill_ratio": lambda: f.fill_ratio(),
+    "observed_fp_rate": lambda: f.observed_fp_rate(),
+    "union": lambda: f.union(g),
+    "union-as-source": lambda: g.union(f),
+    "eq": lambda: f == g,
+}}
+if cls is CountingBloomFilter:
+    ops["to_bloom"] = lambda: f.to_bloom()
+threads = [threading.Thread(target=loop, args=item) for item in ops.items()]
+for t in threads:
+    t.start()
+time.sleep(0.5)
+os.truncate(path, 4096 * 5)
+for t in threads:
+    t.join()
+assert not alive and len(errors) == len(ops), (alive, errors)
+assert all(e.actual == 4096 * 5 and e.expected == f.size_bytes for _, e in errors), errors
+print("ok", flush=True)
+"""
+
+
+@pytest.mark.parametrize(
+    ("cls", "options"),
+    [("BloomFilter", {}), ("CountingBloomFilter", {}), ("CountingBloomFilter", {"counter_bits": 8})],
+)
+def test_truncation_during_scans(tmp_path: Any, cls: str, options: dict[str, int]) -> None:
+    """Native only: the pure path checks the size before each 16 MiB chunk, and a
+    truncation inside a chunk can still end in SIGBUS there (documented in
+    mmapbloom.scans)."""
+    script = (PRELUDE + SCANS_RACING).format(
+        root=ROOT, tmp=str(tmp_path), faulthandler_first=True, cls=cls, options=options
+    )
+    proc = run_child(script, "native")
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), explain(proc)
