@@ -1672,12 +1672,24 @@ static void mb_bus_handler(int sig, siginfo_t *si, void *ctx)
     }
 }
 
-/* Install the handler (once per process; the caller holds the GIL).  -1 with OSError. */
+/* Install the handler (the first call; the caller holds the GIL), and re-install it when a
+ * later call finds the default action back in its place.  Called by every Handle made and
+ * every scan: one sigaction query each.  -1 with OSError. */
 static int mb_guard_install(void)
 {
-    struct sigaction act;
-    if (mb_bus_installed)
-        return 0;
+    struct sigaction act, cur;
+    if (mb_bus_installed) {
+        /* Installed before: put it back only if the default action replaced it (what
+         * faulthandler.disable() or signal.signal(SIGBUS, SIG_DFL) leave when they ran
+         * after it).  Another function there (faulthandler enabled after it) chains to
+         * this handler already: installing over it would make each chain to the other. */
+        if (sigaction(SIGBUS, NULL, &cur) != 0) {
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+        if ((cur.sa_flags & SA_SIGINFO) || cur.sa_handler != SIG_DFL)
+            return 0;
+    }
     memset(&act, 0, sizeof act);
     act.sa_sigaction = mb_bus_handler;
     act.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
@@ -2941,6 +2953,17 @@ PyDoc_STRVAR(scan_doc,
 "both C-contiguous and not overlapping.  Raises ValueError for a range outside a buffer or an\n"
 "unknown op.  Releases the GIL.");
 
+/* The loops take restrict pointers: a writing op's ranges must not overlap.  -1 with
+ * ValueError when they do. */
+static int scan_overlap(const uint8_t *d, const uint8_t *s, Py_ssize_t n, int op)
+{
+    if (op != SCAN_EQ && n > 0 && d < s + n && s < d + n) {
+        PyErr_Format(PyExc_ValueError, "scan: the destination and source ranges overlap (%zd bytes each)", n);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *k_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_buffer dv, sv;
@@ -2952,11 +2975,13 @@ static PyObject *k_scan(PyObject *module, PyObject *const *args, Py_ssize_t narg
         PyErr_SetString(PyExc_TypeError, "scan() takes 6 arguments");
         return NULL;
     }
-    doff = PyLong_AsSsize_t(args[1]);
-    soff = PyLong_AsSsize_t(args[3]);
-    n = PyLong_AsSsize_t(args[4]);
-    op = PyLong_AsLong(args[5]);
-    if (PyErr_Occurred())
+    if ((doff = PyLong_AsSsize_t(args[1])) == -1 && PyErr_Occurred())
+        return NULL;
+    if ((soff = PyLong_AsSsize_t(args[3])) == -1 && PyErr_Occurred())
+        return NULL;
+    if ((n = PyLong_AsSsize_t(args[4])) == -1 && PyErr_Occurred())
+        return NULL;
+    if ((op = PyLong_AsLong(args[5])) == -1 && PyErr_Occurred())
         return NULL;
     if (op < SCAN_COPY || op > SCAN_EQ) {
         PyErr_Format(PyExc_ValueError, "scan op must be 0 to 5, got %ld", op);
@@ -2971,6 +2996,7 @@ static PyObject *k_scan(PyObject *module, PyObject *const *args, Py_ssize_t narg
         return NULL;
     }
     rc = scan_range(&dv, doff, n, "destination") < 0 || scan_range(&sv, soff, n, "source") < 0 ? -2
+         : scan_overlap((const uint8_t *)dv.buf + doff, (const uint8_t *)sv.buf + soff, n, (int)op) < 0 ? -2
          : scan_guarded(&dv, &sv, (uint8_t *)dv.buf + doff, (const uint8_t *)sv.buf + soff, (size_t)n, (int)op,
                         &equal);
     PyBuffer_Release(&sv);
@@ -3002,9 +3028,9 @@ static PyObject *k_scan_bytes(PyObject *module, PyObject *const *args, Py_ssize_
         PyErr_SetString(PyExc_TypeError, "scan_bytes() takes 3 arguments");
         return NULL;
     }
-    off = PyLong_AsSsize_t(args[1]);
-    n = PyLong_AsSsize_t(args[2]);
-    if (PyErr_Occurred())
+    if ((off = PyLong_AsSsize_t(args[1])) == -1 && PyErr_Occurred())
+        return NULL;
+    if ((n = PyLong_AsSsize_t(args[2])) == -1 && PyErr_Occurred())
         return NULL;
     if (mb_guard_install() < 0)
         return NULL;

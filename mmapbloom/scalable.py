@@ -817,7 +817,8 @@ class ScalableBloomFilter(Lifecycle):
         ``pread`` of the lock file's count word, to find the layers added since).
 
         Raises TypeError, FilterClosedError, ManifestError (the lock file was truncated
-        or damaged under the handle, found when the count word is read)."""
+        or damaged under the handle, found when the count word is read),
+        LengthMismatchError (a layer file was truncated under the handle)."""
         key = encode_key(item)
         layers, newest_count, limit = self._tail
         for layer in reversed(layers):

@@ -813,6 +813,15 @@ def test_scan_refuses_bad_ranges_and_ops(call: Callable[[], Any]) -> None:
         call()
 
 
+def test_scan_refuses_overlapping_ranges_of_a_writing_op() -> None:
+    buf = bytearray(b"abcdefgh")
+    for op in range(5):
+        with pytest.raises(ValueError, match="overlap"):
+            K.scan(buf, 0, buf, 2, 4, op)
+    assert K.scan(buf, 0, buf, 4, 4, 0) and buf == bytearray(b"efghefgh")  # adjacent: fine
+    assert K.scan(buf, 0, buf, 2, 4, 5) == 0  # a comparison only reads
+
+
 def test_scan_refuses_a_read_only_destination() -> None:
     with pytest.raises(BufferError):
         K.scan(b"abcd", 0, b"abcd", 0, 4, 1)

@@ -172,6 +172,29 @@ def test_guard_after_faulthandler_enabled_later(tmp_path: Any, backend: str) -> 
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), explain(proc)
 
 
+def test_guard_put_back_after_faulthandler_disable(tmp_path: Any) -> None:
+    """faulthandler enabled before the first handle and disabled after it puts the default
+    action back in the guard's place: the next handle made puts the guard back, so a
+    truncated file raises again instead of killing the process (native)."""
+    script = PRELUDE.format(root=ROOT, tmp=str(tmp_path), faulthandler_first=True) + (
+        "path = os.path.join(tmp, 'off.blm')\n"
+        "f = BloomFilter.create(path, BloomConfig(num_bits=8 * 65536 * 4, num_hashes=3))\n"
+        "faulthandler.disable()\n"
+        "BloomFilter(BloomConfig(num_bits=64, num_hashes=1)).close()  # a handle made: the guard is back\n"
+        "os.truncate(path, 100)\n"
+        "for op in (lambda: f.add('new'), lambda: 'a' in f, lambda: f.contains_many(['a', 'b'])):\n"
+        "    try:\n"
+        "        op()\n"
+        "    except LengthMismatchError:\n"
+        "        pass\n"
+        "    else:\n"
+        "        sys.exit(3)\n"
+        "print('ok', flush=True)\n"
+    )
+    proc = run_child(script, "native")
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), explain(proc)
+
+
 # Another thread truncates the file while batches run (the GIL is released while batch
 # queries probe and while batch writes hash): whichever check sees it first (the size
 # check before the batch or the native guard inside the loops), the batch ends with
