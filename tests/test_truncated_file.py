@@ -150,23 +150,33 @@ def test_per_item_ops_on_a_truncated_file_raise(
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), explain(proc)
 
 
+# Every call in ``ops`` (set by the script before) must raise LengthMismatchError.
+EACH_RAISES = r"""
+for op in ops:
+    try:
+        op()
+    except LengthMismatchError:
+        pass
+    else:
+        sys.exit(3)
+print("ok", flush=True)
+"""
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_guard_after_faulthandler_enabled_later(tmp_path: Any, backend: str) -> None:
     """faulthandler enabled *after* the guard was installed sees a guarded fault first:
     it may print its report, but the process lives and gets LengthMismatchError."""
-    script = PRELUDE.format(root=ROOT, tmp=str(tmp_path), faulthandler_first=False) + (
-        "path = os.path.join(tmp, 'late.blm')\n"
-        "f = BloomFilter.create(path, BloomConfig(num_bits=8 * 65536 * 4, num_hashes=3))\n"
-        "faulthandler.enable()\n"
-        "os.truncate(path, 100)\n"
-        "for op in (lambda: f.add('new'), lambda: 'a' in f, lambda: 'a' in f):\n"
-        "    try:\n"
-        "        op()\n"
-        "    except LengthMismatchError:\n"
-        "        pass\n"
-        "    else:\n"
-        "        sys.exit(3)\n"
-        "print('ok', flush=True)\n"
+    script = (
+        PRELUDE.format(root=ROOT, tmp=str(tmp_path), faulthandler_first=False)
+        + (
+            "path = os.path.join(tmp, 'late.blm')\n"
+            "f = BloomFilter.create(path, BloomConfig(num_bits=8 * 65536 * 4, num_hashes=3))\n"
+            "faulthandler.enable()\n"
+            "os.truncate(path, 100)\n"
+            "ops = (lambda: f.add('new'), lambda: 'a' in f, lambda: 'a' in f)\n"
+        )
+        + EACH_RAISES
     )
     proc = run_child(script, backend)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), explain(proc)
@@ -176,20 +186,17 @@ def test_guard_put_back_after_faulthandler_disable(tmp_path: Any) -> None:
     """faulthandler enabled before the first handle and disabled after it puts the default
     action back in the guard's place: the next handle made puts the guard back, so a
     truncated file raises again instead of killing the process (native)."""
-    script = PRELUDE.format(root=ROOT, tmp=str(tmp_path), faulthandler_first=True) + (
-        "path = os.path.join(tmp, 'off.blm')\n"
-        "f = BloomFilter.create(path, BloomConfig(num_bits=8 * 65536 * 4, num_hashes=3))\n"
-        "faulthandler.disable()\n"
-        "BloomFilter(BloomConfig(num_bits=64, num_hashes=1)).close()  # a handle made: the guard is back\n"
-        "os.truncate(path, 100)\n"
-        "for op in (lambda: f.add('new'), lambda: 'a' in f, lambda: f.contains_many(['a', 'b'])):\n"
-        "    try:\n"
-        "        op()\n"
-        "    except LengthMismatchError:\n"
-        "        pass\n"
-        "    else:\n"
-        "        sys.exit(3)\n"
-        "print('ok', flush=True)\n"
+    script = (
+        PRELUDE.format(root=ROOT, tmp=str(tmp_path), faulthandler_first=True)
+        + (
+            "path = os.path.join(tmp, 'off.blm')\n"
+            "f = BloomFilter.create(path, BloomConfig(num_bits=8 * 65536 * 4, num_hashes=3))\n"
+            "faulthandler.disable()\n"
+            "BloomFilter(BloomConfig(num_bits=64, num_hashes=1)).close()  # a handle made: the guard is back\n"
+            "os.truncate(path, 100)\n"
+            "ops = (lambda: f.add('new'), lambda: 'a' in f, lambda: f.contains_many(['a', 'b']))\n"
+        )
+        + EACH_RAISES
     )
     proc = run_child(script, "native")
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), explain(proc)
