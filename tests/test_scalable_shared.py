@@ -58,6 +58,31 @@ def run_as(uid: int, umask: int, path: str, body: str) -> Any:
     return json.loads(out.strip().splitlines()[-1])
 
 
+@pytest.fixture(scope="module", autouse=True)
+def other_users_can_run_the_checkout() -> None:
+    """Skip when the other users cannot import this checkout's package with this
+    interpreter (a clone inside a 0700 directory, such as ``mktemp -d``'s): the test needs
+    their processes to run the code under test, and changing the checkout's permissions
+    is not the test's business."""
+    probe = subprocess.run(
+        [
+            "setpriv",
+            f"--reuid={ALICE}",
+            f"--regid={ALICE}",
+            f"--groups={GROUP}",
+            sys.executable,
+            "-c",
+            f"import sys; sys.path.insert(0, {ROOT!r}); import mmapbloom, numpy",
+        ],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        timeout=120,
+    )
+    if probe.returncode != 0:
+        pytest.skip(f"uid {ALICE} cannot run this checkout ({probe.stderr.strip().splitlines()[-1:]})")
+
+
 @pytest.fixture
 def shared() -> Iterator[str]:
     """A directory both users may write: group GROUP, mode 2775 (setgid: new files get the
