@@ -19,6 +19,10 @@ from setuptools.command.build_ext import build_ext
 
 _GCC_LIKE_FLAGS = ["-O3", "-Wall", "-Wextra"]
 
+# The C units of mmapbloom._kernels (mmapbloom/_<unit>.c, each with its header but the module
+# file; _module.c lists what each owns).
+_UNITS = ["module", "positions", "cells", "scans", "pykeys", "columns", "lock", "guard", "handle", "filterbase", "murmur3"]
+
 _FALLBACK_NOTICE = """
 ======================================================================
 WARNING: the C extension mmapbloom._kernels could not be built:
@@ -52,8 +56,8 @@ setup(
     ext_modules=[
         Extension(
             "mmapbloom._kernels",
-            sources=["mmapbloom/_kernels.c", "mmapbloom/_murmur3.c", "mmapbloom/_columns.c"],
-            depends=["mmapbloom/_murmur3.h", "mmapbloom/_keys.h", "mmapbloom/_columns.h"],
+            sources=[f"mmapbloom/_{unit}.c" for unit in _UNITS],
+            depends=[f"mmapbloom/_{unit}.h" for unit in _UNITS if unit != "module"] + ["mmapbloom/_keys.h"],
             optional=True,
             extra_compile_args=[] if os.name == "nt" else _GCC_LIKE_FLAGS,
         )

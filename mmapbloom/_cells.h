@@ -1,0 +1,75 @@
+/* mmapbloom/_cells.h: the cells of a filter body and the batch loops over them (plain C, no
+ * Python state, no GIL needed).
+ *
+ * A body is one of two cell kinds, chosen by `width` (the dispatch is inside each function
+ * below, so a new kind, e.g. cuckoo fingerprints, adds its case here and in _cells.c):
+ *   width 1  Bloom bits: bit i is bit (i & 7) of byte i >> 3;
+ *   width 4  4-bit counters: cell i is the low nibble of byte i >> 1 for even i, the high
+ *            nibble for odd i;
+ *   width 8  8-bit counters: cell i is byte i.
+ * Counters saturate at their maximum and are never decremented from there.  The pure-Python
+ * reference (mmapbloom/kernels.py) leaves exactly the same bytes.
+ *
+ * Batches run as a pipeline so that a probe rarely waits for memory (the body of a large
+ * filter is far bigger than the caches).  Adds: the lines of key i + AHEAD are prefetched
+ * before key i is written.  Queries, in three stages:
+ *   i + AHEAD      hash, positions, prefetch the first QUERY_PREFETCH positions;
+ *   i + AHEAD / 2  test those; a key that fails is known absent (most absent keys stop
+ *                  here), otherwise prefetch its other positions;
+ *   i              test the remaining positions.
+ * Both constants are -D overridable (for measurements); MMB_NO_PREFETCH turns prefetching
+ * off.  None of these functions allocates: they run inside the SIGBUS guard (_guard.h). */
+#ifndef MMAPBLOOM_CELLS_H
+#define MMAPBLOOM_CELLS_H
+
+#include <Python.h>
+#include <stdint.h>
+
+#include "_keys.h"
+#include "_positions.h"
+
+#ifndef AHEAD
+#define AHEAD 16
+#endif
+#ifndef QUERY_PREFETCH
+#define QUERY_PREFETCH 2
+#endif
+#if AHEAD < 2 || QUERY_PREFETCH < 1
+#error "AHEAD must be at least 2 and QUERY_PREFETCH at least 1"
+#endif
+#define GIL_MIN_KEYS 256   /* batches release the GIL from this many keys on */
+
+/* Bytes a body of m cells of `width` bits needs: ceil(m * width / 8), without overflow. */
+uint64_t mb_body_bytes(uint64_t m, int width);
+
+/* The positions a write touches: all k for bits; for counters, pos sorted with repeats
+ * dropped in place (a key's repeated cell is counted once).  Returns their number. */
+unsigned mb_cells_distinct(int width, uint64_t *pos, unsigned k);
+
+/* Add one key at pos[0..n) (n from mb_cells_distinct): 1 if some cell was 0 before;
+ * *sat |= some counter reached its maximum now.  A byte is written only when it changes. */
+int mb_cells_add(uint8_t *body, int width, const uint64_t *pos, unsigned n, int *sat);
+
+/* Counters: remove one key at its distinct cells: -1 (a cell is 0: nothing changed), 1 (a
+ * cell returned to 0) or 0. */
+int mb_cells_remove(uint8_t *body, int width, const uint64_t *pos, unsigned n);
+
+/* Counters: the minimum of the cells pos[0..k) (stops at 0). */
+unsigned mb_cells_min(const uint8_t *body, int width, const uint64_t *pos, unsigned k);
+
+/* 1 if every cell pos[from..to) is set (non-zero); 0 at the first that is not. */
+int mb_cells_probe(const uint8_t *body, int width, const uint64_t *pos, unsigned from, unsigned to);
+
+/* Batches.  Hash keys[0..n) into rows (k positions each; a null key's row is left alone). */
+void mb_cells_stage(const geom *g, const mb_key *keys, size_t n, uint64_t *rows);
+
+/* Test-and-set the staged rows in order: out[i] (if out) = key i was new.  Returns the
+ * number of new keys; *sat |= some counter saturated. */
+Py_ssize_t mb_cells_commit(uint8_t *body, int width, unsigned k, const mb_key *keys, size_t n, uint64_t *rows,
+                           uint8_t *out, int *sat);
+
+/* out[i] = key i may be present (a null key: 0).  ring has room for AHEAD * k positions. */
+void mb_cells_query(const uint8_t *body, int width, const geom *g, const mb_key *keys, size_t n, uint64_t *ring,
+                    uint8_t *out);
+
+#endif /* MMAPBLOOM_CELLS_H */

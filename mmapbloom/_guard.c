@@ -1,0 +1,75 @@
+/* mmapbloom/_guard.c: the SIGBUS handler of the guard (what it does: _guard.h). */
+#include "_guard.h"
+
+#ifdef MB_GUARD
+__thread mb_guard *volatile mb_active MB_TLS_MODEL;
+static struct sigaction mb_prev_bus;
+static int mb_bus_installed;
+
+static void mb_bus_handler(int sig, siginfo_t *si, void *ctx)
+{
+    mb_guard *g = mb_active;
+    if (g != NULL) {
+        if (si == NULL || si->si_code <= 0)
+            return;   /* sent, not a fault: see above */
+        if ((const uint8_t *)si->si_addr >= g->lo && (const uint8_t *)si->si_addr < g->hi) {
+            mb_active = NULL;
+            siglongjmp(g->env, 1);
+        }
+    }
+    if (mb_prev_bus.sa_flags & SA_SIGINFO) {
+        if (mb_prev_bus.sa_sigaction != NULL) {
+            mb_prev_bus.sa_sigaction(sig, si, ctx);
+            return;
+        }
+    } else if (mb_prev_bus.sa_handler != SIG_DFL && mb_prev_bus.sa_handler != SIG_IGN) {
+        mb_prev_bus.sa_handler(sig);
+        return;
+    }
+    {   /* the default action: restore it; a fault repeats when this returns, a sent signal
+         * is sent again */
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        sigemptyset(&dfl.sa_mask);
+        sigaction(SIGBUS, &dfl, NULL);
+        if (si == NULL || si->si_code <= 0)
+            raise(sig);
+    }
+}
+
+/* Install the handler (the first call; the caller holds the GIL), and re-install it when a
+ * later call finds the default action back in its place.  Called by every Handle made and
+ * every scan: one sigaction query each.  -1 with OSError. */
+int mb_guard_install(void)
+{
+    struct sigaction act, cur;
+    if (mb_bus_installed) {
+        /* Installed before: put it back only if the default action replaced it (what
+         * faulthandler.disable() or signal.signal(SIGBUS, SIG_DFL) leave when they ran
+         * after it).  Another function there (faulthandler enabled after it) chains to
+         * this handler already: installing over it would make each chain to the other. */
+        if (sigaction(SIGBUS, NULL, &cur) != 0) {
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+        if ((cur.sa_flags & SA_SIGINFO) || cur.sa_handler != SIG_DFL)
+            return 0;
+    }
+    memset(&act, 0, sizeof act);
+    act.sa_sigaction = mb_bus_handler;
+    act.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
+    sigemptyset(&act.sa_mask);
+    if (sigaction(SIGBUS, &act, &mb_prev_bus) != 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    mb_bus_installed = 1;
+    return 0;
+}
+#else
+int mb_guard_install(void)
+{
+    return 0;
+}
+#endif

@@ -1,0 +1,757 @@
+/* mmapbloom/_handle.c: the native handle (interface in _handle.h).
+ *
+ * Handle binds one open filter: the image buffer (exported once), the cells, the items
+ * word, m, k, strategy, cell width and the LockState.  A write takes the lock in C when it
+ * is free (thread lock, flock(LOCK_EX | LOCK_NB)), sets the cells, bumps the items word and
+ * unlocks, all with the GIL held; only a real wait calls WriteLock.acquire (Python, which
+ * waits interruptibly).  A batch resolves its keys once (mb_key array, objects pinned),
+ * hashes a chunk with the GIL released (large chunks), then locks, tests-and-sets the
+ * chunk, bumps the counter once and unlocks.  Warnings are emitted through Python
+ * callables after the lock is released.
+ *
+ * Every field of both objects is read and written with the GIL held (no free-threaded
+ * build support).  `busy` counts a handle's calls that let go of the GIL or call Python;
+ * close() while one is in flight defers releasing the image export to its end, so a
+ * handle (or a call in flight) that outlives its filter never touches unmapped memory.
+ */
+#include "_handle.h"
+
+#include <structmember.h>
+
+#include "_cells.h"
+#include "_guard.h"
+#include "_lock.h"
+#include "_positions.h"
+#include "_pykeys.h"
+
+#define STAGE_POSITIONS (1 << 20)    /* staged positions per chunk at most (8 MiB) */
+
+typedef mb_handle Handle;
+
+struct mb_handle {
+    PyObject_HEAD
+    Py_buffer image;       /* the whole image (header + cells), exported once */
+    int have_image;
+    uint8_t *body;         /* the cells: image + header size */
+    uint8_t *items;        /* the header's items word */
+    geom g;
+    int width;             /* 1: Bloom bits; 4 or 8: counters */
+    int writable, closed, warned;
+    Py_ssize_t busy;       /* calls in flight that let go of the GIL or call Python */
+    double warn_at;        /* the design point (items.design_limit) */
+    LockState *lock;
+    PyObject *fail;        /* fail(kind): raises FilterClosedError (0) or refuses a write (1) */
+    PyObject *over;        /* over(count): emits the over-capacity warning */
+    PyObject *saturated;   /* saturated(): emits the counter-saturation warning, or None */
+};
+
+
+
+
+static void h_release_image(Handle *h)
+{
+    if (h->have_image) {
+        h->have_image = 0;
+        PyBuffer_Release(&h->image);
+    }
+}
+
+static int h_traverse(Handle *h, visitproc visit, void *arg)
+{
+    Py_VISIT(h->lock);
+    Py_VISIT(h->fail);
+    Py_VISIT(h->over);
+    Py_VISIT(h->saturated);
+    return 0;
+}
+
+static int h_clear(Handle *h)
+{
+    h->closed = 1;
+    Py_CLEAR(h->lock);
+    Py_CLEAR(h->fail);
+    Py_CLEAR(h->over);
+    Py_CLEAR(h->saturated);
+    return 0;
+}
+
+static void h_dealloc(Handle *h)
+{
+    PyObject_GC_UnTrack(h);
+    h_clear(h);
+    h_release_image(h);
+    Py_TYPE(h)->tp_free((PyObject *)h);
+}
+
+static PyObject *h_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"image", "header_size", "items_offset", "strategy_id", "m", "k", "width", "writable",
+                            "lock", "warn_at", "fail", "over", "saturated", NULL};
+    PyObject *image, *sid, *m, *k, *lock, *fail, *over, *saturated;
+    Py_ssize_t header_size, items_offset;
+    int width, writable;
+    double warn_at;
+    Handle *h;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnnOOOipO!dOOO:Handle", names, &image, &header_size, &items_offset,
+                                     &sid, &m, &k, &width, &writable, &mb_LockState_Type, &lock, &warn_at, &fail, &over,
+                                     &saturated))
+        return NULL;
+    if (width != 1 && width != 4 && width != 8)
+        return PyErr_Format(PyExc_ValueError, "width must be 1, 4 or 8, got %d", width);
+    if (mb_guard_install() < 0)   /* once per process: the handle's touches are guarded */
+        return NULL;
+    if (header_size < 0 || items_offset < 0 || items_offset > header_size - 4)
+        return PyErr_Format(PyExc_ValueError, "items_offset %zd does not fit a header of %zd bytes", items_offset,
+                            header_size);
+    h = (Handle *)type->tp_alloc(type, 0);
+    if (h == NULL)
+        return NULL;
+    if (mb_parse_geom(sid, m, k, &h->g) < 0)
+        goto fail;
+    h->width = width;
+    if (PyObject_GetBuffer(image, &h->image, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0)
+        goto fail;
+    h->have_image = 1;
+    if (h->image.len < header_size ||
+        (uint64_t)(h->image.len - header_size) < mb_body_bytes(h->g.m, width)) {
+        PyErr_Format(PyExc_ValueError, "image has %zd bytes, expected at least %zd + %llu", h->image.len, header_size,
+                     (unsigned long long)mb_body_bytes(h->g.m, width));
+        goto fail;
+    }
+    h->body = (uint8_t *)h->image.buf + header_size;
+    h->items = (uint8_t *)h->image.buf + items_offset;
+    h->writable = writable;
+    h->warn_at = warn_at;
+    Py_INCREF(lock);
+    h->lock = (LockState *)lock;
+    Py_INCREF(fail);
+    h->fail = fail;
+    Py_INCREF(over);
+    h->over = over;
+    Py_INCREF(saturated);
+    h->saturated = saturated;
+    return (PyObject *)h;
+fail:
+    Py_DECREF(h);
+    return NULL;
+}
+
+/* Raise for a closed handle (kind 0) or a refused write (kind 1, which is also
+ * FilterClosedError while the handle closes) through the filter's own errors. */
+static PyObject *h_refuse(Handle *h, int write)
+{
+    if (h->fail != NULL) {
+        PyObject *r = PyObject_CallFunction(h->fail, "i", write && !h->closed ? 1 : 0);
+        Py_XDECREF(r);
+    }
+    if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_ValueError, "operation on a closed filter");
+    return NULL;
+}
+
+/* End of a call counted in busy: the image export goes once the handle is closed and no
+ * call is in flight. */
+static void h_leave(Handle *h)
+{
+    if (--h->busy == 0 && h->closed)
+        h_release_image(h);
+}
+
+/* Add delta to the items word by the rule of mmapbloom.items.items_update: clamped to
+ * [0, 2**32 - 1], never moving again once saturated.  Returns 1 (and the stored count)
+ * when the count is past the design point and this handle has not warned yet.  The caller
+ * holds the write lock. */
+static int items_bump(Handle *h, long long delta, uint32_t *stored)
+{
+    const uint32_t count = mb_items_load(h->items);
+    long long total;
+    if (count == MAX_ITEMS || delta == 0)
+        return 0;
+    total = (long long)count + delta;
+    total = total < 0 ? 0 : total > (long long)MAX_ITEMS ? (long long)MAX_ITEMS : total;
+    mb_items_store(h->items, (uint32_t)total);
+    *stored = (uint32_t)total;
+    return !h->warned && (double)total > h->warn_at;
+}
+
+/* The warnings of a write, after the lock is released.  depth: Python frames between
+ * the callback and the user's call, beyond one (0: called from a filter method written in
+ * Python; -1: from FilterBase, straight from the user's code). */
+static int h_warn(Handle *h, int over, uint32_t stored, int sat, int depth)
+{
+    PyObject *r;
+    if (over && !h->warned && h->over != NULL) {
+        h->warned = 1;
+        r = PyObject_CallFunction(h->over, "ki", (unsigned long)stored, depth);
+        if (r == NULL)
+            return -1;
+        Py_DECREF(r);
+    }
+    if (sat && h->saturated != NULL && h->saturated != Py_None) {
+        r = PyObject_CallFunction(h->saturated, "i", depth);
+        if (r == NULL)
+            return -1;
+        Py_DECREF(r);
+    }
+    return 0;
+}
+
+/* Take the write lock for a write: the uncontended path in C, else WriteLock.acquire.
+ * Returns LOCK_HELD or LOCK_TAKEN, or -1 with an exception set. */
+static int h_lock(Handle *h)
+{
+    int state = mb_lock_try(h->lock);
+    if (state != LOCK_SLOW)
+        return state;
+    h->busy++;
+    state = mb_lock_wait(h->lock);
+    h->busy--;
+    if (state < 0) {
+        if (h->busy == 0 && h->closed)
+            h_release_image(h);
+        return -1;
+    }
+    if (h->closed) {   /* closed while this thread waited (WriteLock saw it first, normally) */
+        mb_lock_release(h->lock);
+        if (h->busy == 0)
+            h_release_image(h);
+        h_refuse(h, 0);
+        return -1;
+    }
+    return LOCK_TAKEN;
+}
+
+/* Raise for a fault of the mapping inside a guarded section (the file was truncated under
+ * the open handle): LengthMismatchError through fail(3), which compares the file's size
+ * with the mapping.  The caller released what it held. */
+static PyObject *h_faulted(Handle *h)
+{
+    if (h->fail != NULL) {
+        PyObject *r = PyObject_CallFunction(h->fail, "i", 3);
+        Py_XDECREF(r);
+    }
+    if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_OSError, "a touch of the filter's mapping faulted (SIGBUS): the file was truncated "
+                                       "under the open handle");
+    return NULL;
+}
+
+/* ---- guarded sections: every touch of the mapping (_guard.h) -------------- */
+
+/* The cells and items word of one write (the lock is held): op 0 adds (n = k positions),
+ * op 1 removes (n distinct positions).  0, or -1: the mapping faulted. */
+static int g_write_one(Handle *h, const uint64_t *pos, unsigned n, int op, int *fresh, int *sat, int *removed,
+                       int *over, uint32_t *stored)
+{
+    GUARD_DECL(gd);
+    GUARD_BEGIN(gd, h->image.buf, h->image.len)
+        return -1;
+    if (op == 0) {
+        *fresh = mb_cells_add(h->body, h->width, pos, n, sat);
+        if (*fresh)
+            *over = items_bump(h, 1, stored);
+    } else {
+        *removed = mb_cells_remove(h->body, h->width, pos, n);
+        if (*removed > 0)
+            *over = items_bump(h, -1, stored);
+    }
+    GUARD_END();
+    return 0;
+}
+
+/* The probes of one query (pos has room for k; its head is computed): 1 present, 0
+ * absent (stops at the first zero cell; the rest of the positions lazily), -1 faulted. */
+static int g_contains(Handle *h, const uint64_t hv[2], uint64_t *pos, unsigned head)
+{
+    const unsigned k = h->g.k;
+    int present;
+    GUARD_DECL(gd);
+    GUARD_BEGIN(gd, h->image.buf, h->image.len)
+        return -1;
+    present = mb_cells_probe(h->body, h->width, pos, 0, head);
+    if (present && head < k) {
+        mb_positions_n(&h->g, hv, pos, head, k);
+        present = mb_cells_probe(h->body, h->width, pos, head, k);
+    }
+    GUARD_END();
+    return present;
+}
+
+/* The minimum of a key's counters into *low: 0, or -1 faulted. */
+static int g_count_min(Handle *h, const uint64_t *pos, unsigned *low)
+{
+    GUARD_DECL(gd);
+    GUARD_BEGIN(gd, h->image.buf, h->image.len)
+        return -1;
+    *low = mb_cells_min(h->body, h->width, pos, h->g.k);
+    GUARD_END();
+    return 0;
+}
+
+/* A key's positions into pos (k values; pos has SMALL_K room, else heap in *heap). */
+static uint64_t *h_positions(Handle *h, PyObject *key, uint64_t *small)
+{
+    uint64_t hv[2], *pos = small;
+    if (mb_hash_object(key, hv) < 0)   /* the one key rule: str, bytes-like, int, else encode_key */
+        return NULL;
+    if (h->g.k > SMALL_K && (pos = PyMem_Malloc(h->g.k * sizeof *pos)) == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    mb_positions(&h->g, hv, pos);
+    return pos;
+}
+
+PyDoc_STRVAR(h_add_doc,
+"add(key, /)\n--\n\n"
+"Add one key under the write lock; True if it was new (some bit was 0 / some counter was 0).\n"
+"Atomic across threads and processes; the items word is bumped under the same lock.");
+
+/* op: 0 add, 1 remove (counting) */
+PyObject *mb_handle_write_one(Handle *h, PyObject *key, int op, int depth)
+{
+    uint64_t small[SMALL_K], *pos;
+    int state, fresh = 0, sat = 0, over = 0, removed = 0;
+    uint32_t stored = 0;
+    unsigned n;
+    if (h->closed || !h->writable)
+        return h_refuse(h, 1);
+    if ((pos = h_positions(h, key, small)) == NULL)
+        return NULL;
+    n = mb_cells_distinct(h->width, pos, h->g.k);
+    state = h_lock(h);
+    if (state < 0)
+        goto fail;
+    if (g_write_one(h, pos, n, op, &fresh, &sat, &removed, &over, &stored) < 0) {
+        if (state == LOCK_TAKEN && mb_lock_release(h->lock) < 0)
+            goto fail;
+        h_faulted(h);
+        goto fail;
+    }
+    if (state == LOCK_TAKEN && mb_lock_release(h->lock) < 0)
+        goto fail;
+    if (pos != small)
+        PyMem_Free(pos);
+    if ((over || sat) && h_warn(h, over, stored, sat, depth) < 0)
+        return NULL;
+    if (op == 0)
+        return PyBool_FromLong(fresh);
+    return PyLong_FromLong(removed);
+fail:
+    if (pos != small)
+        PyMem_Free(pos);
+    return NULL;
+}
+
+static PyObject *h_add(Handle *h, PyObject *key)
+{
+    return mb_handle_write_one(h, key, 0, 0);
+}
+
+PyDoc_STRVAR(h_remove_doc,
+"remove(key, /)\n--\n\n"
+"Counting handles: decrement the key's distinct counters under the write lock.  Returns -1\n"
+"(a counter is 0: certainly absent, nothing changed), 1 (some counter returned to 0; the\n"
+"items word is decremented) or 0.");
+
+static PyObject *h_remove(Handle *h, PyObject *key)
+{
+    if (h->width == 1)
+        return PyErr_Format(PyExc_TypeError, "remove needs a counting handle");
+    return mb_handle_write_one(h, key, 1, 0);
+}
+
+PyDoc_STRVAR(h_contains_doc,
+"contains(key, /)\n--\n\n"
+"True if every bit (counter) of the key is set (non-zero); stops at the first 0.  No lock.");
+
+/* 1: the key may be present, 0: certainly absent, -1: error. */
+int mb_handle_contains(Handle *h, PyObject *key)
+{
+    const unsigned k = h->g.k, head = k < QUERY_PREFETCH ? k : QUERY_PREFETCH;
+    uint64_t hv[2], small[SMALL_K], *pos = small;
+    int present;
+    if (h->closed) {
+        h_refuse(h, 0);
+        return -1;
+    }
+    if (mb_hash_object(key, hv) < 0)   /* the one key rule: str, bytes-like, int, else encode_key */
+        return -1;
+    if (h->closed) {   /* encode_key ran Python: another thread may have closed (and unmapped) */
+        h_refuse(h, 0);
+        return -1;
+    }
+    /* Room for k positions before the guarded probes (which allocate nothing). */
+    if (k > SMALL_K && (pos = PyMem_Malloc(k * sizeof *pos)) == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    /* Lazily: the head positions first; an absent key usually stops there. */
+    mb_positions_n(&h->g, hv, pos, 0, head);
+    present = g_contains(h, hv, pos, head);
+    if (pos != small)
+        PyMem_Free(pos);
+    if (present < 0)
+        h_faulted(h);
+    return present;
+}
+
+static PyObject *h_contains(Handle *h, PyObject *key)
+{
+    const int present = mb_handle_contains(h, key);
+    return present < 0 ? NULL : PyBool_FromLong(present);
+}
+
+PyDoc_STRVAR(h_count_doc,
+"count(key, /)\n--\n\n"
+"Counting handles: the minimum of the key's counters (0: certainly absent).  No lock.");
+
+static PyObject *h_count(Handle *h, PyObject *key)
+{
+    uint64_t small[SMALL_K], *pos;
+    unsigned low = 0;
+    int faulted;
+    if (h->width == 1)
+        return PyErr_Format(PyExc_TypeError, "count needs a counting handle");
+    if (h->closed)
+        return h_refuse(h, 0);
+    if ((pos = h_positions(h, key, small)) == NULL)
+        return NULL;
+    if (h->closed) {   /* the key's encoding may have run Python, and another thread closed */
+        if (pos != small)
+            PyMem_Free(pos);
+        return h_refuse(h, 0);
+    }
+    faulted = g_count_min(h, pos, &low);
+    if (pos != small)
+        PyMem_Free(pos);
+    if (faulted < 0)
+        return h_faulted(h);
+    return PyLong_FromUnsignedLong(low);
+}
+
+/* ---- batches ----------------------------------------------------------------------- */
+
+/* A chunk's commit and its count (the lock is held): 0, or -1 the mapping faulted (cells
+ * of the chunk may be set, its count is not bumped). */
+static int g_commit(Handle *h, const mb_key *refs, size_t n, uint64_t *rows, uint8_t *out, int *sat,
+                    Py_ssize_t *fresh, int *over, uint32_t *stored)
+{
+    GUARD_DECL(gd);
+    GUARD_BEGIN(gd, h->image.buf, h->image.len)
+        return -1;
+    *fresh = mb_cells_commit(h->body, h->width, h->g.k, refs, n, rows, out, sat);
+    *over = *fresh ? items_bump(h, *fresh, stored) : 0;
+    GUARD_END();
+    return 0;
+}
+
+/* Tell the caller how far a failed batch got (every exception leaving add_many). */
+static void note_committed(Py_ssize_t committed)
+{
+    PyObject *et, *ev, *tb, *n;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyErr_NormalizeException(&et, &ev, &tb);
+    n = PyLong_FromSsize_t(committed);
+    if (ev != NULL && n != NULL && PyObject_SetAttrString(ev, "committed_items", n) < 0)
+        PyErr_Clear();
+    Py_XDECREF(n);
+    PyErr_Restore(et, ev, tb);
+}
+
+/* The batch writer over resolved keys: chunks of MB_CHUNK_KEYS keys (fewer for a
+ * large k), each hashed outside the lock (GIL released for large chunks), then committed
+ * under one lock acquisition with one bump of the items word.  out (n bytes) or NULL.
+ * Returns the number of new keys, or -1 with an exception carrying committed_items. */
+static Py_ssize_t h_add_keys(Handle *h, keyset *ks, uint8_t *out)
+{
+    const Py_ssize_t n = ks->n;
+    const unsigned k = h->g.k;
+    Py_ssize_t chunk = STAGE_POSITIONS / k, start, total = 0, committed = 0;
+    uint64_t *rows;
+    int over = 0, sat = 0;
+    uint32_t stored = 0;
+    if (chunk > MB_CHUNK_KEYS)
+        chunk = MB_CHUNK_KEYS;
+    if (chunk < 1)
+        chunk = 1;
+    if (chunk > n)
+        chunk = n ? n : 1;
+    rows = PyMem_Malloc((size_t)chunk * k * sizeof *rows);
+    if (rows == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    h->busy++;
+    for (start = 0; start < n; start += chunk) {
+        const Py_ssize_t c = n - start < chunk ? n - start : chunk;
+        const mb_key *refs;
+        Py_ssize_t fresh;
+        int state, o;
+        uint32_t s = 0;
+        if (c >= GIL_MIN_KEYS) {
+            Py_BEGIN_ALLOW_THREADS
+            refs = mb_keys_chunk(ks, start, c);
+            mb_cells_stage(&h->g, refs, (size_t)c, rows);
+            Py_END_ALLOW_THREADS
+        } else {
+            refs = mb_keys_chunk(ks, start, c);
+            mb_cells_stage(&h->g, refs, (size_t)c, rows);
+        }
+        if (h->closed) {
+            h_refuse(h, 0);
+            goto fail;
+        }
+        state = h_lock(h);
+        if (state < 0)
+            goto fail;
+        fresh = 0;
+        o = 0;
+        if (g_commit(h, refs, (size_t)c, rows, out ? out + start : NULL, &sat, &fresh, &o, &s) < 0) {
+            if (state == LOCK_TAKEN && mb_lock_release(h->lock) < 0)
+                goto fail;
+            h_faulted(h);
+            goto fail;
+        }
+        if (o) {
+            over = 1;
+            stored = s;
+        }
+        committed = start + c;
+        total += fresh;
+        if (state == LOCK_TAKEN && mb_lock_release(h->lock) < 0)
+            goto fail;
+        /* An interrupt lands between chunks (or after the last one, still inside this call,
+         * so the exception carries committed_items), never between a chunk's cells and
+         * its count. */
+        if (PyErr_CheckSignals() < 0)
+            goto fail;
+    }
+    h_leave(h);
+    PyMem_Free(rows);
+    if ((over || sat) && h_warn(h, over, stored, sat, 0) < 0)
+        return -1;
+    return total;
+fail:
+    note_committed(committed);
+    h_leave(h);
+    PyMem_Free(rows);
+    if (over) {
+        /* The warning of the committed chunks goes now, not with the next (unrelated) add;
+         * one turned into an error (-W error) never replaces the exception in flight. */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        if (h_warn(h, over, stored, 0, 0) < 0)
+            PyErr_Clear();
+        PyErr_Restore(et, ev, tb);
+    }
+    return -1;
+}
+
+/* out argument: None, or a writable buffer of n bytes. */
+static int get_out(PyObject *obj, Py_ssize_t n, Py_buffer *out)
+{
+    if (PyObject_GetBuffer(obj, out, PyBUF_WRITABLE) < 0)
+        return -1;
+    if (out->len != n) {
+        PyErr_Format(PyExc_ValueError, "out has %zd bytes, expected %zd (one per key)", out->len, n);
+        PyBuffer_Release(out);
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(h_add_many_doc,
+"add_many(keys, out=None, /)\n--\n\n"
+"Add every key of keys (any iterable, or a Column: read in place chunk by chunk, a null key\n"
+"never added and answered 0) in order, as sequential add() calls; returns the\n"
+"number of new keys, and out (a writable buffer of len(keys) bytes) gets 1 where a key was\n"
+"new.  Every key is validated before any cell changes.  The write lock is taken once per\n"
+"chunk of up to 65536 keys, hashed before the lock is taken; an exception leaving it\n"
+"carries committed_items (how many leading keys were committed).");
+
+static PyObject *h_add_many(Handle *h, PyObject *const *args, Py_ssize_t nargs)
+{
+    keyset ks;
+    Py_buffer out;
+    int have_out = 0;
+    Py_ssize_t fresh;
+    if (nargs < 1 || nargs > 2)
+        return PyErr_Format(PyExc_TypeError, "add_many() takes 1 or 2 arguments (%zd given)", nargs);
+    if (h->closed || !h->writable)
+        return h_refuse(h, 1);
+    if (mb_keys_begin(&ks, args[0], 1) < 0)
+        return NULL;
+    if (nargs == 2 && args[1] != Py_None) {
+        if (get_out(args[1], ks.n, &out) < 0) {
+            mb_keys_end(&ks);
+            return NULL;
+        }
+        have_out = 1;
+    }
+    fresh = h_add_keys(h, &ks, have_out ? out.buf : NULL);
+    if (have_out)
+        PyBuffer_Release(&out);
+    mb_keys_end(&ks);
+    return fresh < 0 ? NULL : PyLong_FromSsize_t(fresh);
+}
+
+PyDoc_STRVAR(h_contains_many_doc,
+"contains_many(keys, out, /)\n--\n\n"
+"out[i] = 1 if key i may be present, else 0 (out: a writable buffer of len(keys) bytes;\n"
+"keys: any iterable, or a Column, whose null keys answer 0).\n"
+"No lock; the keys are resolved and pinned first, then hashing and probing run without the\n"
+"GIL (from 256 keys on).");
+
+/* query_run over a batch: at once for resolved Python keys, chunk by chunk for a Column.
+ * Needs no GIL. */
+static void query_keys(Handle *h, keyset *ks, uint64_t *ring, uint8_t *out)
+{
+    const Py_ssize_t n = ks->n, step = ks->column != NULL ? MB_CHUNK_KEYS : (n ? n : 1);
+    Py_ssize_t start;
+    for (start = 0; start < n; start += step) {
+        const Py_ssize_t c = n - start < step ? n - start : step;
+        mb_cells_query(h->body, h->width, &h->g, mb_keys_chunk(ks, start, c), (size_t)c, ring, out + start);
+    }
+}
+
+/* query_keys in a guarded section (with or without the GIL): 0, or -1 faulted. */
+static int g_query(Handle *h, keyset *ks, uint64_t *ring, uint8_t *out)
+{
+    GUARD_DECL(gd);
+    GUARD_BEGIN(gd, h->image.buf, h->image.len)
+        return -1;
+    query_keys(h, ks, ring, out);
+    GUARD_END();
+    return 0;
+}
+
+static PyObject *h_contains_many(Handle *h, PyObject *const *args, Py_ssize_t nargs)
+{
+    keyset ks;
+    Py_buffer out;
+    uint64_t *ring;
+    int faulted;
+    if (nargs != 2)
+        return PyErr_Format(PyExc_TypeError, "contains_many() takes 2 arguments (%zd given)", nargs);
+    if (h->closed)
+        return h_refuse(h, 0);
+    if (mb_keys_begin(&ks, args[0], 0) < 0)
+        return NULL;
+    if (get_out(args[1], ks.n, &out) < 0) {
+        mb_keys_end(&ks);
+        return NULL;
+    }
+    ring = PyMem_Malloc((size_t)AHEAD * h->g.k * sizeof *ring);
+    if (ring == NULL) {
+        PyBuffer_Release(&out);
+        mb_keys_end(&ks);
+        return PyErr_NoMemory();
+    }
+    if (h->closed) {   /* keys_begin / get_out may have run Python, and another thread closed */
+        PyMem_Free(ring);
+        PyBuffer_Release(&out);
+        mb_keys_end(&ks);
+        return h_refuse(h, 0);
+    }
+    h->busy++;
+    if (ks.n >= GIL_MIN_KEYS) {
+        Py_BEGIN_ALLOW_THREADS
+        faulted = g_query(h, &ks, ring, out.buf);
+        Py_END_ALLOW_THREADS
+    } else {
+        faulted = g_query(h, &ks, ring, out.buf);
+    }
+    h_leave(h);
+    PyMem_Free(ring);
+    PyBuffer_Release(&out);
+    mb_keys_end(&ks);
+    if (faulted < 0)
+        return h_faulted(h);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(h_close_doc,
+"close()\n--\n\n"
+"Refuse every later call (FilterClosedError through fail) and release the image export, at\n"
+"once or when the calls in flight end.  Idempotent.");
+
+static PyObject *h_close(Handle *h, PyObject *unused)
+{
+    (void)unused;
+    h->closed = 1;
+    if (h->busy == 0)
+        h_release_image(h);
+    Py_RETURN_NONE;
+}
+
+static PyObject *h_get_closed(Handle *h, void *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(h->closed);
+}
+
+static PyObject *h_get_warned(Handle *h, void *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(h->warned);
+}
+
+static int h_set_warned(Handle *h, PyObject *v, void *unused)
+{
+    int t;
+    (void)unused;
+    if (v == NULL || (t = PyObject_IsTrue(v)) < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "cannot delete warned");
+        return -1;
+    }
+    h->warned = t;
+    return 0;
+}
+
+static PyObject *h_get_backend(Handle *h, void *unused)
+{
+    (void)h;
+    (void)unused;
+    return PyUnicode_FromString("native");
+}
+
+static PyGetSetDef h_getset[] = {
+    {"closed", (getter)h_get_closed, NULL, "True after close().", NULL},
+    {"warned", (getter)h_get_warned, (setter)h_set_warned, "The over-capacity warning was emitted.", NULL},
+    {"backend", (getter)h_get_backend, NULL, "\"native\".", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef h_methods[] = {
+    {"add", (PyCFunction)h_add, METH_O, h_add_doc},
+    {"contains", (PyCFunction)h_contains, METH_O, h_contains_doc},
+    {"add_many", (PyCFunction)(void (*)(void))h_add_many, METH_FASTCALL, h_add_many_doc},
+    {"contains_many", (PyCFunction)(void (*)(void))h_contains_many, METH_FASTCALL, h_contains_many_doc},
+    {"remove", (PyCFunction)h_remove, METH_O, h_remove_doc},
+    {"count", (PyCFunction)h_count, METH_O, h_count_doc},
+    {"close", (PyCFunction)h_close, METH_NOARGS, h_close_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+PyTypeObject mb_Handle_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "mmapbloom._kernels.Handle",
+    .tp_basicsize = sizeof(Handle),
+    .tp_dealloc = (destructor)h_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Handle(image, header_size, items_offset, strategy_id, m, k, width, writable, lock, warn_at, fail,\n"
+              "       over, saturated)\n--\n\n"
+              "One open filter bound once: the image buffer (exported once), the cells at header_size, the\n"
+              "items word at items_offset, the geometry and the LockState of its WriteLock.  Its methods\n"
+              "are the hot API (add, contains, add_many, contains_many, remove, count).  fail(kind) raises\n"
+              "the filter's errors, over(count) and saturated() emit its warnings.",
+    .tp_traverse = (traverseproc)h_traverse,
+    .tp_clear = (inquiry)h_clear,
+    .tp_methods = h_methods,
+    .tp_getset = h_getset,
+    .tp_new = h_new,
+};
+
+

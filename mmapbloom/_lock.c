@@ -1,0 +1,329 @@
+/* mmapbloom/_lock.c: LockState and the flock helpers (interface in _lock.h). */
+#include "_lock.h"
+
+#include <structmember.h>
+
+#include <errno.h>
+#ifndef _WIN32
+#include <sys/file.h>
+#endif
+
+#ifndef _WIN32
+const char mb_flock_try_doc[] =
+"flock_try($module, fd)\n--\n\n"
+"Returns bool.  flock(fd, LOCK_EX | LOCK_NB) WITHOUT releasing the GIL: True if the lock was acquired,\n"
+"False if another open file description holds it (EWOULDBLOCK).  fd: an int or an object\n"
+"with fileno().  Retries on EINTR (after running signal handlers); OSError otherwise.\n"
+"Unlike fcntl.flock, it never hands the interpreter to another thread.";
+
+PyObject *mb_flock_try(PyObject *module, PyObject *arg)
+{
+    int fd;
+    (void)module;
+    if ((fd = PyObject_AsFileDescriptor(arg)) < 0)
+        return NULL;
+    for (;;) {
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+            Py_RETURN_TRUE;
+        if (errno == EWOULDBLOCK || errno == EAGAIN)
+            Py_RETURN_FALSE;
+        if (errno != EINTR)
+            return PyErr_SetFromErrno(PyExc_OSError);
+        if (PyErr_CheckSignals() < 0)
+            return NULL;
+    }
+}
+
+const char mb_flock_unlock_doc[] =
+"flock_unlock($module, fd)\n--\n\n"
+"Returns None.  flock(fd, LOCK_UN) without releasing the GIL.  OSError on failure.";
+
+PyObject *mb_flock_unlock(PyObject *module, PyObject *arg)
+{
+    int fd;
+    (void)module;
+    if ((fd = PyObject_AsFileDescriptor(arg)) < 0)
+        return NULL;
+    for (;;) {
+        if (flock(fd, LOCK_UN) == 0)
+            Py_RETURN_NONE;
+        if (errno != EINTR)
+            return PyErr_SetFromErrno(PyExc_OSError);
+        if (PyErr_CheckSignals() < 0)
+            return NULL;
+    }
+}
+#endif
+
+#ifndef _WIN32
+#include <time.h>
+static double mono_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+#else
+#include <time.h>
+static double mono_seconds(void)
+{
+    return (double)clock() / CLOCKS_PER_SEC;
+}
+#endif
+
+struct mb_lock_state {
+    PyObject_HEAD
+    PyThread_type_lock tlock;
+    unsigned long owner;   /* thread ident holding tlock, 0: nobody */
+    Py_ssize_t count;      /* re-entry count of tlock */
+    Py_ssize_t depth;      /* WriteLock._depth: nesting of the held write lock */
+    int flock_fd;          /* WriteLock._flock_fd: the descriptor to flock, -1: none (in memory) */
+    char stale, closed;    /* WriteLock._stale, WriteLock._closed */
+};
+
+static PyObject *ls_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    LockState *self;
+    (void)args;
+    (void)kwds;
+    self = (LockState *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->flock_fd = -1;
+    self->tlock = PyThread_allocate_lock();
+    if (self->tlock == NULL) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)self;
+}
+
+static void ls_dealloc(LockState *self)
+{
+    if (self->tlock != NULL) {
+        if (self->count > 0)
+            PyThread_release_lock(self->tlock);
+        PyThread_free_lock(self->tlock);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Wait for a thread lock like threading.Lock.acquire: interruptible (signal handlers run,
+ * an exception from one ends the wait: -1), GIL released while waiting.  timeout < 0:
+ * forever; otherwise seconds.  1: acquired, 0: timed out. */
+static int tlock_wait(PyThread_type_lock lk, double timeout)
+{
+    double deadline = 0.0;
+    PyLockStatus r = PyThread_acquire_lock_timed(lk, 0, 0);
+    if (r == PY_LOCK_ACQUIRED)
+        return 1;
+    if (timeout == 0.0)
+        return 0;
+    if (timeout > 0.0)
+        deadline = mono_seconds() + timeout;
+    for (;;) {
+        PY_TIMEOUT_T us = -1;
+        if (timeout > 0.0) {
+            const double left = deadline - mono_seconds();
+            if (left <= 0.0)
+                return PyThread_acquire_lock_timed(lk, 0, 0) == PY_LOCK_ACQUIRED;
+            us = left * 1e6 >= (double)PY_TIMEOUT_MAX ? PY_TIMEOUT_MAX : (PY_TIMEOUT_T)(left * 1e6) + 1;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        r = PyThread_acquire_lock_timed(lk, us, 1);
+        Py_END_ALLOW_THREADS
+        if (r == PY_LOCK_ACQUIRED)
+            return 1;
+        if (r == PY_LOCK_FAILURE)
+            return 0;
+        if (PyErr_CheckSignals() < 0)   /* PY_LOCK_INTR */
+            return -1;
+    }
+}
+
+PyDoc_STRVAR(ls_tacquire_doc,
+"_tacquire(timeout=-1.0, /)\n--\n\n"
+"Take the thread lock (re-entrant).  timeout: seconds, < 0 waits forever.  Returns True,\n"
+"or False when the timeout expired.  The wait releases the GIL and is interruptible.");
+
+static PyObject *ls_tacquire(LockState *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    const unsigned long me = PyThread_get_thread_ident();
+    double timeout = -1.0;
+    int got;
+    if (nargs > 1)
+        return PyErr_Format(PyExc_TypeError, "_tacquire() takes at most 1 argument (%zd given)", nargs);
+    if (nargs == 1 && args[0] != Py_None) {
+        timeout = PyFloat_AsDouble(args[0]);
+        if (timeout == -1.0 && PyErr_Occurred())
+            return NULL;
+    }
+    if (self->owner == me && self->count > 0) {
+        self->count++;
+        Py_RETURN_TRUE;
+    }
+    got = tlock_wait(self->tlock, timeout);
+    if (got < 0)
+        return NULL;
+    if (!got)
+        Py_RETURN_FALSE;
+    self->owner = me;
+    self->count = 1;
+    Py_RETURN_TRUE;
+}
+
+static int tlock_release(LockState *self)
+{
+    if (self->count <= 0 || self->owner != PyThread_get_thread_ident()) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot release un-acquired lock");
+        return -1;
+    }
+    if (--self->count == 0) {
+        self->owner = 0;
+        PyThread_release_lock(self->tlock);
+    }
+    return 0;
+}
+
+static PyObject *ls_trelease(LockState *self, PyObject *unused)
+{
+    (void)unused;
+    if (tlock_release(self) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *ls_towned(LockState *self, PyObject *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(self->count > 0 && self->owner == PyThread_get_thread_ident());
+}
+
+/* In a fork child: a fresh, free thread lock.  The old one may be held by a thread that
+ * does not exist in the child; it is left allocated (never waited on again). */
+static PyObject *ls_treset(LockState *self, PyObject *unused)
+{
+    PyThread_type_lock fresh = PyThread_allocate_lock();
+    (void)unused;
+    if (fresh == NULL)
+        return PyErr_NoMemory();
+    self->tlock = fresh;
+    self->owner = 0;
+    self->count = 0;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef ls_methods[] = {
+    {"_tacquire", (PyCFunction)(void (*)(void))ls_tacquire, METH_FASTCALL, ls_tacquire_doc},
+    {"_trelease", (PyCFunction)ls_trelease, METH_NOARGS, "Release one level of the thread lock."},
+    {"_towned", (PyCFunction)ls_towned, METH_NOARGS, "True if the calling thread holds the thread lock."},
+    {"_treset", (PyCFunction)ls_treset, METH_NOARGS, "A fresh thread lock (fork child)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef ls_members[] = {
+    {"_depth", T_PYSSIZET, offsetof(LockState, depth), 0, "nesting of the held write lock"},
+    {"_flock_fd", T_INT, offsetof(LockState, flock_fd), 0, "descriptor to flock, -1: none"},
+    {"_stale", T_BOOL, offsetof(LockState, stale), 0, "reopen before locking (fork child)"},
+    {"_closed", T_BOOL, offsetof(LockState, closed), 0, "refuse acquisitions"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+PyTypeObject mb_LockState_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "mmapbloom._kernels.LockState",
+    .tp_basicsize = sizeof(LockState),
+    .tp_dealloc = (destructor)ls_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "LockState()\n--\n\nThe C half of mmapbloom.locking.WriteLock (its base class): a re-entrant\n"
+              "thread lock and the fields the native handle's uncontended write path reads.",
+    .tp_methods = ls_methods,
+    .tp_members = ls_members,
+    .tp_new = ls_new,
+};
+
+/* ---- taking the lock from C ------------------------------------------------------------ */
+
+/* The uncontended path: LOCK_TAKEN (this call took the thread lock and the flock: leave
+ * with lock_release), LOCK_HELD (this thread is inside its own write_lock(): the file lock
+ * is held, nothing to take), LOCK_SLOW (taking it needs a wait, a reopen or the closed
+ * check: WriteLock.acquire decides), -1 (OSError set). */
+int mb_lock_try(LockState *L)
+{
+    const unsigned long me = PyThread_get_thread_ident();
+    if (L->count > 0 && L->owner == me)
+        return L->depth > 0 ? LOCK_HELD : LOCK_SLOW;
+    if (L->closed || L->stale || L->count > 0)
+        return LOCK_SLOW;
+    if (!PyThread_acquire_lock(L->tlock, NOWAIT_LOCK))
+        return LOCK_SLOW;
+    L->owner = me;
+    L->count = 1;
+    if (L->flock_fd >= 0) {
+#ifndef _WIN32
+        if (flock(L->flock_fd, LOCK_EX | LOCK_NB) != 0) {
+            const int err = errno;
+            L->owner = 0;
+            L->count = 0;
+            PyThread_release_lock(L->tlock);
+            if (err == EWOULDBLOCK || err == EAGAIN || err == EINTR)
+                return LOCK_SLOW;
+            errno = err;
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+#else
+        L->owner = 0;
+        L->count = 0;
+        PyThread_release_lock(L->tlock);
+        return LOCK_SLOW;
+#endif
+    }
+    L->depth = 1;
+    return LOCK_TAKEN;
+}
+
+/* Release one level, as WriteLock.release (the flock goes with the outermost level). */
+int mb_lock_release(LockState *L)
+{
+    int rc = 0;
+    if (L->depth == 1 && L->flock_fd >= 0) {
+#ifndef _WIN32
+        while (flock(L->flock_fd, LOCK_UN) != 0) {
+            if (errno != EINTR) {
+                PyErr_SetFromErrno(PyExc_OSError);
+                rc = -1;
+                break;
+            }
+        }
+#endif
+        L->depth = 0;
+    } else if (L->depth > 0) {
+        L->depth--;
+    }
+    if (tlock_release(L) < 0)
+        rc = -1;
+    return rc;
+}
+
+/* The slow path: WriteLock.acquire() waits (interruptibly), or raises FilterClosedError,
+ * SelfDeadlockError...  On any exception WriteLock.recover(held_before) leaves nothing
+ * held that this call took. */
+int mb_lock_wait(LockState *L)
+{
+    const int held = L->count > 0 && L->owner == PyThread_get_thread_ident();
+    PyObject *r = PyObject_CallMethod((PyObject *)L, "acquire", NULL);
+    PyObject *et, *ev, *tb;
+    if (r != NULL) {
+        Py_DECREF(r);
+        return 0;
+    }
+    PyErr_Fetch(&et, &ev, &tb);
+    r = PyObject_CallMethod((PyObject *)L, "recover", "O", held ? Py_True : Py_False);
+    Py_XDECREF(r);
+    if (r == NULL)
+        PyErr_Clear();
+    PyErr_Restore(et, ev, tb);
+    return -1;
+}
+

@@ -1,0 +1,47 @@
+/* mmapbloom/_lock.h: the write lock's C half: flock helpers and LockState.
+ *
+ * LockState is the C half of mmapbloom.locking.WriteLock (its base class): the handle's
+ * thread-level lock (re-entrant: owner thread, recursion count) and the fields that the
+ * uncontended write path reads without calling Python: the file-lock depth, the descriptor
+ * to flock (-1 in memory) and the stale / closed flags.  WriteLock (Python) keeps the rest
+ * of the protocol: waiting, SelfDeadlockError, LockTimeout, fork handling, recovery.
+ *
+ * The cross-process lock is flock(2) on the file's descriptor (none in memory).  Everything
+ * that knows which cross-process lock a file uses is in _lock.c, behind the three calls
+ * below (try without waiting, release one level, wait through Python's WriteLock.acquire):
+ * another lock (a robust process-shared mutex) plugs in there, not in the handle. */
+#ifndef MMAPBLOOM_LOCK_H
+#define MMAPBLOOM_LOCK_H
+
+#include <Python.h>
+
+typedef struct mb_lock_state LockState;   /* fields private to _lock.c */
+
+/* The type mmapbloom.locking.WriteLock derives from (the module adds it as LockState). */
+extern PyTypeObject mb_LockState_Type;
+
+enum { LOCK_HELD = 0, LOCK_TAKEN = 1, LOCK_SLOW = 2 };
+
+/* The uncontended path, with the GIL and no Python call: LOCK_TAKEN (this call took the
+ * thread lock and the file lock: leave with mb_lock_release), LOCK_HELD (this thread is
+ * inside its own write_lock(): nothing to take or release), LOCK_SLOW (a wait, a reopen or
+ * the closed check is needed: call mb_lock_wait), -1 (OSError set). */
+int mb_lock_try(LockState *L);
+
+/* Release one level taken by mb_lock_try / mb_lock_wait, as WriteLock.release; -1 with OSError. */
+int mb_lock_release(LockState *L);
+
+/* The slow path: WriteLock.acquire() waits (interruptibly) or raises; on an exception
+ * WriteLock.recover leaves nothing held that this call took.  0 (taken: release with
+ * mb_lock_release) or -1. */
+int mb_lock_wait(LockState *L);
+
+#ifndef _WIN32
+/* The module functions flock_try(fd) and flock_unlock(fd) (METH_O): flock without
+ * releasing the GIL, for WriteLock. */
+PyObject *mb_flock_try(PyObject *module, PyObject *arg);
+PyObject *mb_flock_unlock(PyObject *module, PyObject *arg);
+extern const char mb_flock_try_doc[], mb_flock_unlock_doc[];
+#endif
+
+#endif /* MMAPBLOOM_LOCK_H */
