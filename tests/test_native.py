@@ -1,10 +1,11 @@
 """The compiled kernel ``mmapbloom._kernels`` against plain-Python references.
 
 Every kernel is compared with a reference written here from the definitions (plain ints
-and ``mmh3``): the MurmurHash3 values, the positions of the three strategies, and the
-Bloom and counting bodies byte for byte after random operation sequences.  Bodies are
-slices of a larger buffer with sentinel bytes on both sides, so a write outside the body
-would be seen (tools/check_native.sh runs this file under ASan + UBSan as well).
+and ``mmh3``): the MurmurHash3 values, the positions of the five strategies, and the
+Bloom and counting bodies byte for byte after random operation sequences, written and
+read through ``Handle`` (what the filters run).  Images are slices of a larger buffer with
+sentinel bytes on both sides, so a write outside the image would be seen
+(tools/check_native.sh runs this file under ASan + UBSan as well).
 """
 
 from __future__ import annotations
@@ -135,17 +136,73 @@ class Model:
         return min(self._get(c) for c in self._cells(key))
 
 
-PAD = 40  # sentinel bytes on each side of a body
+PAD = 40  # sentinel bytes on each side of an image
+HDR = 8  # the image's header: the items word (4 bytes) and 4 spare bytes
 
 
 def padded(nbytes: int, fill: int = 0) -> tuple[bytearray, memoryview]:
-    """A buffer with PAD sentinel bytes (0xA5) around a body of nbytes; (whole, body view)."""
-    whole = bytearray(b"\xa5" * PAD + bytes([fill]) * nbytes + b"\xa5" * PAD)
-    return whole, memoryview(whole)[PAD : PAD + nbytes]
+    """A buffer with PAD sentinel bytes (0xA5) around an image: an HDR-byte header, then a
+    body of nbytes; (whole, body view).  bind() builds a Handle over the image."""
+    whole = bytearray(b"\xa5" * PAD + bytes(HDR) + bytes([fill]) * nbytes + b"\xa5" * PAD)
+    return whole, memoryview(whole)[PAD + HDR : PAD + HDR + nbytes]
 
 
 def assert_sentinels(whole: bytearray) -> None:
     assert whole[:PAD] == b"\xa5" * PAD and whole[-PAD:] == b"\xa5" * PAD
+
+
+class Refused(Exception):
+    """What the test handles' closed / readonly hooks raise."""
+
+
+class Bound:
+    """A native Handle over a body made by padded() (the code users run: the filters'
+    handle), with hooks that record its warnings."""
+
+    def __init__(self, body: Any, sid: int, m: int, k: int, width: int = 1, writable: bool = True) -> None:
+        image = memoryview(body.obj)[PAD : PAD + HDR + body.nbytes] if isinstance(body, memoryview) else body
+        self.saturations = 0
+        self.h = make_handle(image, HDR, sid, m, k, width, writable, self)
+
+    def saturated(self) -> None:
+        self.saturations += 1
+
+    def __getattr__(self, name: str) -> Any:  # the handle's methods
+        return getattr(self.h, name)
+
+
+def make_handle(image: Any, header_size: int, sid: int, m: Any, k: int, width: int, writable: bool, owner: Any) -> Any:
+    """K.Handle over image (the items word at offset 0), with a fresh LockState and hooks
+    that raise Refused for a closed handle or a refused write."""
+
+    def fail(kind: int) -> None:
+        raise Refused(kind)
+
+    def saturated(depth: int = 0) -> None:
+        if owner is not None:
+            owner.saturated()
+
+    return K.Handle(
+        image,
+        header_size,
+        0,
+        sid,
+        m,
+        k,
+        width,
+        writable,
+        K.LockState(),
+        float("inf"),
+        fail,
+        lambda count, depth=0: None,
+        saturated,
+    )
+
+
+def bind(sid: int, m: int, k: int, width: int = 1, fill: int = 0) -> tuple[bytearray, memoryview, Any]:
+    """padded() for a body of m cells of width bits, and a Bound handle over it: (whole, body, bound)."""
+    whole, body = padded((m * width + 7) // 8, fill)
+    return whole, body, Bound(body, sid, m, k, width)
 
 
 def random_keys(rng: random.Random, n: int, max_len: int = 40) -> list[Any]:
@@ -338,25 +395,29 @@ CONFIGS = [
 def test_bloom_add_contains_against_model(sid: int, m: int, k: int) -> None:
     rng = random.Random(sid * 1000 + m)
     model = Model(sid, m, k)
-    whole, body = padded(len(model.body))
+    whole, body, h = bind(sid, m, k)
     keys = random_keys(rng, 60)
+    new = 0
     for key in keys:
-        assert K.contains(body, sid, m, k, key) == model.contains(key)
-        assert K.add(body, sid, m, k, key) == model.add(key)
-        assert K.contains(body, sid, m, k, key)
+        assert h.contains(key) == model.contains(key)
+        fresh = h.add(key)
+        assert fresh == model.add(key)
+        new += fresh
+        assert h.contains(key)
         assert bytes(body) == bytes(model.body)
+    ro = Bound(bytes(whole[PAD:-PAD]), sid, m, k, writable=False)  # a read-only image
     for key in keys + random_keys(rng, 60):  # present and (mostly) absent keys
-        assert K.contains(body, sid, m, k, key) == model.contains(key)
-        assert K.contains(bytes(body), sid, m, k, key) == model.contains(key)  # read-only body
+        assert h.contains(key) == model.contains(key)
+        assert ro.contains(key) == model.contains(key)
     assert_sentinels(whole)
-    assert K.popcount(body) == sum(bin(b).count("1") for b in model.body)
+    assert int.from_bytes(whole[PAD : PAD + 4], "little") == new  # the items word, bumped once per new key
 
 
 @pytest.mark.parametrize("sid, m, k", CONFIGS)
 def test_bloom_batches_against_model(sid: int, m: int, k: int) -> None:
     rng = random.Random(sid * 7 + m)
     model = Model(sid, m, k)
-    whole, body = padded(len(model.body))
+    whole, body, h = bind(sid, m, k)
     for n in (0, 1, 5, 300, 700):
         keys = random_keys(rng, n)
         keys += [keys[i] for i in range(0, len(keys), 3)]  # repeats inside the batch
@@ -364,12 +425,12 @@ def test_bloom_batches_against_model(sid: int, m: int, k: int) -> None:
         batch = keys if n % 2 else tuple(keys)
         out = np.zeros(len(keys), dtype=np.bool_)
         expected = [model.add(key) for key in keys]
-        assert K.add_many(body, sid, m, k, batch, out) == sum(expected)
+        assert h.add_many(batch, out) == sum(expected)
         assert out.tolist() == expected
         assert bytes(body) == bytes(model.body)
         probe = keys + random_keys(rng, n)
         got = np.ones(len(probe), dtype=np.bool_)
-        K.contains_many(body, sid, m, k, probe, got)
+        h.contains_many(probe, got)
         assert got.tolist() == [model.contains(key) for key in probe]
         assert got[: len(keys)].all()  # no false negatives
     assert_sentinels(whole)
@@ -397,67 +458,68 @@ def test_batches_property(keys: list[Any], sid: int, m: int, k: int, width: int)
         m = max(512, m - m % 512)
     keys = keys + keys[::2]  # repeats
     model = Model(sid, m, k, width)
-    whole, body = padded(len(model.body))
+    whole, body, h = bind(sid, m, k, width)
     out = np.zeros(len(keys), dtype=np.bool_)
     if width == 1:
         expected = [model.add(key) for key in keys]
-        assert K.add_many(body, sid, m, k, keys, out) == sum(expected)
+        assert h.add_many(keys, out) == sum(expected)
     else:
         pairs = [model.count_add(key) for key in keys]
         expected = [p[0] for p in pairs]
-        assert K.count_add_many(body, width, sid, m, k, keys, out) == (sum(expected), any(p[1] for p in pairs))
+        assert h.add_many(keys, out) == sum(expected)
+        assert (h.saturations > 0) == any(p[1] for p in pairs)
     assert out.tolist() == expected and bytes(body) == bytes(model.body)
     probe = keys + [b"absent-%d" % i for i in range(300)]
     got = np.zeros(len(probe), dtype=np.bool_)
+    h.contains_many(probe, got)
     if width == 1:
-        K.contains_many(body, sid, m, k, probe, got)
         assert got.tolist() == [model.contains(key) for key in probe]
     else:
-        K.count_contains_many(body, width, sid, m, k, probe, got)
         assert got.tolist() == [model.count_min(key) > 0 for key in probe]
     assert_sentinels(whole)
 
 
 def test_add_many_duplicates_are_new_once() -> None:
-    body = bytearray(1000)
+    _, _, h = bind(M3KM, 8000, 5)
     out = np.zeros(4, dtype=np.bool_)
-    assert K.add_many(body, M3KM, 8000, 5, ["a", b"a", bytearray(b"a"), memoryview(b"a")], out) == 1
+    assert h.add_many(["a", b"a", bytearray(b"a"), memoryview(b"a")], out) == 1
     assert out.tolist() == [True, False, False, False]
 
 
-@pytest.mark.parametrize("bad", [3, None, "\ud800", memoryview(b"abcdef")[::2]])
+@pytest.mark.parametrize("bad", [1.5, None, "\ud800", 2**64, object()])
 def test_add_many_bad_key_changes_nothing(bad: Any) -> None:
-    for counting in (False, True):
-        body = bytearray(64)
+    for width, m in ((1, 512), (4, 128)):
+        whole, body, h = bind(M3KM, m, 3, width)
         keys = [f"key{i}" for i in range(500)] + [bad]
         out = np.zeros(len(keys), dtype=np.bool_)
-        with pytest.raises((TypeError, ValueError, BufferError)):
-            if counting:
-                K.count_add_many(body, 4, M3KM, 128, 3, keys, out)
-            else:
-                K.add_many(body, M3KM, 512, 3, keys, out)
-        assert body == bytearray(64) and not out.any()
+        with pytest.raises((TypeError, ValueError, OverflowError)):
+            h.add_many(keys, out)
+        assert not any(body) and not out.any() and not any(whole[PAD : PAD + HDR])
 
 
 def test_large_sparse_body() -> None:
     """m above 2**33 on an anonymous mapping (pages are only touched where bits are set)."""
     m = 2**33 + 17
     nbytes = (m + 7) // 8
-    with mmap.mmap(-1, nbytes) as mm:
-        body = memoryview(mm)
+    with mmap.mmap(-1, HDR + nbytes) as mm:
+        image = memoryview(mm)
         try:
             keys = [f"k{i}" for i in range(200)]
             out = np.zeros(len(keys), dtype=np.bool_)
             for sid in (M3KM, M3MX):
-                K.add_many(body, sid, m, 7, keys, out)
+                h = make_handle(image, HDR, sid, m, 7, 1, True, None)
+                h.add_many(keys, out)
                 for key in keys:
                     for p in ref_positions(sid, key, m, 7):
-                        assert mm[p >> 3] >> (p & 7) & 1
-                    assert K.contains(body, sid, m, 7, key)
-            assert K.add(body, M3BL, m - 17, 7, "blocked") is True
-            assert K.contains(body, M3BL, m - 17, 7, "blocked")
+                        assert mm[HDR + (p >> 3)] >> (p & 7) & 1
+                    assert h.contains(key)
+                h.close()
+            h = make_handle(image, HDR, M3BL, m - 17, 7, 1, True, None)
+            assert h.add("blocked") is True
+            assert h.contains("blocked")
+            h.close()
         finally:
-            body.release()
+            image.release()
 
 
 # ---- counting bodies -----------------------------------------------------------------------
@@ -480,22 +542,25 @@ def test_large_sparse_body() -> None:
 def test_counting_against_model(width: int, sid: int, m: int, k: int) -> None:
     rng = random.Random(width * 100 + m + sid)
     model = Model(sid, m, k, width)
-    whole, body = padded(len(model.body))
+    whole, body, h = bind(sid, m, k, width)
     pool = random_keys(rng, 40)
     for step in range(1500):
         key = rng.choice(pool)
         op = rng.randrange(10)
         if op < 5:
-            assert K.count_add(body, width, sid, m, k, key) == model.count_add(key)
+            before = h.saturations
+            new, sat = model.count_add(key)
+            assert h.add(key) == new and (h.saturations > before) == sat
         elif op < 8:
-            before = bytes(body)
-            result = K.count_remove(body, width, sid, m, k, key)
+            before_bytes = bytes(body)
+            result = h.remove(key)
             assert result == model.count_remove(key)
             if result == -1:
-                assert bytes(body) == before
+                assert bytes(body) == before_bytes
         else:
-            assert K.count_min(body, width, sid, m, k, key) == model.count_min(key)
-            assert K.count_min(bytes(body), width, sid, m, k, key) == model.count_min(key)
+            assert h.count(key) == model.count_min(key)
+            ro = Bound(bytes(whole[PAD:-PAD]), sid, m, k, width, writable=False)
+            assert ro.count(key) == model.count_min(key)
         assert bytes(body) == bytes(model.body), step
     assert_sentinels(whole)
 
@@ -504,43 +569,46 @@ def test_counting_against_model(width: int, sid: int, m: int, k: int) -> None:
 def test_counting_saturation(width: int) -> None:
     top = (1 << width) - 1
     model = Model(M3KM, 50, 3, width)
-    body = bytearray(len(model.body))
-    results = [K.count_add(body, width, M3KM, 50, 3, "hot") for _ in range(top + 5)]
+    _, body, h = bind(M3KM, 50, 3, width)
+    results = []
+    for _ in range(top + 5):
+        before = h.saturations
+        results.append((h.add("hot"), h.saturations > before))
     assert results == [model.count_add("hot") for _ in range(top + 5)]
     assert results[0] == (True, False) and results[top - 1] == (False, True) and results[top] == (False, False)
-    assert K.count_min(body, width, M3KM, 50, 3, "hot") == top
+    assert h.count("hot") == top
     # saturated counters never decrement: remove reports no emptied cell and changes nothing
     before = bytes(body)
-    assert K.count_remove(body, width, M3KM, 50, 3, "hot") == 0
+    assert h.remove("hot") == 0
     assert bytes(body) == before == bytes(model.body)
 
 
 def test_counting_nibbles_independent() -> None:
     """4-bit cells: even cells are low nibbles, odd cells high nibbles; neighbours untouched."""
-    body = bytearray(1)
-    K.count_add(body, 4, M3KM, 2, 1, b"x")
+    _, body, h = bind(M3KM, 2, 1, 4)
+    h.add(b"x")
     cell = K.positions(M3KM, b"x", 2, 1)[0]
     assert body[0] == (1 << (4 * cell))
-    body = bytearray(b"\xff")
     key = next(f"k{i}" for i in range(100) if K.positions(M3KM, f"k{i}", 2, 1) == [0])
-    assert K.count_remove(body, 4, M3KM, 2, 1, key) == 0  # saturated low nibble stays
-    body = bytearray(b"\xf3")
-    assert K.count_remove(body, 4, M3KM, 2, 1, key) == 0 and body == bytearray(b"\xf2")
+    _, body, h = bind(M3KM, 2, 1, 4, fill=0xFF)
+    assert h.remove(key) == 0  # saturated low nibble stays
+    _, body, h = bind(M3KM, 2, 1, 4, fill=0xF3)
+    assert h.remove(key) == 0 and body == b"\xf2"
 
 
 def test_counting_remove_absent_leaves_body() -> None:
     rng = random.Random(5)
     for width in (4, 8):
         model = Model(M3MX, 300, 4, width)
-        body = bytearray(len(model.body))
+        _, body, h = bind(M3MX, 300, 4, width)
         for key in random_keys(rng, 40):
-            K.count_add(body, width, M3MX, 300, 4, key)
+            h.add(key)
             model.count_add(key)
         absent = [key for key in random_keys(rng, 200) if model.count_min(key) == 0]
         assert absent
         before = bytes(body)
         for key in absent:
-            assert K.count_remove(body, width, M3MX, 300, 4, key) == -1
+            assert h.remove(key) == -1
         assert bytes(body) == before
 
 
@@ -551,19 +619,20 @@ def test_counting_remove_absent_leaves_body() -> None:
 def test_counting_batches_against_model(width: int, sid: int, m: int, k: int) -> None:
     rng = random.Random(width + m)
     model = Model(sid, m, k, width)
-    whole, body = padded(len(model.body))
+    whole, body, h = bind(sid, m, k, width)
     pool = random_keys(rng, 50)
     for n in (0, 1, 40, 400):
         keys = [rng.choice(pool) for _ in range(n)]
         out = np.zeros(n, dtype=np.bool_)
         expected = [model.count_add(key) for key in keys]
-        new, sat = K.count_add_many(body, width, sid, m, k, keys, out)
-        assert new == sum(e[0] for e in expected) and sat == any(e[1] for e in expected)
+        before = h.saturations
+        new = h.add_many(keys, out)
+        assert new == sum(e[0] for e in expected) and (h.saturations > before) == any(e[1] for e in expected)
         assert out.tolist() == [e[0] for e in expected]
         assert bytes(body) == bytes(model.body)
         probe = pool + random_keys(rng, 300)
         got = np.zeros(len(probe), dtype=np.bool_)
-        K.count_contains_many(body, width, sid, m, k, tuple(probe), got)
+        h.contains_many(tuple(probe), got)
         assert got.tolist() == [model.count_min(key) > 0 for key in probe]
     assert_sentinels(whole)
 
@@ -572,72 +641,60 @@ def test_counting_batches_against_model(width: int, sid: int, m: int, k: int) ->
 
 
 def test_argument_checks() -> None:
-    body = bytearray(128)
+    whole = bytearray(HDR + 128)
     out = np.zeros(1, dtype=np.bool_)
+    _, _, h = bind(M3KM, 100, 3)
     cases: list[tuple[type, str, Callable[[], Any]]] = [
-        (ValueError, "strategy id 0", lambda: K.add(body, 0, 100, 3, "a")),
+        (ValueError, "strategy id 0", lambda: make_handle(whole, HDR, 0, 100, 3, 1, True, None)),
         (ValueError, "strategy id 6", lambda: K.positions(6, "a", 100, 3)),
         (ValueError, "m must be at least 1", lambda: K.positions(M3KM, "a", 0, 3)),
         (ValueError, r"m must be in \[0, 2\*\*64\), got -1", lambda: K.positions(M3KM, "a", -1, 3)),
         (ValueError, "m must be in", lambda: K.positions(M3KM, "a", 2**64, 3)),
-        (ValueError, r"k must be in \[1, 4096\], got 0", lambda: K.contains(body, M3KM, 100, 0, "a")),
-        (ValueError, "got 4097", lambda: K.add(body, M3KM, 100, 4097, "a")),
-        (ValueError, "multiple of 512, got 1000", lambda: K.add(body, M3BL, 1000, 3, "a")),
+        (ValueError, r"k must be in \[1, 4096\], got 0", lambda: make_handle(whole, HDR, M3KM, 100, 0, 1, True, None)),
+        (ValueError, "got 4097", lambda: make_handle(whole, HDR, M3KM, 100, 4097, 1, True, None)),
+        (ValueError, "multiple of 512, got 1000", lambda: make_handle(whole, HDR, M3BL, 1000, 3, 1, True, None)),
         (ValueError, "multiple of 512, got 256", lambda: K.positions(M3BL, "a", 256, 3)),
         (
             ValueError,
             "M3B2 needs m to be a positive multiple of 512, got 1000",
             lambda: K.positions(M3B2, "a", 1000, 3),
         ),
-        (ValueError, "body has 128 bytes, expected at least 129", lambda: K.add(body, M3KM, 1025, 3, "a")),
-        (ValueError, "expected at least 129", lambda: K.contains_many(body, M3MX, 1025, 3, ["a"], out)),
-        (ValueError, "body has 128 bytes, expected at least 129", lambda: K.count_add(body, 8, M3KM, 129, 3, "a")),
-        (ValueError, "expected at least 129", lambda: K.count_min(body, 4, M3KM, 257, 3, "a")),
-        (ValueError, "width must be 4 or 8, got 2", lambda: K.count_add(body, 2, M3KM, 100, 3, "a")),
-        (ValueError, "out has 1 bytes, expected 2", lambda: K.add_many(body, M3KM, 100, 3, ["a", "b"], out)),
-        (TypeError, "list or a tuple, got set", lambda: K.add_many(body, M3KM, 100, 3, {"a"}, out)),
         (
-            TypeError,
-            "list or a tuple, got generator",
-            lambda: K.contains_many(body, M3KM, 100, 3, (x for x in "a"), out),
+            ValueError,
+            r"image has 136 bytes, expected at least 8 \+ 129",
+            lambda: make_handle(whole, HDR, M3KM, 1025, 3, 1, True, None),
         ),
-        (TypeError, "m must be an int, got float", lambda: K.add(body, M3KM, 100.0, 3, "a")),
-        (TypeError, "exactly 5 arguments", lambda: K.add(body, M3KM, 100, 3)),
+        (ValueError, r"expected at least 8 \+ 129", lambda: make_handle(whole, HDR, M3KM, 129, 3, 8, True, None)),
+        (ValueError, r"expected at least 8 \+ 129", lambda: make_handle(whole, HDR, M3KM, 257, 3, 4, True, None)),
+        (ValueError, "width must be 1, 4 or 8, got 2", lambda: make_handle(whole, HDR, M3KM, 100, 3, 2, True, None)),
+        (ValueError, "out has 1 bytes, expected 2", lambda: h.add_many(["a", "b"], out)),
+        (ValueError, "out has 1 bytes, expected 2", lambda: h.contains_many(["a", "b"], out)),
+        (TypeError, "m must be an int, got float", lambda: make_handle(whole, HDR, M3KM, 100.0, 3, 1, True, None)),
+        (TypeError, "remove needs a counting handle", lambda: h.remove("a")),
+        (TypeError, "count needs a counting handle", lambda: h.count("a")),
     ]
     for exc, message, call in cases:
         with pytest.raises(exc, match=message):
             call()
-    assert body == bytearray(128)
+    assert whole == bytearray(HDR + 128)
 
 
-def test_read_only_body_refused_for_writes() -> None:
+def test_read_only_image_refused_for_writes() -> None:
     out = np.zeros(1, dtype=np.bool_)
-    for ro in (bytes(64), memoryview(bytearray(64)).toreadonly()):
-        for call in (
-            lambda: K.add(ro, M3KM, 100, 3, "a"),
-            lambda: K.add_many(ro, M3KM, 100, 3, ["a"], out),
-            lambda: K.count_add(ro, 4, M3KM, 100, 3, "a"),
-            lambda: K.count_remove(ro, 8, M3KM, 50, 3, "a"),
-            lambda: K.count_add_many(ro, 8, M3KM, 50, 3, ["a"], out),
-        ):
+    for ro in (bytes(HDR + 64), memoryview(bytearray(HDR + 64)).toreadonly()):
+        for width in (1, 4, 8):
             with pytest.raises((TypeError, BufferError)):
-                call()
+                make_handle(ro, HDR, M3KM, 50, 3, width, True, None)  # a writable handle needs a writable image
+            h = make_handle(ro, HDR, M3KM, 50, 3, width, False, None)
+            calls = [lambda: h.add("a"), lambda: h.add_many(["a"], out)]
+            if width > 1:
+                calls.append(lambda: h.remove("a"))
+            for call in calls:
+                with pytest.raises(Refused):
+                    call()
+    _, _, h = bind(M3KM, 100, 3)
     with pytest.raises((TypeError, BufferError)):
-        K.contains_many(bytearray(64), M3KM, 100, 3, ["a"], bytes(1))  # out must be writable
-
-
-# ---- popcount ------------------------------------------------------------------------------
-
-
-def test_popcount() -> None:
-    rng = random.Random(3)
-    data = rng.randbytes(300)
-    for start in range(9):
-        for n in (0, 1, 7, 8, 9, 15, 16, 17, 100, 291 - start):
-            view = memoryview(data)[start : start + n]
-            assert K.popcount(view) == sum(bin(b).count("1") for b in view)
-    assert K.popcount(b"\xff" * 1001) == 8008
-    assert K.popcount(np.ones(10, dtype=np.uint64)) == 10
+        h.contains_many(["a"], bytes(1))  # out must be writable
 
 
 # ---- threads and the GIL -------------------------------------------------------------------
@@ -646,11 +703,11 @@ def test_popcount() -> None:
 def test_contains_many_from_two_threads() -> None:
     m, k = 200_003, 7
     rng = random.Random(11)
-    body = bytearray((m + 7) // 8)
+    _, body, h = bind(M3MX, m, k)
     present = [f"in{i}" for i in range(3000)]
-    K.add_many(body, M3MX, m, k, present, np.zeros(len(present), dtype=np.bool_))
+    h.add_many(present, np.zeros(len(present), dtype=np.bool_))
     probe = present + [rng.randbytes(12) for _ in range(3000)]
-    expected = np.array([K.contains(body, M3MX, m, k, key) for key in probe])
+    expected = np.array([h.contains(key) for key in probe])
     assert expected[:3000].all()
     errors: list[BaseException] = []
 
@@ -658,7 +715,7 @@ def test_contains_many_from_two_threads() -> None:
         try:
             for _ in range(20):
                 got = np.zeros(len(probe), dtype=np.bool_)
-                K.contains_many(memoryview(body), M3MX, m, k, probe, got)
+                h.contains_many(probe, got)
                 assert (got == expected).all()
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
@@ -702,14 +759,11 @@ def gil_watch() -> Iterator[list[int]]:
 def test_batch_queries_release_the_gil() -> None:
     """A large contains_many releases the GIL; a small one (below 256 keys) keeps it."""
     m, k = 1_000_003, 7
-    body = bytearray((m + 7) // 8)
-    cbody = bytearray(m)
+    _, _, h = bind(M3KM, m, k)
+    _, _, c = bind(M3BL, m - m % 512, k, 8)
     big = [f"key{i}" for i in range(200_000)]
     small = big[:100]
-    calls = [
-        lambda keys, out: K.contains_many(body, M3KM, m, k, keys, out),
-        lambda keys, out: K.count_contains_many(cbody, 8, M3BL, m - m % 512, k, keys, out),
-    ]
+    calls = [h.contains_many, c.contains_many]
     with gil_watch() as ticks:
         for call in calls:
             out = np.zeros(len(small), dtype=np.bool_)

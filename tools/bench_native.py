@@ -2,10 +2,11 @@
 
     python tools/bench_native.py [--keys 1000000] [--rounds 3] [--big] [--only M3KM,M3BL]
 
-Measures mmapbloom._kernels directly on an anonymous mapping (as a file-backed filter
-body would be): add_many / contains_many (present and absent keys) for whole lists,
-add / contains called once per key from a Python loop (loop overhead included, and
-reported separately), the counting kernels, and two threads calling contains_many.
+Measures ``mmapbloom._kernels.Handle`` (the code every filter runs) directly on an anonymous
+mapping (as a file-backed filter image would be), with an in-memory LockState (no flock):
+add_many / contains_many (present and absent keys) for whole lists, add / contains called
+once per key from a Python loop (loop overhead included, and reported separately), the
+counting handles, and two threads calling contains_many.
 The best of --rounds is reported (each add round starts from an empty body), in CPU time of
 the calling thread, except the two-thread comparison (wall time).
 """
@@ -26,6 +27,17 @@ import numpy as np
 import mmapbloom._kernels as K
 
 M3KM, M3MX, M3BL, M3M2, M3B2 = 1, 2, 3, 4, 5
+HEADER = 8  # the image's header: the items word, then 4 spare bytes
+
+
+def native_handle(sid: int, m: int, k: int, width: int = 1) -> Any:
+    """A Handle over a fresh anonymous mapping: an 8-byte header, then m cells of width bits."""
+
+    def fail(kind: int) -> None:
+        raise RuntimeError(f"handle refused the call ({kind})")
+
+    image = mmap.mmap(-1, HEADER + (m * width + 7) // 8)
+    return K.Handle(image, HEADER, 0, sid, m, k, width, True, K.LockState(), float("inf"), fail, lambda *a: None, None)
 
 
 def best(
@@ -83,51 +95,40 @@ def main() -> None:
     print(hdr)
     print("-" * len(hdr))
     for name, sid, m, k in configs:
-        nbytes = (m + 7) // 8
-
-        def fresh_body(size: int = nbytes) -> memoryview:
-            return memoryview(mmap.mmap(-1, size))
-
         out = np.zeros(n, dtype=np.bool_)
-        add_many = best(args.rounds, fresh_body, lambda b: K.add_many(b, sid, m, k, keys, out))
-        body = fresh_body()
-        K.add_many(body, sid, m, k, keys, out)
-        cm_present = best(args.rounds, lambda: body, lambda b: K.contains_many(b, sid, m, k, keys, out))
-        cm_wall = best(args.rounds, lambda: body, lambda b: K.contains_many(b, sid, m, k, keys, out), time.perf_counter)
+        add_many = best(args.rounds, lambda: native_handle(sid, m, k), lambda h: h.add_many(keys, out))
+        h = native_handle(sid, m, k)
+        h.add_many(keys, out)
+        cm_present = best(args.rounds, lambda: h, lambda h: h.contains_many(keys, out))
+        cm_wall = best(args.rounds, lambda: h, lambda h: h.contains_many(keys, out), time.perf_counter)
         assert out.all()
-        cm_absent = best(args.rounds, lambda: body, lambda b: K.contains_many(b, sid, m, k, absent, out))
+        cm_absent = best(args.rounds, lambda: h, lambda h: h.contains_many(absent, out))
         fp = out.mean()
 
-        def per_item_add(b: memoryview) -> None:
-            add = K.add
+        def per_item_add(h: Any) -> None:
+            add = h.add
             for key in keys:
-                add(b, sid, m, k, key)
+                add(key)
 
-        def per_item_contains(probe: list[str]) -> Callable[[memoryview], None]:
-            def run(b: memoryview) -> None:
-                contains = K.contains
+        def per_item_contains(probe: list[str]) -> Callable[[Any], None]:
+            def run(h: Any) -> None:
+                contains = h.contains
                 for key in probe:
-                    contains(b, sid, m, k, key)
+                    contains(key)
 
             return run
 
-        add1 = best(args.rounds, fresh_body, per_item_add)
-        has1 = best(args.rounds, lambda: body, per_item_contains(keys))
-        has0 = best(args.rounds, lambda: body, per_item_contains(absent))
+        add1 = best(args.rounds, lambda: native_handle(sid, m, k), per_item_add)
+        has1 = best(args.rounds, lambda: h, per_item_contains(keys))
+        has0 = best(args.rounds, lambda: h, per_item_contains(absent))
         if m > 100_000_000:  # counting bodies of m bytes: too big for a shared machine
             c8 = c8q = c4add1 = float("nan")
         else:
-            c8 = best(args.rounds, lambda: fresh_body(m), lambda b: K.count_add_many(b, 8, sid, m, k, keys, out))
-            cbody = fresh_body(m)
-            K.count_add_many(cbody, 8, sid, m, k, keys, out)
-            c8q = best(args.rounds, lambda: cbody, lambda b: K.count_contains_many(b, 8, sid, m, k, keys, out))
-
-            def per_item_cadd(b: memoryview) -> None:
-                cadd = K.count_add
-                for key in keys:
-                    cadd(b, 4, sid, m, k, key)
-
-            c4add1 = best(args.rounds, lambda: fresh_body((m + 1) // 2), per_item_cadd)
+            c8 = best(args.rounds, lambda: native_handle(sid, m, k, 8), lambda c: c.add_many(keys, out))
+            c = native_handle(sid, m, k, 8)
+            c.add_many(keys, out)
+            c8q = best(args.rounds, lambda: c, lambda c: c.contains_many(keys, out))
+            c4add1 = best(args.rounds, lambda: native_handle(sid, m, k, 4), per_item_add)
         row = [add_many, cm_present, cm_absent, add1, has1, has0, c8, c8q, c4add1]
         print(
             f"{name:8} {m:>10} {k:>2} | {row[0] / n * 1e9:9.1f} {row[1] / n * 1e9:10.1f} {row[2] / n * 1e9:9.1f} | "
@@ -136,15 +137,15 @@ def main() -> None:
         )
 
         # two threads, each querying all keys once
-        def two_threads(b: memoryview) -> None:
+        def two_threads(h: Any) -> None:
             outs = [np.zeros(n, dtype=np.bool_) for _ in range(2)]
-            ts = [threading.Thread(target=K.contains_many, args=(b, sid, m, k, keys, o)) for o in outs]
+            ts = [threading.Thread(target=h.contains_many, args=(keys, o)) for o in outs]
             for t in ts:
                 t.start()
             for t in ts:
                 t.join()
 
-        t2 = best(args.rounds, lambda: body, two_threads, time.perf_counter)  # wall time
+        t2 = best(args.rounds, lambda: h, two_threads, time.perf_counter)  # wall time
         print(
             f"{'':8} two threads x contains_many: {2 * n / t2 / 1e6:.1f} M keys/s vs one thread "
             f"{n / cm_wall / 1e6:.1f} M keys/s, wall (x{(2 * n / t2) / (n / cm_wall):.2f})"

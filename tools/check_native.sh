@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Build mmapbloom._kernels with AddressSanitizer + UndefinedBehaviorSanitizer into a
-# temporary directory and run the kernel, handle, key-reader and property tests
-# (tests/test_native.py, tests/test_backends.py, tests/test_strategies.py,
+# temporary directory (every unit of setup.py) and run the kernel, handle, key-reader and
+# property tests
+# (tests/test_native.py: the Handle against reference models; tests/test_backends.py,
+# tests/test_strategies.py,
 # tests/test_handle.py: the native handle, use after close, a handle outliving its filter,
 # close during batches in other threads; tests/test_key_types.py, tests/test_columns.py:
 # the key and column readers; tests/test_truncated_file.py: the SIGBUS guard, in child
