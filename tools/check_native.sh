@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Build mmapbloom._kernels with AddressSanitizer + UndefinedBehaviorSanitizer into a
-# temporary directory (every unit of setup.py) and run the kernel, handle, key-reader and
-# property tests
-# (tests/test_native.py: the Handle against reference models; tests/test_backends.py,
-# tests/test_strategies.py,
-# tests/test_handle.py: the native handle, use after close, a handle outliving its filter,
-# close during batches in other threads; tests/test_key_types.py, tests/test_columns.py:
-# the key and column readers; tests/test_truncated_file.py: the SIGBUS guard, in child
-# processes that inherit the preloaded runtime) against that build.
+# Build mmapbloom._kernels (every C unit setup.py lists) with AddressSanitizer +
+# UndefinedBehaviorSanitizer into a temporary directory and run, against that build, the
+# tests of the code users run: tests/test_native.py (Handle against reference models, the
+# golden hash and position values, the scans), tests/test_backends.py,
+# tests/test_strategies.py, tests/test_handle.py (the native handle, use after close, a
+# handle outliving its filter, close during batches in other threads),
+# tests/test_key_types.py, tests/test_columns.py (the key and column readers) and
+# tests/test_truncated_file.py (the SIGBUS guard, in child processes that inherit the
+# preloaded runtime).
 #
 # Usage: tools/check_native.sh [extra pytest arguments]
 #   PYTHON=...   the interpreter (default: .venv/bin/python if present, else python3)
