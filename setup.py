@@ -21,7 +21,19 @@ _GCC_LIKE_FLAGS = ["-O3", "-Wall", "-Wextra"]
 
 # The C units of mmapbloom._kernels (mmapbloom/_<unit>.c, each with its header but the module
 # file; _module.c lists what each owns).
-_UNITS = ["module", "positions", "cells", "scans", "pykeys", "columns", "lock", "guard", "handle", "filterbase", "murmur3"]
+_UNITS = [
+    "module",
+    "positions",
+    "cells",
+    "scans",
+    "pykeys",
+    "columns",
+    "lock",
+    "guard",
+    "handle",
+    "filterbase",
+    "murmur3",
+]
 
 _FALLBACK_NOTICE = """
 ======================================================================

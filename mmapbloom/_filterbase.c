@@ -64,9 +64,9 @@ static PyObject *fb_add(FilterBase *self, PyObject *key)
         return NULL;
     Py_INCREF(h);   /* the call may run Python, which may rebind or delete self._h */
     if (Py_IS_TYPE(h, &mb_Handle_Type))
-        r = mb_handle_write_one((mb_handle *)h, key, 0, -1);
+        r = mb_handle_write_one((mb_handle *)h, key, 0);
     else
-        r = PyObject_CallMethod(h, "add", "Oi", key, 0);
+        r = PyObject_CallMethod(h, "add", "O", key);
     Py_DECREF(h);
     return r;
 }

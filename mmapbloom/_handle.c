@@ -40,9 +40,12 @@ struct mb_handle {
     Py_ssize_t busy;       /* calls in flight that let go of the GIL or call Python */
     double warn_at;        /* the design point (items.design_limit) */
     LockState *lock;
-    PyObject *fail;        /* fail(kind): raises FilterClosedError (0) or refuses a write (1) */
-    PyObject *over;        /* over(count): emits the over-capacity warning */
-    PyObject *saturated;   /* saturated(): emits the counter-saturation warning, or None */
+    /* The filter's hooks (mmapbloom.handle.Hooks), read once by Handle(): */
+    PyObject *closed_hook;     /* closed(): raises FilterClosedError */
+    PyObject *readonly_hook;   /* readonly(): raises the read-only handle's write refusal */
+    PyObject *faulted_hook;    /* faulted(): raises after a touch of the mapping faulted */
+    PyObject *over;            /* over(count): emits the over-capacity warning */
+    PyObject *saturated;       /* saturated(): emits the counter-saturation warning, or None */
 };
 
 
@@ -59,7 +62,9 @@ static void h_release_image(Handle *h)
 static int h_traverse(Handle *h, visitproc visit, void *arg)
 {
     Py_VISIT(h->lock);
-    Py_VISIT(h->fail);
+    Py_VISIT(h->closed_hook);
+    Py_VISIT(h->readonly_hook);
+    Py_VISIT(h->faulted_hook);
     Py_VISIT(h->over);
     Py_VISIT(h->saturated);
     return 0;
@@ -69,7 +74,9 @@ static int h_clear(Handle *h)
 {
     h->closed = 1;
     Py_CLEAR(h->lock);
-    Py_CLEAR(h->fail);
+    Py_CLEAR(h->closed_hook);
+    Py_CLEAR(h->readonly_hook);
+    Py_CLEAR(h->faulted_hook);
     Py_CLEAR(h->over);
     Py_CLEAR(h->saturated);
     return 0;
@@ -83,18 +90,28 @@ static void h_dealloc(Handle *h)
     Py_TYPE(h)->tp_free((PyObject *)h);
 }
 
+/* hooks.<name> -> *out (a new reference); -1 with AttributeError. */
+static int get_hook(PyObject *hooks, const char *name, PyObject **out)
+{
+    *out = PyObject_GetAttrString(hooks, name);
+    return *out == NULL ? -1 : 0;
+}
+
+/* Handle(image, geometry, lock, hooks, writable, warn_at): geometry is mmapbloom.handle's
+ * Geometry (strategy_id, m, k, width, header_size, items_offset), hooks its Hooks. */
 static PyObject *h_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *names[] = {"image", "header_size", "items_offset", "strategy_id", "m", "k", "width", "writable",
-                            "lock", "warn_at", "fail", "over", "saturated", NULL};
-    PyObject *image, *sid, *m, *k, *lock, *fail, *over, *saturated;
+    static char *names[] = {"image", "geometry", "lock", "hooks", "writable", "warn_at", NULL};
+    PyObject *image, *geometry, *sid, *m, *k, *lock, *hooks;
     Py_ssize_t header_size, items_offset;
     int width, writable;
     double warn_at;
     Handle *h;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnnOOOipO!dOOO:Handle", names, &image, &header_size, &items_offset,
-                                     &sid, &m, &k, &width, &writable, &mb_LockState_Type, &lock, &warn_at, &fail, &over,
-                                     &saturated))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!O!Opd:Handle", names, &image, &PyTuple_Type, &geometry,
+                                     &mb_LockState_Type, &lock, &hooks, &writable, &warn_at))
+        return NULL;
+    if (!PyArg_ParseTuple(geometry, "OOOinn:Handle geometry (strategy_id, m, k, width, header_size, items_offset)",
+                          &sid, &m, &k, &width, &header_size, &items_offset))
         return NULL;
     if (width != 1 && width != 4 && width != 8)
         return PyErr_Format(PyExc_ValueError, "width must be 1, 4 or 8, got %d", width);
@@ -109,6 +126,10 @@ static PyObject *h_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (mb_parse_geom(sid, m, k, &h->g) < 0)
         goto fail;
     h->width = width;
+    if (get_hook(hooks, "closed", &h->closed_hook) < 0 || get_hook(hooks, "readonly", &h->readonly_hook) < 0 ||
+        get_hook(hooks, "faulted", &h->faulted_hook) < 0 || get_hook(hooks, "over", &h->over) < 0 ||
+        get_hook(hooks, "saturated", &h->saturated) < 0)
+        goto fail;
     if (PyObject_GetBuffer(image, &h->image, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0)
         goto fail;
     h->have_image = 1;
@@ -124,29 +145,31 @@ static PyObject *h_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     h->warn_at = warn_at;
     Py_INCREF(lock);
     h->lock = (LockState *)lock;
-    Py_INCREF(fail);
-    h->fail = fail;
-    Py_INCREF(over);
-    h->over = over;
-    Py_INCREF(saturated);
-    h->saturated = saturated;
     return (PyObject *)h;
 fail:
     Py_DECREF(h);
     return NULL;
 }
 
-/* Raise for a closed handle (kind 0) or a refused write (kind 1, which is also
- * FilterClosedError while the handle closes) through the filter's own errors. */
-static PyObject *h_refuse(Handle *h, int write)
+/* Call a hook that raises (closed, readonly, faulted); NULL with its exception, or with
+ * `otherwise` if it returned. */
+static PyObject *h_raise(PyObject *hook, PyObject *exc, const char *otherwise)
 {
-    if (h->fail != NULL) {
-        PyObject *r = PyObject_CallFunction(h->fail, "i", write && !h->closed ? 1 : 0);
+    if (hook != NULL) {
+        PyObject *r = PyObject_CallNoArgs(hook);
         Py_XDECREF(r);
     }
     if (!PyErr_Occurred())
-        PyErr_SetString(PyExc_ValueError, "operation on a closed filter");
+        PyErr_SetString(exc, otherwise);
     return NULL;
+}
+
+/* Raise for a closed handle, or (write) for a refused write, which is also
+ * FilterClosedError while the handle closes, through the filter's own errors. */
+static PyObject *h_refuse(Handle *h, int write)
+{
+    return h_raise(write && !h->closed ? h->readonly_hook : h->closed_hook, PyExc_ValueError,
+                   "operation on a closed filter");
 }
 
 /* End of a call counted in busy: the image export goes once the handle is closed and no
@@ -174,21 +197,19 @@ static int items_bump(Handle *h, long long delta, uint32_t *stored)
     return !h->warned && (double)total > h->warn_at;
 }
 
-/* The warnings of a write, after the lock is released.  depth: Python frames between
- * the callback and the user's call, beyond one (0: called from a filter method written in
- * Python; -1: from FilterBase, straight from the user's code). */
-static int h_warn(Handle *h, int over, uint32_t stored, int sat, int depth)
+/* The warnings of a write, after the lock is released (the hooks find the user's frame). */
+static int h_warn(Handle *h, int over, uint32_t stored, int sat)
 {
     PyObject *r;
     if (over && !h->warned && h->over != NULL) {
         h->warned = 1;
-        r = PyObject_CallFunction(h->over, "ki", (unsigned long)stored, depth);
+        r = PyObject_CallFunction(h->over, "k", (unsigned long)stored);
         if (r == NULL)
             return -1;
         Py_DECREF(r);
     }
     if (sat && h->saturated != NULL && h->saturated != Py_None) {
-        r = PyObject_CallFunction(h->saturated, "i", depth);
+        r = PyObject_CallNoArgs(h->saturated);
         if (r == NULL)
             return -1;
         Py_DECREF(r);
@@ -222,18 +243,12 @@ static int h_lock(Handle *h)
 }
 
 /* Raise for a fault of the mapping inside a guarded section (the file was truncated under
- * the open handle): LengthMismatchError through fail(3), which compares the file's size
- * with the mapping.  The caller released what it held. */
+ * the open handle): LengthMismatchError through the faulted hook, which compares the file's
+ * size with the mapping.  The caller released what it held. */
 static PyObject *h_faulted(Handle *h)
 {
-    if (h->fail != NULL) {
-        PyObject *r = PyObject_CallFunction(h->fail, "i", 3);
-        Py_XDECREF(r);
-    }
-    if (!PyErr_Occurred())
-        PyErr_SetString(PyExc_OSError, "a touch of the filter's mapping faulted (SIGBUS): the file was truncated "
-                                       "under the open handle");
-    return NULL;
+    return h_raise(h->faulted_hook, PyExc_OSError,
+                   "a touch of the filter's mapping faulted (SIGBUS): the file was truncated under the open handle");
 }
 
 /* ---- guarded sections: every touch of the mapping (_guard.h) -------------- */
@@ -308,7 +323,7 @@ PyDoc_STRVAR(h_add_doc,
 "Atomic across threads and processes; the items word is bumped under the same lock.");
 
 /* op: 0 add, 1 remove (counting) */
-PyObject *mb_handle_write_one(Handle *h, PyObject *key, int op, int depth)
+PyObject *mb_handle_write_one(Handle *h, PyObject *key, int op)
 {
     uint64_t small[SMALL_K], *pos;
     int state, fresh = 0, sat = 0, over = 0, removed = 0;
@@ -332,7 +347,7 @@ PyObject *mb_handle_write_one(Handle *h, PyObject *key, int op, int depth)
         goto fail;
     if (pos != small)
         PyMem_Free(pos);
-    if ((over || sat) && h_warn(h, over, stored, sat, depth) < 0)
+    if ((over || sat) && h_warn(h, over, stored, sat) < 0)
         return NULL;
     if (op == 0)
         return PyBool_FromLong(fresh);
@@ -345,7 +360,7 @@ fail:
 
 static PyObject *h_add(Handle *h, PyObject *key)
 {
-    return mb_handle_write_one(h, key, 0, 0);
+    return mb_handle_write_one(h, key, 0);
 }
 
 PyDoc_STRVAR(h_remove_doc,
@@ -358,7 +373,7 @@ static PyObject *h_remove(Handle *h, PyObject *key)
 {
     if (h->width == 1)
         return PyErr_Format(PyExc_TypeError, "remove needs a counting handle");
-    return mb_handle_write_one(h, key, 1, 0);
+    return mb_handle_write_one(h, key, 1);
 }
 
 PyDoc_STRVAR(h_contains_doc,
@@ -529,7 +544,7 @@ static Py_ssize_t h_add_keys(Handle *h, keyset *ks, uint8_t *out)
     }
     h_leave(h);
     PyMem_Free(rows);
-    if ((over || sat) && h_warn(h, over, stored, sat, 0) < 0)
+    if ((over || sat) && h_warn(h, over, stored, sat) < 0)
         return -1;
     return total;
 fail:
@@ -541,7 +556,7 @@ fail:
          * one turned into an error (-W error) never replaces the exception in flight. */
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
-        if (h_warn(h, over, stored, 0, 0) < 0)
+        if (h_warn(h, over, stored, 0) < 0)
             PyErr_Clear();
         PyErr_Restore(et, ev, tb);
     }
@@ -673,7 +688,7 @@ static PyObject *h_contains_many(Handle *h, PyObject *const *args, Py_ssize_t na
 
 PyDoc_STRVAR(h_close_doc,
 "close()\n--\n\n"
-"Refuse every later call (FilterClosedError through fail) and release the image export, at\n"
+"Refuse every later call (FilterClosedError through hooks.closed) and release the image export, at\n"
 "once or when the calls in flight end.  Idempotent.");
 
 static PyObject *h_close(Handle *h, PyObject *unused)
@@ -741,12 +756,13 @@ PyTypeObject mb_Handle_Type = {
     .tp_basicsize = sizeof(Handle),
     .tp_dealloc = (destructor)h_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "Handle(image, header_size, items_offset, strategy_id, m, k, width, writable, lock, warn_at, fail,\n"
-              "       over, saturated)\n--\n\n"
-              "One open filter bound once: the image buffer (exported once), the cells at header_size, the\n"
-              "items word at items_offset, the geometry and the LockState of its WriteLock.  Its methods\n"
-              "are the hot API (add, contains, add_many, contains_many, remove, count).  fail(kind) raises\n"
-              "the filter's errors, over(count) and saturated() emit its warnings.",
+    .tp_doc = "Handle(image, geometry, lock, hooks, writable, warn_at)\n--\n\n"
+              "One open filter bound once: the image buffer (exported once); geometry = (strategy_id, m, k,\n"
+              "width, header_size, items_offset): the cells at header_size (width 1 bits, 4 or 8 counters),\n"
+              "the items word at items_offset; the LockState of its WriteLock.  Its methods are the hot API\n"
+              "(add, contains, add_many, contains_many, remove, count).  hooks (mmapbloom.handle.Hooks):\n"
+              "closed(), readonly() and faulted() raise the filter's errors, over(count) and saturated()\n"
+              "emit its warnings (warn_at: the design point).",
     .tp_traverse = (traverseproc)h_traverse,
     .tp_clear = (inquiry)h_clear,
     .tp_methods = h_methods,

@@ -17,9 +17,8 @@ typedef struct mb_handle mb_handle;   /* fields private to _handle.c */
 extern PyTypeObject mb_Handle_Type;
 
 /* For FilterBase (_filterbase.c), h of mb_Handle_Type: one write (op 0 add: True if new;
- * op 1 remove: -1, 0, 1) and one query (1 may be present, 0 absent, -1 error).  depth:
- * Python frames between the warning callbacks and the user's call (-1: straight from C). */
-PyObject *mb_handle_write_one(mb_handle *h, PyObject *key, int op, int depth);
+ * op 1 remove: -1, 0, 1) and one query (1 may be present, 0 absent, -1 error). */
+PyObject *mb_handle_write_one(mb_handle *h, PyObject *key, int op);
 int mb_handle_contains(mb_handle *h, PyObject *key);
 
 #endif /* MMAPBLOOM_HANDLE_H */

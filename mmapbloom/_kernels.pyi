@@ -63,18 +63,11 @@ class Handle:
     def __init__(
         self,
         image: _Buf,
-        header_size: int,
-        items_offset: int,
-        strategy_id: int,
-        m: int,
-        k: int,
-        width: int,
-        writable: bool,
+        geometry: tuple[int, int, int, int, int, int],
         lock: LockState,
+        hooks: Any,
+        writable: bool,
         warn_at: float,
-        fail: Any,
-        over: Any,
-        saturated: Any,
     ) -> None: ...
     def add(self, key: _Key, /) -> bool: ...
     def contains(self, key: _Key, /) -> bool: ...

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Callable, ClassVar, Iterable, Optional, TypeVar, Union
+from typing import Any, Callable, ClassVar, Iterable, NoReturn, Optional, TypeVar, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -28,7 +28,7 @@ from .errors import (
 )
 from .batches import as_batch
 from .config import BloomConfig
-from .handle import CHUNK_KEYS, FilterBase, attach
+from .handle import CHUNK_KEYS, FilterBase, Hooks, Layout, attach
 from .hashing import HashStrategy
 from .lifecycle import Lifecycle
 from .items import OVERFILL_RATIO, ItemsCounter, design_limit, items_update
@@ -116,7 +116,7 @@ class MappedFilter(FilterBase, Lifecycle):
         """Called once the storage is attached (subclasses cache derived values)."""
 
     def _saturation_hook(self) -> Any:
-        """``saturated(depth=0)``, which the handle calls (after releasing the lock) when a
+        """``saturated()``, which the handle calls (after releasing the lock) when a
         counter saturated, or None for kinds without counters. It must not reference the
         filter (the C handle holds it: no reference cycle)."""
         return None
@@ -153,14 +153,11 @@ class MappedFilter(FilterBase, Lifecycle):
         storage = self._storage
         self._h = attach(
             storage.buf,
-            self._hs,
-            self._config,
-            self._cell_bits,
+            Layout(self._config, self._cell_bits, self._hs),
             storage.lock,
             self._counter,
-            not storage.readonly,
-            _failer(storage),
-            self._saturation_hook(),
+            _hooks(storage, self._counter, self._saturation_hook()),
+            writable=not storage.readonly,
             pure=pure,
         )
 
@@ -717,24 +714,25 @@ class MappedFilter(FilterBase, Lifecycle):
         self.check()
 
 
-def _failer(storage: Storage) -> Any:
-    """The handle's ``fail(kind)``: raises FilterClosedError (0) or, for a write on a
-    read-only handle, ReadOnlyFilterError (1); kind 2 is the pure handle's size check before
-    each touch of the mapping (:meth:`~mmapbloom.storage.Storage.check_size`: returns, or
-    raises LengthMismatchError for a file truncated under the handle); kind 3 tells that a
-    touch of the mapping faulted (the native handle's SIGBUS guard) and always raises,
-    LengthMismatchError unless the storage was closed meanwhile. Holds the storage, never
-    the filter (no reference cycle through the C handle)."""
+def _hooks(storage: Storage, counter: ItemsCounter, saturated: Any) -> Hooks:
+    """The handle's :class:`~mmapbloom.handle.Hooks`: FilterClosedError, ReadOnlyFilterError
+    for a write on a read-only handle, the pure handle's size check before each touch of the
+    mapping (:meth:`~mmapbloom.storage.Storage.check_size`: LengthMismatchError for a file
+    truncated under the handle), the native guard's fault (LengthMismatchError unless the
+    storage was closed meanwhile), the counter's over-capacity warning and the saturation
+    warning. Holds the storage and the counter, never the filter (no reference cycle
+    through the C handle)."""
+    source = storage.path or "<memory>"
 
-    def fail(kind: int) -> None:
-        source = storage.path or "<memory>"
-        if kind >= 2:
-            if kind == 2:
-                storage.check_size()  # LengthMismatchError (expected vs actual size) or FilterClosedError
-                return
-            scans.raise_faulted(storage)  # the same error as a faulted scan's
-        if kind == 1 and storage.readonly and not storage.closed:
-            raise ReadOnlyFilterError(f"{source}: filter was opened read-only; writes are refused")
+    def closed() -> NoReturn:
         raise FilterClosedError(f"{source}: filter is closed")
 
-    return fail
+    def readonly() -> NoReturn:
+        if storage.readonly and not storage.closed:
+            raise ReadOnlyFilterError(f"{source}: filter was opened read-only; writes are refused")
+        closed()
+
+    def faulted() -> NoReturn:
+        scans.raise_faulted(storage)  # the same error as a faulted scan's
+
+    return Hooks(closed, readonly, storage.check_size, faulted, counter.over, saturated)

@@ -34,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import extents, scans
+from ._warn import user_stacklevel
 from . import format as fmt
 from .base import CHUNK_BYTES, MappedFilter
 from .locking import deferred_signals
@@ -105,11 +106,11 @@ class CountingBloomFilter(MappedFilter):
         )
         warned: list[bool] = []
 
-        def saturated(depth: int = 0) -> None:
-            """The SaturationWarning, once per handle; ``depth``: the handle's own frames."""
+        def saturated() -> None:
+            """The SaturationWarning, once per handle, at the user's frame."""
             if not warned:
                 warned.append(True)
-                warnings.warn(message, SaturationWarning, stacklevel=3 + depth)
+                warnings.warn(message, SaturationWarning, stacklevel=user_stacklevel())
 
         return saturated
 

@@ -11,42 +11,71 @@ remove and count), with the write lock and the items counter included.
   with the GIL held; only a real wait calls :meth:`WriteLock.acquire`. A batch resolves
   its keys once, hashes each chunk before taking the lock (without the GIL for large
   chunks), then tests-and-sets the chunk and bumps the counter once under the lock.
-  Every touch of the mapping runs under a SIGBUS guard (see ``_kernels.c``): a file that
-  another program truncated under the handle raises LengthMismatchError (``fail(3)``).
+  Every touch of the mapping runs under a SIGBUS guard (``_guard.h``): a file that
+  another program truncated under the handle raises LengthMismatchError (``hooks.faulted``).
 * pure path: :class:`PyHandle` below, the reference with the same semantics over
   :mod:`mmapbloom.kernels`' Python functions (and the only path for custom strategies).
-  It checks the file's size (``fail(2)``: one ``fstat``) before each per-item operation
+  It checks the file's size (``hooks.check_size``: one ``fstat``) before each per-item operation
   and each batch chunk, so a file truncated under the handle raises LengthMismatchError;
   a truncation landing between that check and the touch can still end in SIGBUS.
 
-Both answer and write identically (tests/test_backends.py). Either handle raises through
-the filter's ``fail(kind)`` (0: FilterClosedError; 1: the write refusal of a read-only
-handle; 2: check the file's size; 3: a touch of the mapping faulted) and warns through :class:`~mmapbloom.items.ItemsCounter` and the filter's
-``saturated`` callable, after the lock is released.
+Both answer and write identically (tests/test_backends.py). Either handle raises and warns
+through the filter's :class:`Hooks` (the warnings after the lock is released, pointing at
+the user's frame: :func:`mmapbloom._warn.user_stacklevel`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, NoReturn, Optional, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 from . import format as fmt
 from . import kernels
+from ._warn import user_stacklevel
 from .batches import KeysWithNulls
 from .hashing import kernel_keys
 from .items import ItemsCounter
 from .locking import WriteLock, deferred_signals
 
-__all__ = ["CHUNK_KEYS", "FilterBase", "PyFilterBase", "PyHandle", "attach"]
+__all__ = ["CHUNK_KEYS", "FilterBase", "Geometry", "Hooks", "Layout", "PyFilterBase", "PyHandle", "attach"]
 
 #: Keys per write-lock acquisition in the batch writers (``add_many``, ``update``): other
 #: writers interleave between chunks, never inside one (the native handle uses the same
 #: number, fewer keys for a very large k so that a chunk's positions stay within 8 MiB).
 CHUNK_KEYS = 1 << 16
 
-Fail = Callable[[int], Any]
+
+class Layout(NamedTuple):
+    """Where a filter's cells are in its image and what they are."""
+
+    config: Any  #: the BloomConfig: m (num_bits), k (num_hashes), strategy
+    cell_bits: int  #: 1 (Bloom bits), 4 or 8 (counters)
+    header_size: int  #: where the cells start (the items word is at format.ITEMS_OFFSET)
+
+
+class Geometry(NamedTuple):
+    """The native Handle's geometry argument (built by :func:`attach`)."""
+
+    strategy_id: int
+    m: int
+    k: int
+    width: int
+    header_size: int
+    items_offset: int
+
+
+class Hooks(NamedTuple):
+    """What a handle calls on its filter's behalf. None may reference the filter (the C
+    handle holds them: no reference cycle)."""
+
+    closed: Callable[[], NoReturn]  #: raise FilterClosedError
+    readonly: Callable[[], NoReturn]  #: raise the write refusal of a read-only handle
+    check_size: Callable[[], None]  #: the pure handle, before each touch: LengthMismatchError if truncated
+    faulted: Callable[[], NoReturn]  #: a touch of the mapping faulted (the native SIGBUS guard)
+    over: Callable[[int], None]  #: ``over(count)``: the native handle's over-capacity warning
+    saturated: Optional[Callable[[], None]]  #: the counting filter's saturation warning, or None
 
 
 class PyFilterBase:
@@ -102,49 +131,33 @@ else:
 
 def attach(
     image: Any,
-    header_size: int,
-    config: Any,
-    cell_bits: int,
+    layout: Layout,
     lock: WriteLock,
     counter: ItemsCounter,
+    hooks: Hooks,
+    *,
     writable: bool,
-    fail: Fail,
-    saturated: Optional[Callable[..., None]],
     pure: bool = False,
 ) -> Any:
     """The handle of a filter over ``image`` (header + cells; a bytearray or an mmap).
 
     Args:
-        header_size: where the cells start. config: m, k, strategy. cell_bits: 1, 4, 8.
-        lock: the storage's write lock. counter: the items counter over the same image.
-        writable: False for a read-only handle (writes call ``fail(1)``).
-        fail: ``fail(kind)`` raises FilterClosedError (0) or the read-only refusal (1);
-            ``fail(2)`` checks the file's size (LengthMismatchError if truncated) and
-            ``fail(3)`` raises LengthMismatchError after a touch of the mapping faulted.
-        saturated: ``saturated(depth=0)`` emits the counting filter's saturation warning.
+        layout: the cells' geometry. lock: the storage's write lock. counter: the items
+            counter over the same image. hooks: the filter's errors and warnings.
+        writable: False for a read-only handle (writes call ``hooks.readonly``).
         pure: the pure-Python handle even where the native one is available (tests).
     """
     native = kernels.native_module()
+    config = layout.config
     kernel_id = config.strategy.kernel_id
     if native is not None and kernel_id is not None and not pure:
-        return native.Handle(
-            image,
-            header_size,
-            fmt.ITEMS_OFFSET,
-            kernel_id,
-            config.num_bits,
-            config.num_hashes,
-            cell_bits,
-            writable,
-            lock,
-            counter.limit,
-            fail,
-            counter.over,
-            saturated,
+        geometry = Geometry(
+            kernel_id, config.num_bits, config.num_hashes, layout.cell_bits, layout.header_size, fmt.ITEMS_OFFSET
         )
-    body = memoryview(image)[header_size:]
-    bound = kernels.bind_pure(body, config.strategy, config.num_bits, config.num_hashes, cell_bits)
-    return PyHandle(bound, body, cell_bits, lock, counter, writable, fail, saturated)
+        return native.Handle(image, geometry, lock, hooks, writable, counter.limit)
+    body = memoryview(image)[layout.header_size :]
+    bound = kernels.bind_pure(body, config.strategy, config.num_bits, config.num_hashes, layout.cell_bits)
+    return PyHandle(bound, body, layout.cell_bits, lock, counter, writable, hooks)
 
 
 class PyHandle:
@@ -152,7 +165,7 @@ class PyHandle:
     same interface and guarantees as ``mmapbloom._kernels.Handle`` (see the module
     docstring). Thread- and process-safe for writes (the write lock); queries take none."""
 
-    __slots__ = ("_k", "_body", "_width", "_lock", "_counter", "_writable", "_fail", "_saturated", "closed")
+    __slots__ = ("_k", "_body", "_width", "_lock", "_counter", "_writable", "_hooks", "closed")
 
     backend = "python"
 
@@ -164,8 +177,7 @@ class PyHandle:
         lock: WriteLock,
         counter: ItemsCounter,
         writable: bool,
-        fail: Fail,
-        saturated: Optional[Callable[..., None]],
+        hooks: Hooks,
     ):
         self._k = bound
         self._body = body
@@ -173,8 +185,7 @@ class PyHandle:
         self._lock = lock
         self._counter = counter
         self._writable = writable
-        self._fail = fail
-        self._saturated = saturated
+        self._hooks = hooks
         self.closed = False
 
     @property
@@ -182,8 +193,8 @@ class PyHandle:
         return self._counter.warned
 
     def _refuse(self, write: bool) -> Any:
-        self._fail(1 if write and not self.closed else 0)
-        raise ValueError("operation on a closed filter")  # pragma: no cover - fail raises
+        (self._hooks.readonly if write and not self.closed else self._hooks.closed)()
+        raise ValueError("operation on a closed filter")  # pragma: no cover - the hooks raise
 
     def _write(self, op: Callable[[Any], Any], key: Any) -> Any:
         """Run ``op(key)`` under the write lock (re-entered inside ``write_lock()``)."""
@@ -208,7 +219,7 @@ class PyHandle:
             raise
 
     def _add_locked(self, key: Any) -> tuple[bool, bool]:
-        self._fail(2)  # the file's size first: a truncated file raises, never SIGBUS
+        self._hooks.check_size()  # a truncated file raises, never SIGBUS
         if self._width == 1:
             new, sat = self._k.add(key), False
         else:
@@ -217,16 +228,14 @@ class PyHandle:
             self._counter.bump(1)
         return new, sat
 
-    def add(self, key: Any, depth: int = 1) -> bool:
-        """Add one key; True if it was new (the lock taken around cells and counter).
-        ``depth``: Python frames between this call and the user's, for the warnings (1:
-        a filter method; 0: called from the compiled FilterBase)."""
+    def add(self, key: Any) -> bool:
+        """Add one key; True if it was new (the lock taken around cells and counter)."""
         new, sat = self._write(self._add_locked, key)
-        self._warn(sat, depth=depth)
+        self._warn(sat)
         return bool(new)
 
     def _remove_locked(self, key: Any) -> int:
-        self._fail(2)  # the file's size first: a truncated file raises, never SIGBUS
+        self._hooks.check_size()  # a truncated file raises, never SIGBUS
         result: int = self._k.remove(key)
         if result > 0:
             self._counter.bump(-1)
@@ -237,21 +246,21 @@ class PyHandle:
         if self._width == 1:
             raise TypeError("remove needs a counting handle")
         result: int = self._write(self._remove_locked, key)
-        self._warn(False, depth=1)
+        self._warn(False)
         return result
 
-    def _warn(self, sat: bool, depth: int) -> None:
-        # frames above the user's call: this method, the handle method, the filter method
-        self._counter.flush(stacklevel=3 + depth)
-        if sat and self._saturated is not None:
-            self._saturated(depth + 1)
+    def _warn(self, sat: bool) -> None:
+        """The warnings of a write, after the lock is released, at the user's frame."""
+        self._counter.flush(stacklevel=user_stacklevel())
+        if sat and self._hooks.saturated is not None:
+            self._hooks.saturated()
 
     def contains(self, key: Any) -> bool:
         """True if the key may be present; stops at the first zero cell. No lock."""
         if self.closed:
             self._refuse(False)
         try:
-            self._fail(2)  # the file's size first: a truncated file raises, never SIGBUS
+            self._hooks.check_size()  # a truncated file raises, never SIGBUS
             return bool(self._k.contains(key))
         except ValueError:
             if self.closed:
@@ -265,7 +274,7 @@ class PyHandle:
         if self.closed:
             self._refuse(False)
         try:
-            self._fail(2)  # the file's size first: a truncated file raises, never SIGBUS
+            self._hooks.check_size()  # a truncated file raises, never SIGBUS
             return int(self._k.count(key))
         except ValueError:
             if self.closed:
@@ -294,7 +303,7 @@ class PyHandle:
                 with self._lock, deferred_signals():  # wait interruptibly; hold signals while committing
                     if self.closed:
                         self._refuse(False)
-                    self._fail(2)  # the file's size, per chunk: a truncated file raises, never SIGBUS
+                    self._hooks.check_size()  # per chunk: a truncated file raises, never SIGBUS
                     flags, new, *sat = add_many(chunk)  # counting kernels add "saturated"
                     if new:
                         self._counter.bump(new)
@@ -305,7 +314,7 @@ class PyHandle:
                 saturated = saturated or bool(sat and sat[0])
         except ValueError as exc:
             exc.committed_items = committed  # type: ignore[attr-defined]
-            self._counter.flush_on_error(stacklevel=4)
+            self._counter.flush_on_error(stacklevel=user_stacklevel())
             if self.closed:
                 try:
                     self._refuse(False)
@@ -315,9 +324,9 @@ class PyHandle:
             raise
         except BaseException as exc:  # KeyboardInterrupt: tell the caller how far it got
             exc.committed_items = committed  # type: ignore[attr-defined]
-            self._counter.flush_on_error(stacklevel=4)
+            self._counter.flush_on_error(stacklevel=user_stacklevel())
             raise
-        self._warn(saturated, depth=1)
+        self._warn(saturated)
         return total
 
     def contains_many(self, keys: Sequence[Any], out: npt.NDArray[np.bool_]) -> None:
@@ -325,7 +334,7 @@ class PyHandle:
         if self.closed:
             self._refuse(False)
         try:
-            self._fail(2)  # the file's size first: a truncated file raises, never SIGBUS
+            self._hooks.check_size()  # a truncated file raises, never SIGBUS
             out[:] = self._k.contains_many(keys if isinstance(keys, (list, tuple)) else list(keys))
         except ValueError:
             if self.closed:

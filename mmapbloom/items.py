@@ -21,6 +21,7 @@ import warnings
 from typing import Optional
 
 from . import format as fmt
+from ._warn import user_stacklevel
 from .errors import OverCapacityWarning
 from .hashing import HashStrategy
 from .sizing import expected_fill_ratio, expected_fp_rate, expected_new_items
@@ -175,17 +176,16 @@ class ItemsCounter:
         except Warning:
             pass
 
-    def over(self, count: int, depth: int = 0) -> None:
+    def over(self, count: int) -> None:
         """Called by the native handle after a write left ``count`` past the design point
-        (the lock released): warn now, unless this handle warned already. ``depth``: extra
-        frames between this call and the filter method the user called (0 for the native
-        handle, which has no frame of its own)."""
+        (the lock released): warn now, at the user's frame, unless this handle warned
+        already."""
         if self.warned:
             return
         _, msg = items_update(count, self._m, self._k, source=self._source, limit=self.limit, strategy=self._strategy)
         if msg is not None:
             self.warned = True
-            warnings.warn(msg, OverCapacityWarning, stacklevel=3 + depth)
+            warnings.warn(msg, OverCapacityWarning, stacklevel=user_stacklevel())
 
     def release(self) -> None:
         """Drop the view of the header (before the image is unmapped)."""

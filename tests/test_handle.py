@@ -278,21 +278,12 @@ def test_native_handle_checks_its_arguments() -> None:
     lock = WriteLock(None)
 
     def make(**kw: Any) -> Any:
-        args = dict(
-            image=image,
-            header_size=24,
-            items_offset=20,
-            strategy_id=2,
-            m=1024,
-            k=3,
-            width=1,
-            writable=True,
-            lock=lock,
-            warn_at=1e9,
-            fail=lambda kind: None,
-            over=lambda n: None,
-            saturated=None,
-        )
+        from mmapbloom.handle import Geometry, Hooks
+
+        geometry = Geometry(strategy_id=2, m=1024, k=3, width=1, header_size=24, items_offset=20)
+        geometry = geometry._replace(**{key: kw.pop(key) for key in list(kw) if key in Geometry._fields})
+        hooks = Hooks(lambda: None, lambda: None, lambda: None, lambda: None, lambda n: None, None)  # type: ignore[arg-type, return-value]
+        args = dict(image=image, geometry=geometry, lock=lock, hooks=hooks, writable=True, warn_at=1e9)
         args.update(kw)
         return native.Handle(**args)
 
@@ -311,7 +302,7 @@ def test_native_handle_checks_its_arguments() -> None:
     with pytest.raises(ValueError, match="out has"):
         h.add_many(["a", "b"], np.zeros(3, dtype=np.bool_))
     h.close()
-    with pytest.raises(ValueError, match="closed"):  # fail() returned without raising
+    with pytest.raises(ValueError, match="closed"):  # hooks.closed() returned without raising
         h.contains("a")
     image.extend(b"x")  # the export is gone: the bytearray may be resized again
 

@@ -20,6 +20,7 @@ import re
 import sys
 import threading
 import time
+from types import SimpleNamespace
 from typing import Any, Callable, Iterator
 
 import mmh3
@@ -175,28 +176,24 @@ def make_handle(image: Any, header_size: int, sid: int, m: Any, k: int, width: i
     """K.Handle over image (the items word at offset 0), with a fresh LockState and hooks
     that raise Refused for a closed handle or a refused write."""
 
-    def fail(kind: int) -> None:
-        raise Refused(kind)
+    def refuse(what: str) -> Callable[[], None]:
+        def hook() -> None:
+            raise Refused(what)
 
-    def saturated(depth: int = 0) -> None:
+        return hook
+
+    def saturated() -> None:
         if owner is not None:
             owner.saturated()
 
-    return K.Handle(
-        image,
-        header_size,
-        0,
-        sid,
-        m,
-        k,
-        width,
-        writable,
-        K.LockState(),
-        float("inf"),
-        fail,
-        lambda count, depth=0: None,
-        saturated,
+    hooks = SimpleNamespace(
+        closed=refuse("closed"),
+        readonly=refuse("readonly"),
+        faulted=refuse("faulted"),
+        over=lambda count: None,
+        saturated=saturated,
     )
+    return K.Handle(image, (sid, m, k, width, header_size, 0), K.LockState(), hooks, writable, float("inf"))
 
 
 def bind(sid: int, m: int, k: int, width: int = 1, fill: int = 0) -> tuple[bytearray, memoryview, Any]:

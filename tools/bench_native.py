@@ -20,6 +20,7 @@ import os
 import tempfile
 import threading
 import time
+from types import SimpleNamespace
 from typing import Any, Callable
 
 import numpy as np
@@ -33,11 +34,12 @@ HEADER = 8  # the image's header: the items word, then 4 spare bytes
 def native_handle(sid: int, m: int, k: int, width: int = 1) -> Any:
     """A Handle over a fresh anonymous mapping: an 8-byte header, then m cells of width bits."""
 
-    def fail(kind: int) -> None:
-        raise RuntimeError(f"handle refused the call ({kind})")
+    def refuse() -> None:
+        raise RuntimeError("the handle refused the call")
 
+    hooks = SimpleNamespace(closed=refuse, readonly=refuse, faulted=refuse, over=lambda count: None, saturated=None)
     image = mmap.mmap(-1, HEADER + (m * width + 7) // 8)
-    return K.Handle(image, HEADER, 0, sid, m, k, width, True, K.LockState(), float("inf"), fail, lambda *a: None, None)
+    return K.Handle(image, (sid, m, k, width, HEADER, 0), K.LockState(), hooks, True, float("inf"))
 
 
 def best(
