@@ -1,64 +1,10 @@
-/* mmapbloom/_positions.c: the hash strategies (definitions in _positions.h), the checked
- * geometry of a filter, and the golden-value functions hash128() and positions(). */
+/* mmapbloom/_positions.c: the checked geometry of a filter and the golden-value functions
+ * hash128() and positions() (the strategies themselves: _positions.h). */
 #include "_positions.h"
 
 #include <string.h>
 
 #include "_pykeys.h"
-
-/* The high 64 bits of the 128-bit product a * b. */
-static inline uint64_t mulhi64(uint64_t a, uint64_t b)
-{
-#ifdef __SIZEOF_INT128__
-    return (uint64_t)(((unsigned __int128)a * b) >> 64);
-#else
-    uint64_t al = (uint32_t)a, ah = a >> 32, bl = (uint32_t)b, bh = b >> 32;
-    uint64_t ll = al * bl, lh = al * bh, hl = ah * bl, hh = ah * bh;
-    uint64_t mid = (ll >> 32) + (uint32_t)lh + (uint32_t)hl;
-    return hh + (lh >> 32) + (hl >> 32) + (mid >> 32);
-#endif
-}
-
-void mb_positions_n(const geom *g, const uint64_t h[2], uint64_t *pos, unsigned first, unsigned count)
-{
-    const uint64_t m = g->m;
-    const unsigned k = count;
-    unsigned i;
-
-    switch (g->strategy) {
-    case S_M3KM: {
-        uint64_t p = h[0] % m, step, gap;
-        if (m == 1) {
-            memset(pos, 0, k * sizeof *pos);
-            return;
-        }
-        step = 1 + h[1] % (m - 1);   /* in [1, m - 1] */
-        gap = m - step;               /* p + step >= m  <=>  p >= m - step: no overflow */
-        for (i = 0; i < k; i++) {
-            pos[i] = p;
-            p = p >= gap ? p - gap : p + step;
-        }
-        return;
-    }
-    case S_M3MX:
-    case S_M3M2: {
-        const uint64_t b = g->strategy == S_M3M2 ? h[1] | 1 : h[1];
-        for (i = first; i < k; i++)
-            pos[i] = mulhi64(mmb_fmix64(h[0] + (uint64_t)i * b), m);
-        return;
-    }
-    default: { /* S_M3BL, S_M3B2 */
-        const uint64_t base = mulhi64(h[0], m / BLOCK_BITS) * BLOCK_BITS;
-        uint64_t y = g->strategy == S_M3B2 ? h[1] | 1 : h[1];
-        for (i = 0; i < k; i++) {
-            y *= 0x9E3779B97F4A7C15ULL;
-            pos[i] = base + (y >> 55);   /* top 9 bits: [0, 512) */
-        }
-        return;
-    }
-    }
-}
-
 
 /* A Python int in [0, 2**64) -> *out.  TypeError for a non-int, ValueError out of range. */
 static int arg_u64(PyObject *o, const char *name, uint64_t *out)

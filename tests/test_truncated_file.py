@@ -5,7 +5,7 @@ same calls on a scalable filter whose layer file was truncated) raise
 killing the process with SIGBUS:
 
 * native: every touch of the mapping by the C handle runs inside a SIGBUS guard
-  (``mmapbloom/_kernels.c``): the fault jumps back, the lock is released, the error raised;
+  (``mmapbloom/_guard.h``): the fault jumps back, the lock is released, the error raised;
 * pure: the handle checks the file's size (``fstat``) before each touch.
 
 Also: a truncation landing *during* a batch (another thread truncates while batch queries
