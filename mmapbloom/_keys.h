@@ -1,5 +1,5 @@
 /* mmapbloom/_keys.h: the one shape of a resolved key, shared by the batch code of
- * _kernels.c (keys from a Python sequence) and _columns.c (keys from a numpy array or an
+ * _pykeys.c (keys from a Python sequence) and _columns.c (keys from a numpy array or an
  * Arrow column), so that every source feeds the same staging / lock / test-and-set code. */
 #ifndef MMAPBLOOM_KEYS_H
 #define MMAPBLOOM_KEYS_H
