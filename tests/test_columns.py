@@ -557,7 +557,6 @@ MALFORMED: dict[str, tuple[Spec, str]] = {
     "int64 n_buffers 3": (Spec("l", 1, [None, np.arange(1, dtype="<i8"), None]), "expected 2 buffers, got 3"),
     "utf8 n_buffers 2": (Spec("u", 1, [None, _offsets([0, 1])]), "expected 3 buffers, got 2"),
     "view n_buffers 2": (Spec("vu", 1, [None, _view(1, b"a")]), "expected at least 3 buffers, got 2"),
-    "null n_buffers 1": (Spec("n", 2, [None]), "format 'n': expected 0 buffers, got 1"),
     "buffers pointer NULL": (Spec("l", 1, [None, np.arange(1, dtype="<i8")], tweak=_no_buffers_pointer), "the buffers pointer is NULL"),
     "no format": (Spec(None, 1, [None, np.arange(1, dtype="<i8")]), r"format '\?': no format"),
     "dictionary indices not integers": (Spec("u", 2, [None, _offsets([0, 5, 10]), _DATA], dictionary=_STR), "dictionary indices must be an integer type, got format 'u'"),
@@ -621,6 +620,7 @@ def test_hand_made_arrays_read_and_released_once() -> None:
         (Spec("w:2", 2, [None, b"abcd"]), [b"ab", b"cd"]),
         (_record(_STR, 1, offset=1), [b"world"]),
         (Spec("n", 3, []), [None, None, None]),
+        (Spec("n", 2, [None]), [None, None]),  # as polars exports it
         (Spec("l", 0, [None, None]), []),
     ]
     for spec, keys in cases:
@@ -641,3 +641,37 @@ def test_refused_type_from_a_python_release_keeps_its_error() -> None:
         with pytest.raises(TypeError, match=r"got float64 \(double\) \(format 'g'\)"):
             read(producer)
         assert producer.released == {"schema": producer.calls, "array": producer.calls}, name
+
+
+def _null_columns() -> dict[str, Any]:
+    """Arrow null-typed columns (format 'n') from every producer: all-NULL columns."""
+    return {
+        "pyarrow": pa.array([None, None]),
+        "pyarrow_chunked": pa.chunked_array([[None], [None, None]], pa.null()),
+        "pyarrow_dictionary": pa.array([None, None]).dictionary_encode(),
+        "record_batch": pa.record_batch([pa.array([None, None])], names=["k"]),
+        "duckdb": duckdb.sql("SELECT NULL AS k"),
+        "duckdb_rows": duckdb.sql("SELECT NULL AS k FROM range(3)"),
+        "polars": pl.Series([None, None]),
+        "nanoarrow": nanoarrow.c_array(pa.array([None, None, None])),
+        "pandas": pd.Series(pa.array([None, None]), dtype=pd.ArrowDtype(pa.null())),
+    }
+
+
+@pytest.mark.parametrize("producer", sorted(_null_columns()))
+def test_null_typed_column_is_all_null(producer: str, tmp_path: Any) -> None:
+    """Item 6 of issue 29: an Arrow null column adds nothing and finds nothing, on both
+    backends and every kind."""
+    n = len(arrowc.read_keys(_null_columns()[producer]))
+    assert n >= 1
+    for make in MAKERS:
+        f = make()
+        empty = f.to_bytes()
+        assert f.add_many(_null_columns()[producer]).tolist() == [False] * n
+        assert f.update(_null_columns()[producer]) == 0
+        assert f.contains_many(_null_columns()[producer]).tolist() == [False] * n
+        assert f.items_added == 0 and f.to_bytes() == empty
+    s = ScalableBloomFilter.create(tmp_path / "s", capacity=100, fp_rate=0.01)
+    assert s.update(_null_columns()[producer]) == 0
+    assert s.contains_many(_null_columns()[producer]).tolist() == [False] * n
+    assert s.items_added == 0
