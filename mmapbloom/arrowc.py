@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-__all__ = ["read_keys"]
+__all__ = ["KeyColumn", "read_keys"]
 
 
 class ArrowSchema(ctypes.Structure):
@@ -373,3 +373,69 @@ def _keys(
     if valid is not None:
         keys = [k if ok else None for k, ok in zip(keys, valid, strict=True)]
     return keys
+
+
+# ---- export: a column of keys with nulls, for the compiled reader --------------------------
+
+_EXPORTED: dict[int, Any] = {}  # the buffers of each export, until its consumer releases it
+_RELEASE_SCHEMA = ctypes.CFUNCTYPE(None, ctypes.POINTER(ArrowSchema))
+_RELEASE_ARRAY = ctypes.CFUNCTYPE(None, ctypes.POINTER(ArrowArray))
+_EXPORT_IDS = itertools.count(1)
+_capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
+    ("PyCapsule_New", ctypes.pythonapi)
+)
+
+
+def _released(p: Any) -> None:
+    """A release callback: the consumer's struct marked released; the export's buffers
+    dropped once its schema and its array are both released."""
+    key = p.contents.private_data
+    p.contents.release = type(p.contents.release)()
+    entry = _EXPORTED.get(key)
+    if entry is not None:
+        entry[0] -= 1
+        if entry[0] == 0:
+            del _EXPORTED[key]
+
+
+# the callbacks live as long as the module (a consumer may release at any time)
+_RELEASE_SCHEMA_CB = _RELEASE_SCHEMA(_released)
+_RELEASE_ARRAY_CB = _RELEASE_ARRAY(_released)
+
+
+class KeyColumn:
+    """A large_binary Arrow array of ``keys`` (``bytes``, ``None`` for a null), exported
+    through ``__arrow_c_array__`` (buffers made with numpy; the release callbacks run
+    Python). It is how a batch with nulls from Python objects (a pandas object Series, a
+    numpy masked array) reaches the compiled reader, which takes nulls only in columns."""
+
+    def __init__(self, keys: list[Optional[bytes]]):
+        present = [k if k is not None else b"" for k in keys]
+        lengths = np.fromiter(map(len, present), dtype=np.int64, count=len(present))
+        self.offsets = np.zeros(len(keys) + 1, dtype="<i8")
+        np.cumsum(lengths, out=self.offsets[1:])
+        self.data = np.frombuffer(b"".join(present), dtype=np.uint8) if present else np.zeros(0, np.uint8)
+        valid = np.fromiter((k is not None for k in keys), dtype=np.bool_, count=len(keys))
+        self.null_count = len(keys) - int(valid.sum())
+        self.validity = np.packbits(valid, bitorder="little")
+        self.length = len(keys)
+
+    def __arrow_c_array__(self, requested_schema: Any = None) -> tuple[Any, Any]:
+        schema, array = ArrowSchema(), ArrowArray()
+        schema.format = b"Z"
+        schema.flags = 2  # nullable
+        ptrs = (ctypes.c_void_p * 3)(
+            self.validity.ctypes.data if self.null_count else None,
+            self.offsets.ctypes.data,
+            self.data.ctypes.data if self.data.size else None,
+        )
+        array.length, array.null_count, array.offset, array.n_buffers = self.length, self.null_count, 0, 3
+        array.buffers = ctypes.cast(ptrs, ctypes.POINTER(ctypes.c_void_p))
+        key = next(_EXPORT_IDS)
+        _EXPORTED[key] = [2, self, schema, array, ptrs]  # two structs left to release
+        schema.private_data = array.private_data = key
+        schema.release, array.release = _RELEASE_SCHEMA_CB, _RELEASE_ARRAY_CB
+        return (
+            _capsule_new(ctypes.addressof(schema), b"arrow_schema", None),
+            _capsule_new(ctypes.addressof(array), b"arrow_array", None),
+        )

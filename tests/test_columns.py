@@ -106,14 +106,78 @@ def test_numpy_text_arrays_equal_their_tolist(make: Callable[[], Any]) -> None:
         check_same_as_list(arr, arr.tolist(), make)
 
 
-def test_numpy_masked_array_is_its_tolist() -> None:
-    """A masked array is taken as its tolist(): unmasked values are keys, a masked one is
-    None there, so it is refused like a None item (not hashed as the hidden value)."""
-    f = BloomFilter(CFG)
-    assert f.update(np.ma.array([1, 2], mask=[False, False])) == 2
-    with pytest.raises(TypeError, match="NoneType"):
-        f.update(np.ma.array([3, 4], mask=[False, True]))
-    assert 4 not in f and 3 not in f
+@pytest.mark.parametrize("make", MAKERS)
+def test_numpy_masked_array_elements_are_nulls(make: Callable[[], Any]) -> None:
+    """Item 10 of issue 29: a masked element is a null (never added, never found; its
+    hidden value is not a key); the unmasked ones are the keys of the same dtype."""
+    check_same_as_list(np.ma.masked_array([1, 2, 3], mask=[0, 1, 0]), [1, None, 3], make)
+    check_same_as_list(np.ma.masked_array([1, 2], mask=[0, 0]), [1, 2], make)
+    check_same_as_list(np.ma.masked_array([1, 2], mask=[1, 1], dtype=np.uint8), [None, None], make)
+    check_same_as_list(np.ma.masked_array(["a", "bb\x00"], mask=[1, 0]), [None, "bb"], make)
+    check_same_as_list(np.ma.masked_array([b"a", b"b"], mask=[0, 1]), [b"a", None], make)
+    check_same_as_list(np.ma.masked_array(["a", None, 3], mask=[0, 1, 0], dtype=object), ["a", None, 3], make)
+    f = make()
+    f.update(np.ma.masked_array([7, 8], mask=[0, 1]))
+    assert 7 in f and 8 not in f and f.items_added == 1
+    for bad, text in (
+        (np.ma.masked_array([1.5, 2.5], mask=[1, 0]), "dtype float64"),
+        (np.ma.masked_array(["a", None], mask=[0, 0], dtype=object), "got NoneType"),
+        (np.ma.masked_array([None, 1.5], mask=[1, 0], dtype=object), "got float"),
+        (np.ma.masked_array([-1, 2**70], mask=[1, 0], dtype=object), "18446744073709551616|2\\*\\*64|1180591620717411303424"),
+    ):
+        with pytest.raises((TypeError, OverflowError), match=text):
+            f.update(bad)
+        with pytest.raises((TypeError, OverflowError), match=text):
+            f.contains_many(bad)
+    assert f.items_added == 1
+
+
+@pytest.mark.parametrize("make", MAKERS)
+def test_pandas_object_series_missing_values_are_nulls(make: Callable[[], Any]) -> None:
+    """Item 10 of issue 29: in a pandas Series (or Index) of dtype object, what pandas.isna
+    calls missing (None, NaN, pd.NA, NaT) is a null; a plain list with None is refused."""
+    check_same_as_list(pd.Series(["a", None], dtype=object), ["a", None], make)
+    values = ["a", None, float("nan"), np.nan, pd.NA, pd.NaT, b"b", 3, "a"]
+    batch = pd.Series(values, dtype=object)
+    check_same_as_list(batch, ["a", None, None, None, None, None, b"b", 3, "a"], make)
+    check_same_as_list(pd.Index(["x", None], dtype=object), ["x", None], make)
+    check_same_as_list(batch.iloc[1:3], [None, None], make)
+    f = make()
+    with pytest.raises(TypeError, match="got NoneType"):
+        f.update(["a", None])
+    with pytest.raises(TypeError, match="got float"):
+        f.update(pd.Series(["a", None, 1.5], dtype=object))
+    with pytest.raises(TypeError, match="got NoneType"):
+        f.contains_many(np.array(["a", None], dtype=object))  # numpy object arrays: items
+    assert f.items_added == 0
+
+
+def test_nulls_from_python_objects_on_the_scalable_filter(tmp_path: Any) -> None:
+    f = ScalableBloomFilter.create(tmp_path / "s", capacity=100, fp_rate=0.01)
+    assert f.update(pd.Series(["a", None, np.nan], dtype=object)) == 1
+    assert f.update(np.ma.masked_array([5, 6], mask=[1, 0])) == 1
+    assert f.contains_many(pd.Series(["a", None, pd.NA], dtype=object)).tolist() == [True, False, False]
+    assert f.contains_many(np.ma.masked_array([5, 6], mask=[0, 1])).tolist() == [False, False]
+    assert f.contains_many([6, 5]).tolist() == [True, False]
+    assert f.items_added == 2
+
+
+def test_key_column_export_is_released_once() -> None:
+    """The export that carries such a batch to the compiled reader frees its buffers once
+    its consumer releases it (both readers)."""
+    from mmapbloom.arrowc import _EXPORTED, KeyColumn
+
+    before = len(_EXPORTED)
+    col = KeyColumn([b"a", None, b"", b"xyz"])
+    assert arrowc.read_keys(col) == [b"a", None, b"", b"xyz"]
+    if native is not None:
+        c = native.arrow_column(col)
+        assert len(c) == 4
+        assert len(_EXPORTED) == before + 1
+        del c
+    gc.collect()
+    assert len(_EXPORTED) == before
+    assert arrowc.read_keys(KeyColumn([])) == []
 
 
 def test_numpy_refused_dtypes() -> None:
