@@ -404,6 +404,9 @@ static int decode(const struct ArrowSchema *s, const struct ArrowArray *arr, int
                 if (!is_valid(a, a->offset + i))
                     continue;
                 v = int_at(a, a->offset + i);
+                if (v < 0 && !a->is_signed)   /* a uint64 index of 2**63 or more */
+                    return bad_array(f, "dictionary index %llu at element %lld is outside the dictionary's %lld values",
+                                     (unsigned long long)v, (long long)i, (long long)a->dict->length);
                 if (v < 0 || v >= a->dict->length)
                     return bad_array(f, "dictionary index %lld at element %lld is outside the dictionary's %lld values",
                                      (long long)v, (long long)i, (long long)a->dict->length);

@@ -596,6 +596,10 @@ MALFORMED: dict[str, tuple[Spec, str]] = {
         Spec("i", 2, [None, np.array([-1, 0], dtype="<i4")], dictionary=_STR),
         r"dictionary index -1 at element 0 is outside the dictionary's 2 values",
     ),
+    "dictionary uint64 index 2**64 - 1": (
+        Spec("L", 1, [None, np.array([2**64 - 1], dtype="<u8")], dictionary=_STR),
+        r"dictionary index 18446744073709551615 at element 0 is outside the dictionary's 2 values",
+    ),
     # item 5: one rule, one message
     "fixed_size_binary w:abc": (Spec("w:abc", 1, [None, b"abc"]), r"width must be a decimal number in \[0, 2\*\*31\), got 'abc'"),
     "fixed_size_binary w:3x": (Spec("w:3x", 1, [None, b"abc"]), r"got '3x'"),
