@@ -159,7 +159,7 @@ def read_keys(obj: Any) -> list[Optional[bytes]]:
 
 def _last_error(stream: ArrowArrayStream) -> str:
     got = stream.get_last_error(ctypes.byref(stream))
-    return got.decode("utf-8", "replace") if got else "(no message)"
+    return str(got.decode("utf-8", "replace")) if got else "(no message)"
 
 
 def _record_child(schema: ArrowSchema) -> ArrowSchema:
@@ -227,7 +227,7 @@ def _format(schema: ArrowSchema) -> str:
     raw = schema.format
     if raw is None:
         raise _malformed("?", "no format")
-    return raw.decode("utf-8", "replace")
+    return str(raw.decode("utf-8", "replace"))
 
 
 def _kind(fmt: str, has_dictionary: bool, in_dict: bool) -> str:
@@ -358,7 +358,8 @@ def _keys(
                 raise _malformed(fmt, f"view {i} names data buffer {buf}, but the array has {ndata} data buffers")
             if start < 0 or start + n > sizes[buf]:
                 raise _malformed(
-                    fmt, f"view {i} reads bytes [{start}, {start + n}) of data buffer {buf}, which has {sizes[buf]} bytes"
+                    fmt,
+                    f"view {i} reads bytes [{start}, {start + n}) of data buffer {buf}, which has {sizes[buf]} bytes",
                 )
             if not bufs[2 + buf]:
                 raise _malformed(fmt, f"data buffer {buf} is NULL")

@@ -109,9 +109,10 @@ def as_batch(items: Iterable[Any], native: Any, *, query: bool = False) -> Any:
         # a pandas Series / Index of dtype object: its items are Python objects already,
         # and may mix str, bytes and int, which no single Arrow type holds; pandas'
         # missing values (pandas.isna: None, NaN, pd.NA, NaT) are its nulls.
-        missing = np.asarray(items.isna(), dtype=np.bool_)
+        series: Any = items
+        missing = np.asarray(series.isna(), dtype=np.bool_)
         if missing.any():
-            return _with_nulls(items.tolist(), missing, native)
+            return _with_nulls(series.tolist(), missing, native)
         return as_batch(list(items), native, query=query)
     if is_arrow(items) and _holds_objects(items):  # another Arrow producer of Python objects
         return as_batch(list(items), native, query=query)

@@ -123,7 +123,10 @@ def test_numpy_masked_array_elements_are_nulls(make: Callable[[], Any]) -> None:
         (np.ma.masked_array([1.5, 2.5], mask=[1, 0]), "dtype float64"),
         (np.ma.masked_array(["a", None], mask=[0, 0], dtype=object), "got NoneType"),
         (np.ma.masked_array([None, 1.5], mask=[1, 0], dtype=object), "got float"),
-        (np.ma.masked_array([-1, 2**70], mask=[1, 0], dtype=object), "18446744073709551616|2\\*\\*64|1180591620717411303424"),
+        (
+            np.ma.masked_array([-1, 2**70], mask=[1, 0], dtype=object),
+            "18446744073709551616|2\\*\\*64|1180591620717411303424",
+        ),
     ):
         with pytest.raises((TypeError, OverflowError), match=text):
             f.update(bad)
@@ -543,7 +546,10 @@ _SIZES = np.array([len(_DATA)], dtype="<i8")
 _STR = Spec("u", 2, [None, _offsets([0, 5, 10]), _DATA])  # ["hello", "world"]
 MALFORMED: dict[str, tuple[Spec, str]] = {
     # item 2: offsets, views, struct schemas
-    "utf8 offsets decrease": (Spec("u", 2, [None, _offsets([0, 5, 1]), _DATA]), r"offsets decrease at element 1 \(5 then 1\)"),
+    "utf8 offsets decrease": (
+        Spec("u", 2, [None, _offsets([0, 5, 1]), _DATA]),
+        r"offsets decrease at element 1 \(5 then 1\)",
+    ),
     "binary offsets decrease": (Spec("z", 2, [None, _offsets([0, 5, 1]), _DATA]), r"offsets decrease at element 1"),
     "large_utf8 offsets decrease": (
         Spec("U", 2, [None, _offsets([0, 9, 2], True), _DATA]),
@@ -576,8 +582,14 @@ MALFORMED: dict[str, tuple[Spec, str]] = {
         Spec("vz", 1, [None, _view(2**30, b"hell", 0, 2**31 - 1), _DATA, _SIZES]),
         r"view 0 reads bytes \[2147483647, 3221225471\)",
     ),
-    "view sizes buffer NULL": (Spec("vu", 1, [None, _view(16, b"hell"), _DATA, None]), "variadic buffer sizes buffer is NULL"),
-    "struct schema children NULL": (Spec("+s", 2, [None], children=[_STR], tweak=_null_children), "its children pointer is NULL"),
+    "view sizes buffer NULL": (
+        Spec("vu", 1, [None, _view(16, b"hell"), _DATA, None]),
+        "variadic buffer sizes buffer is NULL",
+    ),
+    "struct schema children NULL": (
+        Spec("+s", 2, [None], children=[_STR], tweak=_null_children),
+        "its children pointer is NULL",
+    ),
     "struct schema child 0 NULL": (Spec("+s", 2, [None], children=[_STR], tweak=_null_child0), "child 0 is NULL"),
     # item 11: indices out of range
     "view buffer index past the buffers": (
@@ -601,7 +613,10 @@ MALFORMED: dict[str, tuple[Spec, str]] = {
         r"dictionary index 18446744073709551615 at element 0 is outside the dictionary's 2 values",
     ),
     # item 5: one rule, one message
-    "fixed_size_binary w:abc": (Spec("w:abc", 1, [None, b"abc"]), r"width must be a decimal number in \[0, 2\*\*31\), got 'abc'"),
+    "fixed_size_binary w:abc": (
+        Spec("w:abc", 1, [None, b"abc"]),
+        r"width must be a decimal number in \[0, 2\*\*31\), got 'abc'",
+    ),
     "fixed_size_binary w:3x": (Spec("w:3x", 1, [None, b"abc"]), r"got '3x'"),
     "fixed_size_binary w:": (Spec("w:", 1, [None, b"abc"]), r"got ''"),
     "fixed_size_binary w:-1": (Spec("w:-1", 1, [None, b"abc"]), r"got '-1'"),
@@ -611,24 +626,45 @@ MALFORMED: dict[str, tuple[Spec, str]] = {
     "utf8 data NULL": (Spec("u", 1, [None, _offsets([0, 3]), None]), "the data buffer is NULL"),
     "views NULL": (Spec("vu", 1, [None, None, None]), "the views buffer is NULL"),
     "fixed data NULL": (Spec("w:3", 1, [None, None]), "the data buffer is NULL"),
-    "negative offset": (Spec("l", 1, [None, np.arange(3, dtype="<i8")], offset=-1), r"negative length or offset \(length 1, offset -1\)"),
-    "negative length": (Spec("u", -2, [None, _offsets([0, 5, 10]), _DATA]), r"negative length or offset \(length -2, offset 0\)"),
-    "struct negative offset": (_record(_STR, 1, offset=-1), r"format '\+s': negative length or offset \(length 1, offset -1\)"),
+    "negative offset": (
+        Spec("l", 1, [None, np.arange(3, dtype="<i8")], offset=-1),
+        r"negative length or offset \(length 1, offset -1\)",
+    ),
+    "negative length": (
+        Spec("u", -2, [None, _offsets([0, 5, 10]), _DATA]),
+        r"negative length or offset \(length -2, offset 0\)",
+    ),
+    "struct negative offset": (
+        _record(_STR, 1, offset=-1),
+        r"format '\+s': negative length or offset \(length 1, offset -1\)",
+    ),
     "struct child shorter than the batch": (
         _record(_STR, 3),
         r"its column has 2 elements, expected at least 3 \(the batch's offset 0 \+ length 3\)",
     ),
-    "struct child shorter than offset + length": (_record(_STR, 2, offset=1), r"expected at least 3 \(the batch's offset 1"),
+    "struct child shorter than offset + length": (
+        _record(_STR, 2, offset=1),
+        r"expected at least 3 \(the batch's offset 1",
+    ),
     "struct n_buffers 0": (_record(_STR, 2, n_buffers=0), r"format '\+s': expected 1 buffers, got 0"),
     "struct array children NULL": (_record(_STR, 2, tweak=_null_array_children), "record batch without its column"),
     "int64 n_buffers 1": (Spec("l", 1, [None], n_buffers=1), "expected 2 buffers, got 1"),
     "int64 n_buffers 3": (Spec("l", 1, [None, np.arange(1, dtype="<i8"), None]), "expected 2 buffers, got 3"),
     "utf8 n_buffers 2": (Spec("u", 1, [None, _offsets([0, 1])]), "expected 3 buffers, got 2"),
     "view n_buffers 2": (Spec("vu", 1, [None, _view(1, b"a")]), "expected at least 3 buffers, got 2"),
-    "buffers pointer NULL": (Spec("l", 1, [None, np.arange(1, dtype="<i8")], tweak=_no_buffers_pointer), "the buffers pointer is NULL"),
+    "buffers pointer NULL": (
+        Spec("l", 1, [None, np.arange(1, dtype="<i8")], tweak=_no_buffers_pointer),
+        "the buffers pointer is NULL",
+    ),
     "no format": (Spec(None, 1, [None, np.arange(1, dtype="<i8")]), r"format '\?': no format"),
-    "dictionary indices not integers": (Spec("u", 2, [None, _offsets([0, 5, 10]), _DATA], dictionary=_STR), "dictionary indices must be an integer type, got format 'u'"),
-    "dictionary missing": (Spec("c", 1, [None, np.zeros(1, dtype="<i1")], dictionary=_STR, tweak=_no_dictionary), "dictionary array missing"),
+    "dictionary indices not integers": (
+        Spec("u", 2, [None, _offsets([0, 5, 10]), _DATA], dictionary=_STR),
+        "dictionary indices must be an integer type, got format 'u'",
+    ),
+    "dictionary missing": (
+        Spec("c", 1, [None, np.zeros(1, dtype="<i1")], dictionary=_STR, tweak=_no_dictionary),
+        "dictionary array missing",
+    ),
     "malformed dictionary values": (
         Spec("c", 1, [None, np.zeros(1, dtype="<i1")], dictionary=Spec("u", 2, [None, _offsets([0, 5, 1]), _DATA])),
         r"offsets decrease at element 1",
@@ -682,8 +718,20 @@ def test_hand_made_arrays_read_and_released_once() -> None:
         (_STR, [b"hello", b"world"]),
         (Spec("u", 1, [None, _offsets([0, 5, 10]), _DATA], offset=1), [b"world"]),
         (Spec("vu", 2, [None, _view(3, b"abc") + _view(16, b"hell", 0, 0), _DATA, _SIZES]), [b"abc", _DATA[:16]]),
-        (Spec("c", 2, [np.array([0b01], dtype=np.uint8), np.array([1, 99], dtype="<i1")], null_count=1, dictionary=_STR), [b"world", None]),
-        (Spec("vz", 2, [np.array([0b10], dtype=np.uint8), _view(-7) + _view(1, b"z")], null_count=1, n_buffers=3), [None, b"z"]),
+        (
+            Spec(
+                "c",
+                2,
+                [np.array([0b01], dtype=np.uint8), np.array([1, 99], dtype="<i1")],
+                null_count=1,
+                dictionary=_STR,
+            ),
+            [b"world", None],
+        ),
+        (
+            Spec("vz", 2, [np.array([0b10], dtype=np.uint8), _view(-7) + _view(1, b"z")], null_count=1, n_buffers=3),
+            [None, b"z"],
+        ),
         (Spec("w:0", 2, [None, None]), [b"", b""]),
         (Spec("w:2", 2, [None, b"abcd"]), [b"ab", b"cd"]),
         (_record(_STR, 1, offset=1), [b"world"]),
