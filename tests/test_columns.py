@@ -791,3 +791,109 @@ def test_null_typed_column_is_all_null(producer: str, tmp_path: Any) -> None:
     assert s.update(_null_columns()[producer]) == 0
     assert s.contains_many(_null_columns()[producer]).tolist() == [False] * n
     assert s.items_added == 0
+
+
+_GET_SCHEMA = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.POINTER(arrowc.ArrowArrayStream), ctypes.POINTER(arrowc.ArrowSchema)
+)
+_GET_NEXT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(arrowc.ArrowArrayStream), ctypes.POINTER(arrowc.ArrowArray))
+# returns a pointer to a buffer kept alive here (a c_char_p result from Python would leak)
+_LAST_ERROR = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.POINTER(arrowc.ArrowArrayStream))
+_ERROR_TEXT = ctypes.create_string_buffer(b"the producer failed")
+_RELEASE_STREAM = ctypes.CFUNCTYPE(None, ctypes.POINTER(arrowc.ArrowArrayStream))
+
+
+class HandMadeStream(HandMade):
+    """An ``__arrow_c_stream__`` producer in ctypes: one array of ``spec`` (``chunks``
+    times), every callback in Python; ``fail`` = "schema" or "next" makes that call fail.
+    Counts what it hands out and what its consumer releases."""
+
+    def __init__(self, spec: Spec, chunks: int = 1, fail: Optional[str] = None):
+        super().__init__(spec)
+        self.chunks, self.fail = chunks, fail
+        self.handed = {"schema": 0, "array": 0, "stream": 0}
+        self.released["stream"] = 0
+
+    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
+        self.calls += 1
+        left = [self.chunks]
+
+        def get_schema(stream: Any, out: Any) -> int:
+            if self.fail == "schema":
+                return 5
+            schema, array = self._build(self.spec, True)
+            if self.spec.tweak is not None:
+                self.spec.tweak(schema, array)
+            ctypes.memmove(ctypes.addressof(out.contents), ctypes.addressof(schema), ctypes.sizeof(schema))
+            self.handed["schema"] += 1
+            return 0
+
+        def get_next(stream: Any, out: Any) -> int:
+            if self.fail == "next":
+                return 5
+            if left[0] == 0:
+                out.contents.release = _RELEASE_ARRAY()
+                return 0
+            left[0] -= 1
+            schema, array = self._build(self.spec, True)
+            self.released["schema"] -= 1  # this copy of the schema is never handed out
+            schema.release(ctypes.pointer(schema))
+            if self.spec.tweak is not None:
+                self.spec.tweak(schema, array)
+            ctypes.memmove(ctypes.addressof(out.contents), ctypes.addressof(array), ctypes.sizeof(array))
+            self.handed["array"] += 1
+            return 0
+
+        def last_error(stream: Any) -> int:
+            return ctypes.addressof(_ERROR_TEXT)
+
+        def release(stream: Any) -> None:
+            self.released["stream"] += 1
+            stream.contents.release = _RELEASE_STREAM()
+
+        st = arrowc.ArrowArrayStream()
+        st.get_schema, st.get_next = _GET_SCHEMA(get_schema), _GET_NEXT(get_next)
+        error_fn = _LAST_ERROR(last_error)
+        st.get_last_error = ctypes.cast(error_fn, type(st.get_last_error))
+        st.release = _RELEASE_STREAM(release)
+        self.keep.extend([st, st.get_schema, st.get_next, error_fn, st.release])
+        self.handed["stream"] += 1
+        new = ctypes.pythonapi.PyCapsule_New
+        new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+        return new(ctypes.addressof(st), b"arrow_array_stream", None)
+
+
+def _stream_readers() -> list[tuple[str, Callable[[Any], Any]]]:
+    return [r for r in _readers() if "update" in r[0] or "read_keys" in r[0] or "arrow_column" in r[0]]
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["view length -5", "dictionary index past the values", "struct child shorter than the batch", "int64 data NULL"],
+)
+def test_malformed_arrays_in_a_python_stream_are_refused_and_released(case: str) -> None:
+    """Items 2 and 4 through the stream interface: the same refusal; the stream, its
+    schema and every array it handed out released exactly once."""
+    spec, text = MALFORMED[case]
+    producer = HandMadeStream(spec, chunks=2)
+    for name, read in _stream_readers():
+        with pytest.raises(ValueError, match=text):
+            read(producer)
+        assert producer.released == producer.handed, name
+
+
+@pytest.mark.parametrize("fail", ["schema", "next"])
+def test_failing_python_stream_keeps_its_error(fail: str) -> None:
+    producer = HandMadeStream(_STR, fail=fail)
+    for name, read in _stream_readers():
+        with pytest.raises(ValueError, match=f"Arrow stream get_{fail} failed: the producer failed$"):
+            read(producer)
+        assert producer.released == producer.handed, name
+
+
+def test_python_stream_is_read_and_released() -> None:
+    producer = HandMadeStream(_STR, chunks=3)
+    assert arrowc.read_keys(producer) == [b"hello", b"world"] * 3
+    for make in MAKERS:
+        check_same_as_list(producer, ["hello", "world"] * 3, make)
+    assert producer.released == producer.handed
