@@ -5,7 +5,12 @@ It reads what the compiled reader (``mmapbloom/_columns.c``) reads, by the same 
 utf8, large_utf8, utf8_view, binary, large_binary, binary_view, fixed_size_binary,
 int8..int64 and uint8..uint64 (each integer as the 8 little-endian bytes of its value mod
 2^64), dictionaries of those, chunked streams, slices (offsets) and streams of one-column
-record batches. It creates Python objects per key, so it is the reference, not the fast path.
+record batches; a null column (format ``n``) is all nulls. It creates Python objects per key,
+so it is the reference, not the fast path: each check of a malformed array, and its
+``ValueError("malformed Arrow array of format ...")``, is the compiled reader's too (what
+the interface does not carry, the sizes of the validity, data and offsets buffers, is
+trusted to match the array's length and offsets, as every Arrow consumer trusts its
+producer).
 
 Structs and the move semantics follow the Arrow C Data Interface and its PyCapsule
 interface (https://arrow.apache.org/docs/format/CDataInterface.html); the capsule's
