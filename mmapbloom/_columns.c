@@ -8,6 +8,7 @@
  */
 #include "_columns.h"
 
+#include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -56,7 +57,7 @@ struct ArrowArrayStream {
 
 /* ---- decoded arrays ------------------------------------------------------------------- */
 
-enum { A_OFF32 = 1, A_OFF64, A_VIEW, A_FIXED, A_INT };
+enum { A_OFF32 = 1, A_OFF64, A_VIEW, A_FIXED, A_INT, A_NULL };
 
 /* One array (chunk) of keys, decoded from its schema and buffers. */
 typedef struct mb_array {
@@ -130,7 +131,7 @@ static inline int64_t int_at(const mb_array *a, int64_t j)
 static void key_at(const mb_array *a, int64_t i, mb_key *key, char *scratch)
 {
     const int64_t j = i + a->offset;
-    if (a->validity != NULL && !((a->validity[j >> 3] >> (j & 7)) & 1)) {
+    if (a->kind == A_NULL || (a->validity != NULL && !((a->validity[j >> 3] >> (j & 7)) & 1))) {
         key->ptr = NULL;
         key->len = 0;
         return;
@@ -267,9 +268,14 @@ static int bad_type(const char *fmt, int in_dict)
     return -1;
 }
 
-static int bad_array(const char *fmt, const char *what)
+static int bad_array(const char *fmt, const char *what, ...)
 {
-    PyErr_Format(PyExc_ValueError, "malformed Arrow array of format '%s': %s", fmt, what);
+    char text[400];
+    va_list ap;
+    va_start(ap, what);
+    PyOS_vsnprintf(text, sizeof text, what, ap);
+    va_end(ap);
+    PyErr_Format(PyExc_ValueError, "malformed Arrow array of format '%s': %s", fmt, text);
     return -1;
 }
 
@@ -285,77 +291,206 @@ static int int_format(const char *f, mb_array *a)
     return 1;
 }
 
-/* Decode an array of the given schema; extra_offset: a parent struct's offset. */
-static int decode(const struct ArrowSchema *s, const struct ArrowArray *arr, int64_t extra_offset, mb_array *a,
-                  mb_array *dict_slot, int in_dict)
+/* The width of a fixed_size_binary format "w:N" (N: 1 to 10 decimal digits, < 2**31), or -1
+ * with ValueError set (arrowc._fixed_width). */
+static long fixed_width(const char *f)
+{
+    const char *d = f + 2;
+    size_t n = strlen(d), i;
+    long long w = 0;
+    int ok = n > 0 && n <= 10;
+    for (i = 0; ok && i < n; i++) {
+        if (d[i] < '0' || d[i] > '9')
+            ok = 0;
+        else
+            w = 10 * w + (d[i] - '0');
+    }
+    if (!ok || w > INT32_MAX) {
+        bad_array(f, "fixed_size_binary width must be a decimal number in [0, 2**31), got '%s'", d);
+        return -1;
+    }
+    return (long)w;
+}
+
+static int64_t i64_at(const void *p, int64_t j)
+{
+    int64_t v;
+    memcpy(&v, (const char *)p + 8 * j, 8);
+    return v;
+}
+
+static int is_valid(const mb_array *a, int64_t j)
+{
+    return a->validity == NULL || ((a->validity[j >> 3] >> (j & 7)) & 1);
+}
+
+/* Decode keys [0, length) of an array of the given schema, from its element extra on (extra: a
+ * parent record batch's offset; length: the parent's length, or the array's own).  Every check
+ * and message is the pure reader's (arrowc._keys), in the same order. */
+static int decode(const struct ArrowSchema *s, const struct ArrowArray *arr, int64_t extra, int64_t length,
+                  mb_array *a, mb_array *dict_slot, int in_dict)
 {
     const char *f = s->format;
+    int64_t want, i;
     memset(a, 0, sizeof *a);
-    a->length = arr->length;
-    a->offset = arr->offset + extra_offset;
     if (f == NULL)
         return bad_array("?", "no format");
-    if (arr->length < 0 || arr->offset < 0)
-        return bad_array(f, "negative length or offset");
-    if (arr->n_buffers < 1 || arr->buffers == NULL)
-        return bad_array(f, "no buffers");
-    a->validity = arr->null_count == 0 ? NULL : (const uint8_t *)arr->buffers[0];
+    if (s->dictionary != NULL && in_dict)
+        return bad_type(s->dictionary->format ? s->dictionary->format : "?", 1);
     if (s->dictionary != NULL) {
-        if (in_dict || dict_slot == NULL)
+        if (dict_slot == NULL)
             return bad_type(s->dictionary->format ? s->dictionary->format : "?", 1);
         if (!int_format(f, a))
-            return bad_array(f, "dictionary indices must be an integer type");
-        if (arr->dictionary == NULL)
-            return bad_array(f, "dictionary array missing");
-        if (decode(s->dictionary, arr->dictionary, 0, dict_slot, NULL, 1) < 0)
-            return -1;
+            return bad_array(f, "dictionary indices must be an integer type, got format '%s'", f);
         a->kind = A_INT;
         a->dict = dict_slot;
+        want = 2;
+    } else if (strcmp(f, "n") == 0) {
+        a->kind = A_NULL;
+        want = 0;
     } else if (int_format(f, a)) {
         a->kind = A_INT;
+        want = 2;
     } else if (strcmp(f, "u") == 0 || strcmp(f, "z") == 0) {
         a->kind = A_OFF32;
+        want = 3;
     } else if (strcmp(f, "U") == 0 || strcmp(f, "Z") == 0) {
         a->kind = A_OFF64;
+        want = 3;
     } else if (strcmp(f, "vu") == 0 || strcmp(f, "vz") == 0) {
         a->kind = A_VIEW;
+        want = 3;
     } else if (f[0] == 'w' && f[1] == ':') {
-        long w = strtol(f + 2, NULL, 10);
-        if (w < 0 || w > INT32_MAX)
-            return bad_array(f, "bad width");
+        long w = fixed_width(f);
+        if (w < 0)
+            return -1;
         a->kind = A_FIXED;
         a->width = (int)w;
+        want = 2;
     } else {
         return bad_type(f, in_dict);
     }
-    if (a->length == 0)
+    if (arr->length < 0 || arr->offset < 0)
+        return bad_array(f, "negative length or offset (length %lld, offset %lld)", (long long)arr->length,
+                         (long long)arr->offset);
+    if (a->kind == A_NULL)
+        ;   /* no buffers are read (the spec gives none; polars exports one) */
+    else if (a->kind == A_VIEW && arr->n_buffers < want)
+        return bad_array(f, "expected at least %lld buffers, got %lld", (long long)want, (long long)arr->n_buffers);
+    else if (a->kind != A_VIEW && arr->n_buffers != want)
+        return bad_array(f, "expected %lld buffers, got %lld", (long long)want, (long long)arr->n_buffers);
+    if (want > 0 && arr->buffers == NULL)
+        return bad_array(f, "the buffers pointer is NULL");
+    if (a->dict != NULL) {
+        if (arr->dictionary == NULL)
+            return bad_array(f, "dictionary array missing");
+        if (decode(s->dictionary, arr->dictionary, 0, arr->dictionary->length < 0 ? 0 : arr->dictionary->length,
+                   dict_slot, NULL, 1) < 0)
+            return -1;
+    }
+    a->length = length;
+    a->offset = arr->offset + extra;
+    if (length == 0 || a->kind == A_NULL)
         return 0;
+    a->validity = arr->null_count == 0 ? NULL : (const uint8_t *)arr->buffers[0];
     switch (a->kind) {
     case A_INT:
+        if (arr->buffers[1] == NULL)
+            return bad_array(f, "the data buffer is NULL");
+        a->data = arr->buffers[1];
+        if (a->dict != NULL)
+            for (i = 0; i < length; i++) {
+                int64_t v;
+                if (!is_valid(a, a->offset + i))
+                    continue;
+                v = int_at(a, a->offset + i);
+                if (v < 0 && !a->is_signed)   /* a uint64 index of 2**63 or more */
+                    return bad_array(f, "dictionary index %llu at element %lld is outside the dictionary's %lld values",
+                                     (unsigned long long)v, (long long)i, (long long)a->dict->length);
+                if (v < 0 || v >= a->dict->length)
+                    return bad_array(f, "dictionary index %lld at element %lld is outside the dictionary's %lld values",
+                                     (long long)v, (long long)i, (long long)a->dict->length);
+            }
+        break;
     case A_FIXED:
-        if (arr->n_buffers < 2 || (arr->buffers[1] == NULL && !(a->kind == A_FIXED && a->width == 0)))
-            return bad_array(f, "no data buffer");
+        if (a->width > 0 && arr->buffers[1] == NULL)
+            return bad_array(f, "the data buffer is NULL");
         a->data = arr->buffers[1] != NULL ? arr->buffers[1] : (const uint8_t *)"";
         break;
     case A_OFF32:
-    case A_OFF64:
-        if (arr->n_buffers < 3 || arr->buffers[1] == NULL)
-            return bad_array(f, "no offsets buffer");
+    case A_OFF64: {
+        int64_t prev, cur;
+        const int wide = a->kind == A_OFF64;
+        if (arr->buffers[1] == NULL)
+            return bad_array(f, "the offsets buffer is NULL");
         a->offsets = arr->buffers[1];
+#define OFF_AT(j) (wide ? i64_at(a->offsets, (j)) : (int64_t)((const int32_t *)a->offsets)[(j)])
+        prev = OFF_AT(a->offset);
+        if (prev < 0)
+            return bad_array(f, "offsets start negative (%lld)", (long long)prev);
+        for (i = 0; i < length; i++, prev = cur) {
+            cur = OFF_AT(a->offset + i + 1);
+            if (cur < prev)
+                return bad_array(f, "offsets decrease at element %lld (%lld then %lld)", (long long)i,
+                                 (long long)prev, (long long)cur);
+        }
+        if (arr->buffers[2] == NULL && prev > OFF_AT(a->offset))
+            return bad_array(f, "the data buffer is NULL");
+#undef OFF_AT
         a->data = arr->buffers[2] != NULL ? arr->buffers[2] : (const uint8_t *)"";
         break;
-    default: /* A_VIEW: validity, views, data buffers..., buffer sizes */
-        if (arr->n_buffers < 3 || arr->buffers[1] == NULL)
-            return bad_array(f, "no views buffer");
+    }
+    default: { /* A_VIEW: validity, views, data buffers..., variadic buffer sizes */
+        const void *sizes;
+        if (arr->buffers[1] == NULL)
+            return bad_array(f, "the views buffer is NULL");
         a->views = arr->buffers[1];
         a->bufs = (const uint8_t *const *)arr->buffers + 2;
         a->nbufs = arr->n_buffers - 3;
+        sizes = arr->buffers[arr->n_buffers - 1];
+        if (a->nbufs > 0 && sizes == NULL)
+            return bad_array(f, "the variadic buffer sizes buffer is NULL");
+        for (i = 0; i < length; i++) {
+            const uint8_t *v = a->views + 16 * (a->offset + i);
+            int32_t len, bi, off;
+            int64_t size;
+            if (!is_valid(a, a->offset + i))
+                continue;
+            memcpy(&len, v, 4);
+            if (len < 0)
+                return bad_array(f, "view %lld has a negative length (%ld)", (long long)i, (long)len);
+            if (len <= 12)
+                continue;
+            memcpy(&bi, v + 8, 4);
+            memcpy(&off, v + 12, 4);
+            if (bi < 0 || bi >= a->nbufs)
+                return bad_array(f, "view %lld names data buffer %ld, but the array has %lld data buffers",
+                                 (long long)i, (long)bi, (long long)a->nbufs);
+            size = i64_at(sizes, bi);
+            if (off < 0 || (int64_t)off + len > size)
+                return bad_array(f, "view %lld reads bytes [%ld, %lld) of data buffer %ld, which has %lld bytes",
+                                 (long long)i, (long)off, (long long)off + len, (long)bi, (long long)size);
+            if (a->bufs[bi] == NULL)
+                return bad_array(f, "data buffer %ld is NULL", (long)bi);
+        }
         break;
+    }
     }
     return 0;
 }
 
 /* ---- the Column type ---------------------------------------------------------------------- */
+
+/* A producer's release callback may run Python (a ctypes or nanoarrow producer): it must not
+ * run with an exception set (that becomes SystemError, and the callback may not run at all),
+ * so the pending exception, if any, is kept aside while it runs and put back after. */
+#if PY_VERSION_HEX >= 0x030C0000
+#define KEEP_ERROR_BEGIN { PyObject *kept_error_ = PyErr_GetRaisedException();
+#define KEEP_ERROR_END PyErr_SetRaisedException(kept_error_); }
+#else
+#define KEEP_ERROR_BEGIN { PyObject *kept_t_, *kept_v_, *kept_tb_; PyErr_Fetch(&kept_t_, &kept_v_, &kept_tb_);
+#define KEEP_ERROR_END PyErr_Restore(kept_t_, kept_v_, kept_tb_); }
+#endif
 
 static void Column_dealloc(ColumnObject *self)
 {
@@ -363,11 +498,17 @@ static void Column_dealloc(ColumnObject *self)
         Py_XDECREF(self->base);
     } else {
         Py_ssize_t i;
+        KEEP_ERROR_BEGIN
         for (i = 0; i < self->narrays; i++)
-            if (self->arrays[i].release != NULL)
+            if (self->arrays[i].release != NULL) {
                 self->arrays[i].release(&self->arrays[i]);
-        if (self->schema.release != NULL)
+                self->arrays[i].release = NULL;   /* released exactly once */
+            }
+        if (self->schema.release != NULL) {
             self->schema.release(&self->schema);
+            self->schema.release = NULL;
+        }
+        KEEP_ERROR_END
         PyMem_Free(self->arrays);
         PyMem_Free(self->chunks);
         PyMem_Free(self->starts);
@@ -463,7 +604,7 @@ static PyType_Spec Column_spec = {
 static int column_index(ColumnObject *c)
 {
     const struct ArrowSchema *s = &c->schema;
-    int64_t extra = 0, total = 0;
+    int64_t total = 0;
     Py_ssize_t i;
     int record = s->format != NULL && strcmp(s->format, "+s") == 0;
     if (record && s->n_children != 1) {
@@ -477,22 +618,38 @@ static int column_index(ColumnObject *c)
         PyErr_NoMemory();
         return -1;
     }
+    if (record) {
+        if (s->children == NULL)
+            return bad_array("+s", "struct schema has 1 child, but its children pointer is NULL");
+        if (s->children[0] == NULL)
+            return bad_array("+s", "struct schema has 1 child, but child 0 is NULL");
+    }
     for (i = 0; i < c->narrays; i++) {
         const struct ArrowArray *arr = &c->arrays[i];
-        const struct ArrowSchema *cs = s;
-        if (record) {
-            if (arr->n_children != 1 || arr->children == NULL || arr->children[0] == NULL)
-                return bad_array("+s", "record batch without its column");
-            if (arr->null_count != 0 && arr->n_buffers > 0 && arr->buffers != NULL && arr->buffers[0] != NULL)
+        if (record) {   /* the checks and messages of arrowc._record_column */
+            const struct ArrowArray *child;
+            if (arr->length < 0 || arr->offset < 0)
+                return bad_array("+s", "negative length or offset (length %lld, offset %lld)", (long long)arr->length,
+                                 (long long)arr->offset);
+            if (arr->n_buffers != 1)
+                return bad_array("+s", "expected 1 buffers, got %lld", (long long)arr->n_buffers);
+            if (arr->buffers == NULL)
+                return bad_array("+s", "the buffers pointer is NULL");
+            if (arr->n_children != 1)
+                return bad_array("+s", "expected 1 child array, got %lld", (long long)arr->n_children);
+            if (arr->children == NULL || arr->children[0] == NULL)
+                return bad_array("+s", "record batch without its column (a NULL child pointer)");
+            if (arr->null_count != 0 && arr->buffers[0] != NULL)
                 return bad_array("+s", "a record batch with null rows");
-            extra = arr->offset;
-            cs = s->children[0];
-            if (arr->children[0]->length < arr->length + 0)
-                return bad_array("+s", "column shorter than its batch");
-            if (decode(cs, arr->children[0], extra, &c->chunks[2 * i], &c->chunks[2 * i + 1], 0) < 0)
+            child = arr->children[0];
+            if (child->length < arr->offset + arr->length)
+                return bad_array("+s", "its column has %lld elements, expected at least %lld (the batch's offset %lld + "
+                                 "length %lld)", (long long)child->length, (long long)(arr->offset + arr->length),
+                                 (long long)arr->offset, (long long)arr->length);
+            if (decode(s->children[0], child, arr->offset, arr->length, &c->chunks[2 * i], &c->chunks[2 * i + 1], 0) < 0)
                 return -1;
-            c->chunks[2 * i].length = arr->length;
-        } else if (decode(cs, arr, 0, &c->chunks[2 * i], &c->chunks[2 * i + 1], 0) < 0) {
+        } else if (decode(s, arr, 0, arr->length < 0 ? 0 : arr->length, &c->chunks[2 * i], &c->chunks[2 * i + 1], 0) <
+                   0) {
             return -1;
         }
         c->starts[i] = total;
@@ -557,7 +714,7 @@ static int import_stream(ColumnObject *c, PyObject *cap)
             cap_n = cap_n ? 2 * cap_n : 8;
             grown = PyMem_Realloc(c->arrays, (size_t)cap_n * sizeof *grown);
             if (grown == NULL) {
-                a.release(&a);
+                a.release(&a);   /* no exception is set yet */
                 PyErr_NoMemory();
                 goto done;
             }
@@ -567,7 +724,9 @@ static int import_stream(ColumnObject *c, PyObject *cap)
     }
     rc = 0;
 done:
+    KEEP_ERROR_BEGIN
     st.release(&st);
+    KEEP_ERROR_END
     return rc;
 }
 

@@ -7,8 +7,15 @@
  *                       large_utf8, utf8_view, binary, large_binary, binary_view,
  *                       fixed_size_binary, int8..int64, uint8..uint64, and dictionary arrays of
  *                       those; a stream of one-column record batches (struct of one child);
- *                       chunks, offsets (slices) and validity bitmaps (nulls).  TypeError names
- *                       any other type, or the column count of a multi-column batch.
+ *                       chunks, offsets (slices) and validity bitmaps (nulls); null (format
+ *                       "n": all nulls).  TypeError names any other type, or the column count
+ *                       of a multi-column batch.  A malformed array raises ValueError
+ *                       ("malformed Arrow array of format ...", the pure reader's message,
+ *                       mmapbloom/arrowc.py): every check the interface allows is made at
+ *                       import (buffer counts, NULL buffers, offsets non-decreasing from >= 0,
+ *                       view lengths, buffer indices and ranges against the variadic sizes,
+ *                       dictionary indices, struct children); the sizes it does not carry
+ *                       (validity, data, offsets buffers) are trusted, as by every consumer.
  *   fixed_column(buf, width, strip_nul)
  *                       a C-contiguous buffer of n * width bytes (numpy arrays): key i is bytes
  *                       [i * width, (i + 1) * width), trailing NUL bytes dropped if strip_nul

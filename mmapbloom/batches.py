@@ -7,14 +7,28 @@ A batch is one of:
   :func:`mmapbloom.hashing.encode_key`: str, bytes-like, int);
 * a 1-dimensional numpy array: integer dtypes (int8 to uint64; each element widened, so 5 as
   int32 and 5 as int64 are one key), bytes (``'S'``), str (``'U'``), object and StringDType
-  arrays. The answers equal those of the same call on ``arr.tolist()``;
+  arrays. The answers equal those of the same call on ``arr.tolist()``. In a numpy masked
+  array (``np.ma``) a masked element is a null (its hidden value is not a key);
+* a pandas Series or Index of dtype object: its items, where each missing value (what
+  ``pandas.isna`` calls missing: ``None``, ``NaN``, ``pd.NA``, ``NaT``) is a null;
 * an Arrow column: any object with ``__arrow_c_stream__`` or ``__arrow_c_array__`` (the
   Arrow PyCapsule interface: pyarrow Array / ChunkedArray / RecordBatchReader of one column,
   polars Series, pandas Series, DuckDB relations, nanoarrow), read through the Arrow C Data
   Interface without pyarrow. Types: utf8, large_utf8, utf8_view, binary, large_binary,
   binary_view, fixed_size_binary, int8..int64, uint8..uint64 and dictionaries of those;
-  chunked, sliced. Nulls are never added (``add_many`` answers False, ``update`` does not
+  chunked, sliced; an Arrow ``null`` column (format ``n``) is all nulls. Nulls are never added (``add_many`` answers False, ``update`` does not
   count them) and never found (``contains_many`` answers False).
+
+Only these sources have nulls: a ``None`` (or NaN) item of a Python list, tuple or other
+iterable, or of a numpy object array, raises ``TypeError`` as a bad item.
+
+A malformed Arrow array raises ``ValueError("malformed Arrow array of format ...")``
+naming what is wrong, on both backends. The readers check what the C Data Interface lets
+them check (buffer counts, NULL buffers, offsets that decrease or start negative, view
+lengths, buffer indices and ranges against the array's variadic buffer sizes, dictionary
+indices, struct children and lengths); the sizes of the other buffers are not carried by
+the interface, so those are trusted to match the array's length and offsets, as every
+Arrow consumer trusts its producer.
 
 A ``str``, ``bytes``, ``bytearray`` or ``memoryview`` given as the batch raises
 ``TypeError`` (it would otherwise be taken as a batch of characters or small ints).
@@ -28,11 +42,12 @@ Answers and bits are the same either way.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Iterable, Optional
 
 import numpy as np
 
-from .hashing import kernel_keys, type_name
+from .hashing import encode_keys, kernel_keys, type_name
 
 __all__ = ["KeysWithNulls", "as_batch", "encoded_keys", "is_arrow"]
 
@@ -90,9 +105,16 @@ def as_batch(items: Iterable[Any], native: Any, *, query: bool = False) -> Any:
     _check_not_scalar(items)
     if isinstance(items, np.ndarray):
         return _numpy_batch(items, native, query)
-    if is_arrow(items) and _holds_objects(items):
-        # e.g. a pandas Series of dtype object: its items are Python objects already, and
-        # may mix str, bytes and int, which no single Arrow type holds.
+    if _pandas_objects(items):
+        # a pandas Series / Index of dtype object: its items are Python objects already,
+        # and may mix str, bytes and int, which no single Arrow type holds; pandas'
+        # missing values (pandas.isna: None, NaN, pd.NA, NaT) are its nulls.
+        series: Any = items
+        missing = np.asarray(series.isna(), dtype=np.bool_)
+        if missing.any():
+            return _with_nulls(series.tolist(), missing, native)
+        return as_batch(list(items), native, query=query)
+    if is_arrow(items) and _holds_objects(items):  # another Arrow producer of Python objects
         return as_batch(list(items), native, query=query)
     if is_arrow(items):
         if native is not None:
@@ -119,11 +141,40 @@ def _holds_objects(items: Any) -> bool:
     return isinstance(dtype, np.dtype) and dtype.kind == "O"
 
 
+def _pandas_objects(items: Any) -> bool:
+    """True for a pandas Series or Index of dtype object (pandas is not imported here)."""
+    pd = sys.modules.get("pandas")
+    if pd is None or not isinstance(items, (pd.Series, pd.Index)):
+        return False
+    return _holds_objects(items)
+
+
+def _with_nulls(values: list[Any], missing: np.ndarray, native: Any) -> Any:
+    """A batch of ``values`` where ``missing[i]`` marks a null (never added, never found):
+    the other values encoded by :func:`~mmapbloom.hashing.encode_key` (so a bad one raises
+    its TypeError / OverflowError before any cell changes); on the pure path a
+    :class:`KeysWithNulls`, on the native one a column (a large_binary Arrow array made
+    by :class:`mmapbloom.arrowc.KeyColumn`)."""
+    present = encode_keys([v for v, m in zip(values, missing.tolist(), strict=True) if not m])
+    it = iter(present)
+    keys: list[Optional[bytes]] = [None if m else next(it) for m in missing.tolist()]
+    if native is None:
+        return KeysWithNulls(keys)
+    from .arrowc import KeyColumn
+
+    return native.arrow_column(KeyColumn(keys))
+
+
 def _numpy_batch(arr: np.ndarray, native: Any, query: bool) -> Any:
     if arr.ndim != 1:
         raise TypeError(f"a numpy batch must be 1-dimensional, got shape {arr.shape}")
-    if isinstance(arr, np.ma.MaskedArray):  # its tolist() has None for a masked element
-        return as_batch(arr.tolist(), native, query=query)
+    if isinstance(arr, np.ma.MaskedArray):  # a masked element is a null
+        missing = np.ma.getmaskarray(arr)
+        if missing.any():
+            if arr.dtype.kind not in "iuSUOT":
+                _numpy_batch(arr.data[:0], native, query)  # the refused dtype's TypeError
+            return _with_nulls(arr.data.tolist(), missing, native)
+        return _numpy_batch(arr.data, native, query)
     kind = arr.dtype.kind
     if kind in "iu":
         wide = np.ascontiguousarray(arr, dtype="<i8" if kind == "i" else "<u8")

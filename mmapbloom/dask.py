@@ -177,12 +177,14 @@ def _columnar(partition: Any) -> bool:
 def _chunks(partition: Any) -> Iterable[Any]:
     """A partition's items in batches of at most SHARD_CHUNK_ITEMS: slices of a pandas
     Series (read as Arrow columns by ``update``: no Python object per item; a missing
-    value is a null, never added) or lists (other iterables, or pandas without pyarrow)."""
+    value is a null, never added; without pyarrow, the slices as dtype object, where a
+    missing value is still a null) or lists (other iterables)."""
     if hasattr(partition, "iloc") and hasattr(partition, "tolist"):  # pandas Series
         columnar = _columnar(partition)
         for start in range(0, len(partition), SHARD_CHUNK_ITEMS):
             part = partition.iloc[start : start + SHARD_CHUNK_ITEMS]
-            yield part if columnar else part.tolist()
+            # without pyarrow, a Series of Python objects: missing values stay nulls
+            yield part if columnar else part.astype(object)
         return
     items = iter(partition)
     while True:

@@ -4,6 +4,7 @@ on both backends, create no Python object per key and release the GIL."""
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import sys
 import threading
@@ -105,14 +106,81 @@ def test_numpy_text_arrays_equal_their_tolist(make: Callable[[], Any]) -> None:
         check_same_as_list(arr, arr.tolist(), make)
 
 
-def test_numpy_masked_array_is_its_tolist() -> None:
-    """A masked array is taken as its tolist(): unmasked values are keys, a masked one is
-    None there, so it is refused like a None item (not hashed as the hidden value)."""
-    f = BloomFilter(CFG)
-    assert f.update(np.ma.array([1, 2], mask=[False, False])) == 2
-    with pytest.raises(TypeError, match="NoneType"):
-        f.update(np.ma.array([3, 4], mask=[False, True]))
-    assert 4 not in f and 3 not in f
+@pytest.mark.parametrize("make", MAKERS)
+def test_numpy_masked_array_elements_are_nulls(make: Callable[[], Any]) -> None:
+    """Item 10 of issue 29: a masked element is a null (never added, never found; its
+    hidden value is not a key); the unmasked ones are the keys of the same dtype."""
+    check_same_as_list(np.ma.masked_array([1, 2, 3], mask=[0, 1, 0]), [1, None, 3], make)
+    check_same_as_list(np.ma.masked_array([1, 2], mask=[0, 0]), [1, 2], make)
+    check_same_as_list(np.ma.masked_array([1, 2], mask=[1, 1], dtype=np.uint8), [None, None], make)
+    check_same_as_list(np.ma.masked_array(["a", "bb\x00"], mask=[1, 0]), [None, "bb"], make)
+    check_same_as_list(np.ma.masked_array([b"a", b"b"], mask=[0, 1]), [b"a", None], make)
+    check_same_as_list(np.ma.masked_array(["a", None, 3], mask=[0, 1, 0], dtype=object), ["a", None, 3], make)
+    f = make()
+    f.update(np.ma.masked_array([7, 8], mask=[0, 1]))
+    assert 7 in f and 8 not in f and f.items_added == 1
+    for bad, text in (
+        (np.ma.masked_array([1.5, 2.5], mask=[1, 0]), "dtype float64"),
+        (np.ma.masked_array(["a", None], mask=[0, 0], dtype=object), "got NoneType"),
+        (np.ma.masked_array([None, 1.5], mask=[1, 0], dtype=object), "got float"),
+        (
+            np.ma.masked_array([-1, 2**70], mask=[1, 0], dtype=object),
+            "18446744073709551616|2\\*\\*64|1180591620717411303424",
+        ),
+    ):
+        with pytest.raises((TypeError, OverflowError), match=text):
+            f.update(bad)
+        with pytest.raises((TypeError, OverflowError), match=text):
+            f.contains_many(bad)
+    assert f.items_added == 1
+
+
+@pytest.mark.parametrize("make", MAKERS)
+def test_pandas_object_series_missing_values_are_nulls(make: Callable[[], Any]) -> None:
+    """Item 10 of issue 29: in a pandas Series (or Index) of dtype object, what pandas.isna
+    calls missing (None, NaN, pd.NA, NaT) is a null; a plain list with None is refused."""
+    check_same_as_list(pd.Series(["a", None], dtype=object), ["a", None], make)
+    values = ["a", None, float("nan"), np.nan, pd.NA, pd.NaT, b"b", 3, "a"]
+    batch = pd.Series(values, dtype=object)
+    check_same_as_list(batch, ["a", None, None, None, None, None, b"b", 3, "a"], make)
+    check_same_as_list(pd.Index(["x", None], dtype=object), ["x", None], make)
+    check_same_as_list(batch.iloc[1:3], [None, None], make)
+    f = make()
+    with pytest.raises(TypeError, match="got NoneType"):
+        f.update(["a", None])
+    with pytest.raises(TypeError, match="got float"):
+        f.update(pd.Series(["a", None, 1.5], dtype=object))
+    with pytest.raises(TypeError, match="got NoneType"):
+        f.contains_many(np.array(["a", None], dtype=object))  # numpy object arrays: items
+    assert f.items_added == 0
+
+
+def test_nulls_from_python_objects_on_the_scalable_filter(tmp_path: Any) -> None:
+    f = ScalableBloomFilter.create(tmp_path / "s", capacity=100, fp_rate=0.01)
+    assert f.update(pd.Series(["a", None, np.nan], dtype=object)) == 1
+    assert f.update(np.ma.masked_array([5, 6], mask=[1, 0])) == 1
+    assert f.contains_many(pd.Series(["a", None, pd.NA], dtype=object)).tolist() == [True, False, False]
+    assert f.contains_many(np.ma.masked_array([5, 6], mask=[0, 1])).tolist() == [False, False]
+    assert f.contains_many([6, 5]).tolist() == [True, False]
+    assert f.items_added == 2
+
+
+def test_key_column_export_is_released_once() -> None:
+    """The export that carries such a batch to the compiled reader frees its buffers once
+    its consumer releases it (both readers)."""
+    from mmapbloom.arrowc import _EXPORTED, KeyColumn
+
+    before = len(_EXPORTED)
+    col = KeyColumn([b"a", None, b"", b"xyz"])
+    assert arrowc.read_keys(col) == [b"a", None, b"", b"xyz"]
+    if native is not None:
+        c = native.arrow_column(col)
+        assert len(c) == 4
+        assert len(_EXPORTED) == before + 1
+        del c
+    gc.collect()
+    assert len(_EXPORTED) == before
+    assert arrowc.read_keys(KeyColumn([])) == []
 
 
 def test_numpy_refused_dtypes() -> None:
@@ -336,3 +404,496 @@ def test_column_batches_release_the_gil() -> None:
         stop.set()
         sys.setswitchinterval(old)
         thread.join()
+
+
+# ---- hand-made Arrow arrays: malformed input, release callbacks that run Python --------------
+
+from mmapbloom import arrowc  # noqa: E402
+
+_RELEASE_SCHEMA = ctypes.CFUNCTYPE(None, ctypes.POINTER(arrowc.ArrowSchema))
+_RELEASE_ARRAY = ctypes.CFUNCTYPE(None, ctypes.POINTER(arrowc.ArrowArray))
+
+
+class Spec:
+    """One hand-made array and its schema: ``buffers`` are bytes / numpy arrays (None for a
+    NULL pointer); ``tweak(schema, array)`` may then spoil any field of the top structs."""
+
+    def __init__(
+        self,
+        fmt: Optional[str],
+        length: int,
+        buffers: list[Any],
+        *,
+        offset: int = 0,
+        null_count: int = 0,
+        n_buffers: Optional[int] = None,
+        children: Optional[list["Spec"]] = None,
+        dictionary: Optional["Spec"] = None,
+        tweak: Optional[Callable[[Any, Any], None]] = None,
+    ):
+        self.fmt, self.length, self.buffers, self.offset = fmt, length, buffers, offset
+        self.null_count, self.n_buffers = null_count, len(buffers) if n_buffers is None else n_buffers
+        self.children, self.dictionary, self.tweak = children or [], dictionary, tweak
+
+
+class HandMade:
+    """An ``__arrow_c_array__`` producer made in ctypes (no Arrow library): each call exports
+    fresh structs, whose release callbacks run Python and count the releases of the top
+    schema and array (a consumer must release each exactly once, error or not)."""
+
+    def __init__(self, spec: Spec):
+        self.spec = spec
+        self.calls = 0
+        self.released = {"schema": 0, "array": 0}
+        self.keep: list[Any] = []
+
+    def _build(self, spec: Spec, top: bool) -> tuple[Any, Any]:
+        keep = self.keep
+        schema, array = arrowc.ArrowSchema(), arrowc.ArrowArray()
+        fmt = None if spec.fmt is None else spec.fmt.encode()
+        keep.append(fmt)
+        schema.format = fmt
+        schema.flags = 2
+        array.length, array.offset, array.null_count = spec.length, spec.offset, spec.null_count
+        array.n_buffers = spec.n_buffers
+        if spec.buffers:
+            ptrs = (ctypes.c_void_p * len(spec.buffers))()
+            for i, b in enumerate(spec.buffers):
+                if b is not None:
+                    raw = np.frombuffer(b, dtype=np.uint8) if isinstance(b, bytes) else np.ascontiguousarray(b)
+                    keep.append(raw)
+                    ptrs[i] = raw.ctypes.data
+            keep.append(ptrs)
+            array.buffers = ctypes.cast(ptrs, ctypes.POINTER(ctypes.c_void_p))
+        if spec.children:
+            built = [self._build(c, False) for c in spec.children]
+            sch = (ctypes.POINTER(arrowc.ArrowSchema) * len(built))(*[ctypes.pointer(s) for s, _ in built])
+            arr = (ctypes.POINTER(arrowc.ArrowArray) * len(built))(*[ctypes.pointer(a) for _, a in built])
+            keep.extend([sch, arr])
+            schema.n_children = array.n_children = len(built)
+            schema.children = ctypes.cast(sch, type(schema.children))
+            array.children = ctypes.cast(arr, type(array.children))
+        if spec.dictionary is not None:
+            ds, da = self._build(spec.dictionary, False)
+            schema.dictionary, array.dictionary = ctypes.pointer(ds), ctypes.pointer(da)
+
+        def release_schema(p: Any) -> None:
+            if top:
+                self.released["schema"] += 1
+            p.contents.release = _RELEASE_SCHEMA()
+
+        def release_array(p: Any) -> None:
+            if top:
+                self.released["array"] += 1
+            p.contents.release = _RELEASE_ARRAY()
+
+        schema.release, array.release = _RELEASE_SCHEMA(release_schema), _RELEASE_ARRAY(release_array)
+        keep.extend([schema, array, schema.release, array.release])
+        return schema, array
+
+    def __arrow_c_array__(self, requested_schema: Any = None) -> Any:
+        self.calls += 1
+        schema, array = self._build(self.spec, True)
+        if self.spec.tweak is not None:
+            self.spec.tweak(schema, array)
+        new = ctypes.pythonapi.PyCapsule_New
+        new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+        return new(ctypes.addressof(schema), b"arrow_schema", None), new(ctypes.addressof(array), b"arrow_array", None)
+
+
+def _offsets(values: list[int], wide: bool = False) -> Any:
+    return np.array(values, dtype="<i8" if wide else "<i4")
+
+
+def _view(length: int, prefix: bytes = b"", buf: int = 0, offset: int = 0) -> bytes:
+    """One 16-byte utf8_view / binary_view view."""
+    if 0 <= length <= 12:
+        return length.to_bytes(4, "little", signed=True) + prefix.ljust(12, b"\0")
+    return (
+        length.to_bytes(4, "little", signed=True)
+        + prefix[:4].ljust(4, b"\0")
+        + buf.to_bytes(4, "little", signed=True)
+        + offset.to_bytes(4, "little", signed=True)
+    )
+
+
+def _record(child: Spec, length: int, **kw: Any) -> Spec:
+    return Spec("+s", length, [None], children=[child], **kw)
+
+
+def _null_children(schema: Any, array: Any) -> None:
+    schema.children = type(schema.children)()
+
+
+def _null_child0(schema: Any, array: Any) -> None:
+    schema.children[0] = type(schema.children[0])()
+
+
+def _null_array_children(schema: Any, array: Any) -> None:
+    array.children = type(array.children)()
+
+
+def _no_buffers_pointer(schema: Any, array: Any) -> None:
+    array.buffers = type(array.buffers)()
+
+
+def _no_dictionary(schema: Any, array: Any) -> None:
+    array.dictionary = type(array.dictionary)()
+
+
+_DATA = b"helloworld" * 4
+_SIZES = np.array([len(_DATA)], dtype="<i8")
+_STR = Spec("u", 2, [None, _offsets([0, 5, 10]), _DATA])  # ["hello", "world"]
+MALFORMED: dict[str, tuple[Spec, str]] = {
+    # item 2: offsets, views, struct schemas
+    "utf8 offsets decrease": (
+        Spec("u", 2, [None, _offsets([0, 5, 1]), _DATA]),
+        r"offsets decrease at element 1 \(5 then 1\)",
+    ),
+    "binary offsets decrease": (Spec("z", 2, [None, _offsets([0, 5, 1]), _DATA]), r"offsets decrease at element 1"),
+    "large_utf8 offsets decrease": (
+        Spec("U", 2, [None, _offsets([0, 9, 2], True), _DATA]),
+        r"offsets decrease at element 1 \(9 then 2\)",
+    ),
+    "large_binary offsets decrease": (Spec("Z", 1, [None, _offsets([3, 2], True), _DATA]), r"element 0 \(3 then 2\)"),
+    "utf8 offsets start negative": (Spec("u", 1, [None, _offsets([-3, 2]), _DATA]), r"offsets start negative \(-3\)"),
+    "large_utf8 offsets start negative": (
+        Spec("U", 1, [None, _offsets([-(2**40), 2], True), _DATA]),
+        r"offsets start negative \(-1099511627776\)",
+    ),
+    "sliced offsets decrease": (
+        Spec("u", 1, [None, _offsets([0, 5, 1]), _DATA], offset=1),
+        r"offsets decrease at element 0 \(5 then 1\)",
+    ),
+    "view length -5": (Spec("vu", 1, [None, _view(-5), None]), r"view 0 has a negative length \(-5\)"),
+    "view length -2**31": (
+        Spec("vz", 2, [None, _view(1, b"a") + _view(-(2**31)), None]),
+        r"view 1 has a negative length \(-2147483648\)",
+    ),
+    "view past its buffer": (
+        Spec("vu", 1, [None, _view(16, b"hell", 0, 30), _DATA, _SIZES]),
+        r"view 0 reads bytes \[30, 46\) of data buffer 0, which has 40 bytes",
+    ),
+    "view offset negative": (
+        Spec("vu", 1, [None, _view(16, b"hell", 0, -1), _DATA, _SIZES]),
+        r"view 0 reads bytes \[-1, 15\) of data buffer 0, which has 40 bytes",
+    ),
+    "view offset past 2**31": (
+        Spec("vz", 1, [None, _view(2**30, b"hell", 0, 2**31 - 1), _DATA, _SIZES]),
+        r"view 0 reads bytes \[2147483647, 3221225471\)",
+    ),
+    "view sizes buffer NULL": (
+        Spec("vu", 1, [None, _view(16, b"hell"), _DATA, None]),
+        "variadic buffer sizes buffer is NULL",
+    ),
+    "struct schema children NULL": (
+        Spec("+s", 2, [None], children=[_STR], tweak=_null_children),
+        "its children pointer is NULL",
+    ),
+    "struct schema child 0 NULL": (Spec("+s", 2, [None], children=[_STR], tweak=_null_child0), "child 0 is NULL"),
+    # item 11: indices out of range
+    "view buffer index past the buffers": (
+        Spec("vu", 1, [None, _view(16, b"hell", 3, 0), _DATA, _SIZES]),
+        r"view 0 names data buffer 3, but the array has 1 data buffers",
+    ),
+    "view buffer index negative": (
+        Spec("vu", 1, [None, _view(16, b"hell", -1, 0), _DATA, _SIZES]),
+        r"view 0 names data buffer -1, but the array has 1 data buffers",
+    ),
+    "dictionary index past the values": (
+        Spec("c", 2, [None, np.array([0, 5], dtype="<i1")], dictionary=_STR),
+        r"dictionary index 5 at element 1 is outside the dictionary's 2 values",
+    ),
+    "dictionary index negative": (
+        Spec("i", 2, [None, np.array([-1, 0], dtype="<i4")], dictionary=_STR),
+        r"dictionary index -1 at element 0 is outside the dictionary's 2 values",
+    ),
+    "dictionary uint64 index 2**64 - 1": (
+        Spec("L", 1, [None, np.array([2**64 - 1], dtype="<u8")], dictionary=_STR),
+        r"dictionary index 18446744073709551615 at element 0 is outside the dictionary's 2 values",
+    ),
+    # item 5: one rule, one message
+    "fixed_size_binary w:abc": (
+        Spec("w:abc", 1, [None, b"abc"]),
+        r"width must be a decimal number in \[0, 2\*\*31\), got 'abc'",
+    ),
+    "fixed_size_binary w:3x": (Spec("w:3x", 1, [None, b"abc"]), r"got '3x'"),
+    "fixed_size_binary w:": (Spec("w:", 1, [None, b"abc"]), r"got ''"),
+    "fixed_size_binary w:-1": (Spec("w:-1", 1, [None, b"abc"]), r"got '-1'"),
+    "fixed_size_binary w:2**31": (Spec("w:2147483648", 1, [None, b"abc"]), r"got '2147483648'"),
+    "int64 data NULL": (Spec("l", 3, [None, None]), "the data buffer is NULL"),
+    "utf8 offsets NULL": (Spec("u", 1, [None, None, _DATA]), "the offsets buffer is NULL"),
+    "utf8 data NULL": (Spec("u", 1, [None, _offsets([0, 3]), None]), "the data buffer is NULL"),
+    "views NULL": (Spec("vu", 1, [None, None, None]), "the views buffer is NULL"),
+    "fixed data NULL": (Spec("w:3", 1, [None, None]), "the data buffer is NULL"),
+    "negative offset": (
+        Spec("l", 1, [None, np.arange(3, dtype="<i8")], offset=-1),
+        r"negative length or offset \(length 1, offset -1\)",
+    ),
+    "negative length": (
+        Spec("u", -2, [None, _offsets([0, 5, 10]), _DATA]),
+        r"negative length or offset \(length -2, offset 0\)",
+    ),
+    "struct negative offset": (
+        _record(_STR, 1, offset=-1),
+        r"format '\+s': negative length or offset \(length 1, offset -1\)",
+    ),
+    "struct child shorter than the batch": (
+        _record(_STR, 3),
+        r"its column has 2 elements, expected at least 3 \(the batch's offset 0 \+ length 3\)",
+    ),
+    "struct child shorter than offset + length": (
+        _record(_STR, 2, offset=1),
+        r"expected at least 3 \(the batch's offset 1",
+    ),
+    "struct n_buffers 0": (_record(_STR, 2, n_buffers=0), r"format '\+s': expected 1 buffers, got 0"),
+    "struct array children NULL": (_record(_STR, 2, tweak=_null_array_children), "record batch without its column"),
+    "int64 n_buffers 1": (Spec("l", 1, [None], n_buffers=1), "expected 2 buffers, got 1"),
+    "int64 n_buffers 3": (Spec("l", 1, [None, np.arange(1, dtype="<i8"), None]), "expected 2 buffers, got 3"),
+    "utf8 n_buffers 2": (Spec("u", 1, [None, _offsets([0, 1])]), "expected 3 buffers, got 2"),
+    "view n_buffers 2": (Spec("vu", 1, [None, _view(1, b"a")]), "expected at least 3 buffers, got 2"),
+    "buffers pointer NULL": (
+        Spec("l", 1, [None, np.arange(1, dtype="<i8")], tweak=_no_buffers_pointer),
+        "the buffers pointer is NULL",
+    ),
+    "no format": (Spec(None, 1, [None, np.arange(1, dtype="<i8")]), r"format '\?': no format"),
+    "dictionary indices not integers": (
+        Spec("u", 2, [None, _offsets([0, 5, 10]), _DATA], dictionary=_STR),
+        "dictionary indices must be an integer type, got format 'u'",
+    ),
+    "dictionary missing": (
+        Spec("c", 1, [None, np.zeros(1, dtype="<i1")], dictionary=_STR, tweak=_no_dictionary),
+        "dictionary array missing",
+    ),
+    "malformed dictionary values": (
+        Spec("c", 1, [None, np.zeros(1, dtype="<i1")], dictionary=Spec("u", 2, [None, _offsets([0, 5, 1]), _DATA])),
+        r"offsets decrease at element 1",
+    ),
+}
+
+
+def _readers() -> list[tuple[str, Callable[[Any], Any]]]:
+    """Every reader of a column: the two readers themselves, then add_many / update /
+    contains_many of every kind on both backends."""
+    out: list[tuple[str, Callable[[Any], Any]]] = [("arrowc.read_keys", arrowc.read_keys)]
+    if native is not None:
+        out.append(("native.arrow_column", native.arrow_column))
+    for name, make in zip(["native", "pure", "counting", "counting-pure"], MAKERS, strict=True):
+        out.append((f"{name}.add_many", lambda b, make=make: make().add_many(b)))
+        out.append((f"{name}.update", lambda b, make=make: make().update(b)))
+        out.append((f"{name}.contains_many", lambda b, make=make: make().contains_many(b)))
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_malformed_arrow_arrays_are_refused_on_every_reader(case: str) -> None:
+    """Items 2, 4, 5, 11 of issue 29: each malformed array is refused with the same
+    ValueError (what is wrong, expected and actual) by both readers and every batch
+    call; the producer's release callbacks (Python) run exactly once per export."""
+    spec, text = MALFORMED[case]
+    producer = HandMade(spec)
+    for name, read in _readers():
+        with pytest.raises(ValueError, match="^malformed Arrow array of (format '[^']*': .*)?" + text) as got:
+            read(producer)
+        assert type(got.value) is ValueError, name
+        assert producer.released == {"schema": producer.calls, "array": producer.calls}, name
+    assert producer.calls == len(_readers())
+
+
+def test_malformed_struct_children_on_the_scalable_filter(tmp_path: Any) -> None:
+    f = ScalableBloomFilter.create(tmp_path / "s", capacity=100, fp_rate=0.01)
+    for case in ("struct schema children NULL", "dictionary index past the values", "view length -5"):
+        spec, text = MALFORMED[case]
+        for call in (f.update, f.contains_many):
+            with pytest.raises(ValueError, match=text):
+                call(HandMade(spec))
+    assert f.items_added == 0
+
+
+def test_hand_made_arrays_read_and_released_once() -> None:
+    """Well-formed hand-made arrays (the helper itself): read alike by both readers, each
+    export released exactly once; a null slot's garbage dictionary index or view is
+    never read (it is a null)."""
+    cases: list[tuple[Spec, list[Optional[bytes]]]] = [
+        (_STR, [b"hello", b"world"]),
+        (Spec("u", 1, [None, _offsets([0, 5, 10]), _DATA], offset=1), [b"world"]),
+        (Spec("vu", 2, [None, _view(3, b"abc") + _view(16, b"hell", 0, 0), _DATA, _SIZES]), [b"abc", _DATA[:16]]),
+        (
+            Spec(
+                "c",
+                2,
+                [np.array([0b01], dtype=np.uint8), np.array([1, 99], dtype="<i1")],
+                null_count=1,
+                dictionary=_STR,
+            ),
+            [b"world", None],
+        ),
+        (
+            Spec("vz", 2, [np.array([0b10], dtype=np.uint8), _view(-7) + _view(1, b"z")], null_count=1, n_buffers=3),
+            [None, b"z"],
+        ),
+        (Spec("w:0", 2, [None, None]), [b"", b""]),
+        (Spec("w:2", 2, [None, b"abcd"]), [b"ab", b"cd"]),
+        (_record(_STR, 1, offset=1), [b"world"]),
+        (Spec("n", 3, []), [None, None, None]),
+        (Spec("n", 2, [None]), [None, None]),  # as polars exports it
+        (Spec("l", 0, [None, None]), []),
+    ]
+    for spec, keys in cases:
+        spec.buffers += [None] * (spec.n_buffers - len(spec.buffers))
+        producer = HandMade(spec)
+        assert arrowc.read_keys(producer) == keys
+        if native is not None:
+            assert len(native.arrow_column(producer)) == len(keys)
+        for make in MAKERS:
+            check_same_as_list(producer, keys, make)
+        assert producer.released == {"schema": producer.calls, "array": producer.calls}
+
+
+def test_refused_type_from_a_python_release_keeps_its_error() -> None:
+    """Item 4: a TypeError (not SystemError) from a producer whose release runs Python."""
+    producer = HandMade(Spec("g", 1, [None, np.zeros(1)]))
+    for name, read in _readers():
+        with pytest.raises(TypeError, match=r"got float64 \(double\) \(format 'g'\)"):
+            read(producer)
+        assert producer.released == {"schema": producer.calls, "array": producer.calls}, name
+
+
+def _null_columns() -> dict[str, Any]:
+    """Arrow null-typed columns (format 'n') from every producer: all-NULL columns."""
+    return {
+        "pyarrow": pa.array([None, None]),
+        "pyarrow_chunked": pa.chunked_array([[None], [None, None]], pa.null()),
+        "pyarrow_dictionary": pa.array([None, None]).dictionary_encode(),
+        "record_batch": pa.record_batch([pa.array([None, None])], names=["k"]),
+        "duckdb": duckdb.sql("SELECT NULL AS k"),
+        "duckdb_rows": duckdb.sql("SELECT NULL AS k FROM range(3)"),
+        "polars": pl.Series([None, None]),
+        "nanoarrow": nanoarrow.c_array(pa.array([None, None, None])),
+        "pandas": pd.Series(pa.array([None, None]), dtype=pd.ArrowDtype(pa.null())),
+    }
+
+
+@pytest.mark.parametrize("producer", sorted(_null_columns()))
+def test_null_typed_column_is_all_null(producer: str, tmp_path: Any) -> None:
+    """Item 6 of issue 29: an Arrow null column adds nothing and finds nothing, on both
+    backends and every kind."""
+    n = len(arrowc.read_keys(_null_columns()[producer]))
+    assert n >= 1
+    for make in MAKERS:
+        f = make()
+        empty = f.to_bytes()
+        assert f.add_many(_null_columns()[producer]).tolist() == [False] * n
+        assert f.update(_null_columns()[producer]) == 0
+        assert f.contains_many(_null_columns()[producer]).tolist() == [False] * n
+        assert f.items_added == 0 and f.to_bytes() == empty
+    s = ScalableBloomFilter.create(tmp_path / "s", capacity=100, fp_rate=0.01)
+    assert s.update(_null_columns()[producer]) == 0
+    assert s.contains_many(_null_columns()[producer]).tolist() == [False] * n
+    assert s.items_added == 0
+
+
+_GET_SCHEMA = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.POINTER(arrowc.ArrowArrayStream), ctypes.POINTER(arrowc.ArrowSchema)
+)
+_GET_NEXT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(arrowc.ArrowArrayStream), ctypes.POINTER(arrowc.ArrowArray))
+# returns a pointer to a buffer kept alive here (a c_char_p result from Python would leak)
+_LAST_ERROR = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.POINTER(arrowc.ArrowArrayStream))
+_ERROR_TEXT = ctypes.create_string_buffer(b"the producer failed")
+_RELEASE_STREAM = ctypes.CFUNCTYPE(None, ctypes.POINTER(arrowc.ArrowArrayStream))
+
+
+class HandMadeStream(HandMade):
+    """An ``__arrow_c_stream__`` producer in ctypes: one array of ``spec`` (``chunks``
+    times), every callback in Python; ``fail`` = "schema" or "next" makes that call fail.
+    Counts what it hands out and what its consumer releases."""
+
+    def __init__(self, spec: Spec, chunks: int = 1, fail: Optional[str] = None):
+        super().__init__(spec)
+        self.chunks, self.fail = chunks, fail
+        self.handed = {"schema": 0, "array": 0, "stream": 0}
+        self.released["stream"] = 0
+
+    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
+        self.calls += 1
+        left = [self.chunks]
+
+        def get_schema(stream: Any, out: Any) -> int:
+            if self.fail == "schema":
+                return 5
+            schema, array = self._build(self.spec, True)
+            if self.spec.tweak is not None:
+                self.spec.tweak(schema, array)
+            ctypes.memmove(ctypes.addressof(out.contents), ctypes.addressof(schema), ctypes.sizeof(schema))
+            self.handed["schema"] += 1
+            return 0
+
+        def get_next(stream: Any, out: Any) -> int:
+            if self.fail == "next":
+                return 5
+            if left[0] == 0:
+                out.contents.release = _RELEASE_ARRAY()
+                return 0
+            left[0] -= 1
+            schema, array = self._build(self.spec, True)
+            self.released["schema"] -= 1  # this copy of the schema is never handed out
+            schema.release(ctypes.pointer(schema))
+            if self.spec.tweak is not None:
+                self.spec.tweak(schema, array)
+            ctypes.memmove(ctypes.addressof(out.contents), ctypes.addressof(array), ctypes.sizeof(array))
+            self.handed["array"] += 1
+            return 0
+
+        def last_error(stream: Any) -> int:
+            return ctypes.addressof(_ERROR_TEXT)
+
+        def release(stream: Any) -> None:
+            self.released["stream"] += 1
+            stream.contents.release = _RELEASE_STREAM()
+
+        st = arrowc.ArrowArrayStream()
+        st.get_schema, st.get_next = _GET_SCHEMA(get_schema), _GET_NEXT(get_next)
+        error_fn = _LAST_ERROR(last_error)
+        st.get_last_error = ctypes.cast(error_fn, type(st.get_last_error))
+        st.release = _RELEASE_STREAM(release)
+        self.keep.extend([st, st.get_schema, st.get_next, error_fn, st.release])
+        self.handed["stream"] += 1
+        new = ctypes.pythonapi.PyCapsule_New
+        new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+        return new(ctypes.addressof(st), b"arrow_array_stream", None)
+
+
+def _stream_readers() -> list[tuple[str, Callable[[Any], Any]]]:
+    return [r for r in _readers() if "update" in r[0] or "read_keys" in r[0] or "arrow_column" in r[0]]
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["view length -5", "dictionary index past the values", "struct child shorter than the batch", "int64 data NULL"],
+)
+def test_malformed_arrays_in_a_python_stream_are_refused_and_released(case: str) -> None:
+    """Items 2 and 4 through the stream interface: the same refusal; the stream, its
+    schema and every array it handed out released exactly once."""
+    spec, text = MALFORMED[case]
+    producer = HandMadeStream(spec, chunks=2)
+    for name, read in _stream_readers():
+        with pytest.raises(ValueError, match=text):
+            read(producer)
+        assert producer.released == producer.handed, name
+
+
+@pytest.mark.parametrize("fail", ["schema", "next"])
+def test_failing_python_stream_keeps_its_error(fail: str) -> None:
+    producer = HandMadeStream(_STR, fail=fail)
+    for name, read in _stream_readers():
+        with pytest.raises(ValueError, match=f"Arrow stream get_{fail} failed: the producer failed$"):
+            read(producer)
+        assert producer.released == producer.handed, name
+
+
+def test_python_stream_is_read_and_released() -> None:
+    producer = HandMadeStream(_STR, chunks=3)
+    assert arrowc.read_keys(producer) == [b"hello", b"world"] * 3
+    for make in MAKERS:
+        check_same_as_list(producer, ["hello", "world"] * 3, make)
+    assert producer.released == producer.handed

@@ -199,6 +199,25 @@ def test_into_an_existing_filter_and_errors_before_computing(tmp_path: Any) -> N
     assert sorted(os.listdir(tmp_path)) == ["live.blm", "na", "s"]
 
 
+def test_object_partitions_skip_missing_values(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Item 10 of issue 29: a partition of dtype object (mixed items) skips what pandas.isna
+    calls missing, as every column does, with pyarrow and without it."""
+    import mmapbloom.dask as mdask
+
+    values = ["a", None, float("nan"), pd.NA, b"b", 3]
+    with dask.config.set({"dataframe.convert-string": False}):  # keep dtype object (Dask makes str)
+        col = dd.from_pandas(pd.DataFrame({"u": pd.Series(values, dtype=object)}), npartitions=2)["u"]
+    ref = BloomFilter(EXACT)
+    ref.update(["a", b"b", 3])
+    for columnar in (True, False):
+        monkeypatch.setattr(mdask, "_columnar", lambda partition, columnar=columnar: columnar)
+        path = tmp_path / f"obj-{columnar}.blm"
+        with dask.config.set({"scheduler": "sync", "dataframe.convert-string": False}):
+            build(col, EXACT, path)
+        with BloomFilter.open(path, readonly=True) as f:
+            assert f.items_added == 3 and f.to_bytes()[24:] == ref.to_bytes()[24:]
+
+
 def test_series_partitions_go_to_update_as_arrow_columns(tmp_path: Any) -> None:
     """A column's partitions reach BloomFilter.update as pandas slices (read through the
     Arrow interface, no Python object per item), and build the same bits as a list."""
