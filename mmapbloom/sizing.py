@@ -266,12 +266,13 @@ def blocked_size(capacity: int, fp_rate: float, block_bits: int) -> tuple[int, i
     minimises :func:`blocked_fp_rate` (the exact occupancy mixture) for it, that meets
     ``fp_rate`` at ``capacity`` (Putze, Sanders and Singler 2007). Searched by bisection on
     the block count from the classic size upwards; each step walks k from the classic
-    optimum ``(s / lam) ln 2`` downwards and upwards while the rate falls.
+    optimum ``(s / lam) ln 2`` downwards and upwards while the rate falls, up to the
+    classic k of :func:`classic_size`.
 
     Raises:
         ConfigError: the size would not fit the header.
     """
-    m0, _ = classic_size(capacity, fp_rate)
+    m0, k_cap = classic_size(capacity, fp_rate)
 
     def rate(blocks: int, k: int) -> float:
         return blocked_fp_rate(capacity, blocks * block_bits, k, block_bits)
@@ -279,13 +280,14 @@ def blocked_size(capacity: int, fp_rate: float, block_bits: int) -> tuple[int, i
     def best(blocks: int) -> tuple[float, int]:
         # The classic optimum k0 = (s / lam) ln 2 overshoots when few items share a block,
         # so the search walks down from it, then up, while the rate falls (it is unimodal
-        # in k); ties go to the smaller k.
+        # in k); ties go to the smaller k. k stays at most the classic k for (n, p): a few
+        # keys in one block would otherwise take k up to 128 for a rate far below p.
         lam = capacity / blocks
-        k0 = min(128, max(1, round(block_bits / lam * math.log(2))))
+        k0 = min(k_cap, max(1, round(block_bits / lam * math.log(2))))
         found = (rate(blocks, k0), k0)
         for step in (-1, 1):
             k = k0 + step
-            while 1 <= k <= 128:
+            while 1 <= k <= k_cap:
                 here = (rate(blocks, k), k)
                 if here[0] > found[0] or (here[0] == found[0] and k > found[1]):
                     break
