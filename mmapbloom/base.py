@@ -606,8 +606,14 @@ class MappedFilter(FilterBase, Lifecycle):
             return scans.read(self._storage, 0, len(self._storage.buf))
 
     def copy(self: F) -> F:
-        """An in-memory copy (a consistent snapshot, see :meth:`to_bytes`)."""
+        """An in-memory copy (a consistent snapshot, see :meth:`to_bytes`), independent of
+        this filter and of its file. ``copy.copy(f)`` and ``copy.deepcopy(f)`` return the
+        same (never a second handle on the file: use ``open(path)`` for that)."""
         return type(self).from_bytes(self.to_bytes())
+
+    def _stdlib_copy(self: F, how: str) -> F:
+        """``copy.copy`` / ``copy.deepcopy``: :meth:`copy`, an independent in-memory filter."""
+        return self.copy()
 
     def flush(self) -> None:
         """``msync`` the mapping so that everything written so far survives power loss.
