@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Callable, ClassVar, Iterable, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional, TypeVar, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -41,6 +41,7 @@ from .sizing import (
     observed_fp_rate_blocks,
 )
 from .storage import DEFAULT_FILE_MODE, FileStorage, MemoryStorage, Storage, create_file
+from .keys import Key, Keys, PathLike
 
 __all__ = [
     "CHUNK_BYTES",
@@ -55,8 +56,6 @@ __all__ = [
 
 #: Bytes per step when combining or counting cell arrays (bounded temporary memory).
 CHUNK_BYTES = 1 << 24
-
-PathLike = Union[str, "os.PathLike[str]"]
 
 F = TypeVar("F", bound="MappedFilter")
 
@@ -92,6 +91,12 @@ class MappedFilter(FilterBase, Lifecycle):
 
     _magic: ClassVar[bytes] = fmt.MAGIC
     _counter: ItemsCounter
+
+    if TYPE_CHECKING:  # the hot three live in FilterBase (C, or handle.PyFilterBase): typed keys here
+
+        def add(self, item: Key) -> bool: ...
+        def might_contain(self, item: Key) -> bool: ...
+        def __contains__(self, item: Key) -> bool: ...
 
     # -- subclass hooks ---------------------------------------------------------------
     @classmethod
@@ -415,7 +420,7 @@ class MappedFilter(FilterBase, Lifecycle):
         return self._storage.lock.with_timeout(timeout)
 
     # -- the interface both kinds share (add, might_contain and ``in``: FilterBase) -------
-    def add_many(self, items: Iterable[Any]) -> npt.NDArray[np.bool_]:
+    def add_many(self, items: Keys) -> npt.NDArray[np.bool_]:
         """Batch add: a ``bool`` array of shape ``(len(items),)``, True where the item was
         new, exactly as sequential :meth:`add` calls (a duplicate within the batch is new
         once); cells, item count and warnings too, except that warnings are emitted once
@@ -444,19 +449,19 @@ class MappedFilter(FilterBase, Lifecycle):
         self._h.add_many(batch, out)
         return out
 
-    def update(self, items: Iterable[Any]) -> int:
+    def update(self, items: Keys) -> int:
         """Add many items; return how many were new (as :meth:`add_many`, summed; the same
         guarantees and errors)."""
         return self._h.add_many(self._add_batch(items))  # type: ignore[no-any-return]
 
-    def _add_batch(self, items: Iterable[Any]) -> Any:
+    def _add_batch(self, items: Keys) -> Any:
         """The batch writers' first step: the handle's form of ``items`` (validated by
         :func:`~mmapbloom.batches.as_batch`), the file's size checked. Any exception
         leaving it (a bad item, a KeyboardInterrupt while a long list is validated)
         carries ``committed_items`` = 0, as every exception leaving a batch writer does."""
         try:
             self._check_writable()
-            batch = as_batch(items, self._native())
+            batch = as_batch(items, self._native())  # type: ignore[arg-type]  # as_batch checks at run time
             self._storage.check_size()  # a truncated file: LengthMismatchError, not SIGBUS
         except BaseException as exc:
             exc.committed_items = 0  # type: ignore[attr-defined]
@@ -469,7 +474,7 @@ class MappedFilter(FilterBase, Lifecycle):
         the native handle, lists for the pure one)."""
         return kernels.native_module() if self._h.backend == "native" else None
 
-    def contains_many(self, items: Iterable[Any]) -> npt.NDArray[np.bool_]:
+    def contains_many(self, items: Keys) -> npt.NDArray[np.bool_]:
         """Batch :meth:`might_contain`: a ``bool`` array of shape ``(len(items),)`` with
         exactly the per-item answers. Takes no lock; on the native backend the GIL is
         released while keys are hashed and probed, so threads query in parallel.
@@ -479,7 +484,7 @@ class MappedFilter(FilterBase, Lifecycle):
         LengthMismatchError (the file was truncated under the handle).
         """
         self._check_open()
-        batch = as_batch(items, self._native(), query=True)
+        batch = as_batch(items, self._native(), query=True)  # type: ignore[arg-type]  # checked at run time
         out = np.zeros(len(batch), dtype=np.bool_)
         self._storage.check_size()  # a truncated file: LengthMismatchError, not SIGBUS; FilterClosedError
         self._h.contains_many(batch, out)

@@ -239,8 +239,7 @@ def test_blocked_rate_is_above_the_mean_fill_rate_and_uses_the_binomial_load() -
     # Jensen: E[(X / s)^k] >= (E[X] / s)^k; the mean-fill formula is about 1% low at 1%.
     m, k, n = 9_895_936, 6, 1_000_000
     mean_fill = sum(
-        math.exp(i * math.log(n * 512 / m) - n * 512 / m - math.lgamma(i + 1))
-        * (1 - (1 - 1 / 512) ** (i * k)) ** k
+        math.exp(i * math.log(n * 512 / m) - n * 512 / m - math.lgamma(i + 1)) * (1 - (1 - 1 / 512) ** (i * k)) ** k
         for i in range(400)
     )
     assert 1.005 < blocked_fp_rate(n, m, k, 512) / mean_fill < 1.015

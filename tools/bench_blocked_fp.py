@@ -69,7 +69,16 @@ def measure(config: BloomConfig, n: int, filters: int, queries: int) -> dict[str
     spread = sum((x - obs) ** 2 for x in observed) / max(1, len(observed) - 1)
     se = math.sqrt(max(q, 1e-300) * (1 - q) / total + spread / filters)
     se_obs = math.sqrt(obs * (1 - obs) / total)
-    return {"hits": hits, "queries": total, "measured": q, "expected": expected, "from_items": from_items, "observed": obs, "se": se, "se_obs": se_obs}
+    return {
+        "hits": hits,
+        "queries": total,
+        "measured": q,
+        "expected": expected,
+        "from_items": from_items,
+        "observed": obs,
+        "se": se,
+        "se_obs": se_obs,
+    }
 
 
 def row(label: str, n: int, p: float, config: BloomConfig, res: dict[str, Any]) -> str:
