@@ -27,6 +27,7 @@ import fractions
 import math
 import numbers
 import threading
+from typing import Callable
 
 from .errors import ConfigError
 
@@ -38,6 +39,7 @@ __all__ = [
     "blocked_fp_rate",
     "blocked_size",
     "classic_size",
+    "distinct_items",
     "expected_fill_ratio",
     "expected_fp_rate",
     "expected_new_items",
@@ -101,6 +103,32 @@ def expected_new_items(num_items: float, num_bits: int, num_hashes: int) -> floa
         weight = 1 if i in (0, steps) else 4 if i % 2 else 2
         total += weight * expected_fp_rate(i * h, m, k)
     return n - total * h / 3
+
+
+def distinct_items(added: float, rate: "Callable[[float], float]") -> float:
+    """The distinct adds n behind an items count ``added`` that skips the adds that were
+    false positives (what a filter's ``items_added`` counts): the root of
+    ``g(n) = n - integral_0^n rate(x) dx - added`` (the relation of
+    :func:`expected_new_items`), ``rate`` the strategy's expected rate after x distinct
+    adds. Newton's method from ``n = added`` (``g'(n) = 1 - rate(n)``), at most 8 steps, to
+    1e-9 relative; the integral by Simpson's rule on 64 intervals. At p = 0.01 n is about
+    0.2% above ``added``, which moves the expected rate by about 1%."""
+    a = float(added)
+    if a <= 0:
+        return 0.0
+    n = a
+    for _ in range(8):
+        steps = 64
+        h = n / steps
+        total = sum((1 if i in (0, steps) else 4 if i % 2 else 2) * rate(i * h) for i in range(steps + 1))
+        slope = 1.0 - rate(n)
+        if slope <= 1e-12:  # the rate is 1 here: every further add is a false positive
+            break
+        step = (n - total * h / 3 - a) / slope
+        n -= step
+        if abs(step) <= 1e-9 * n:
+            break
+    return n
 
 
 def observed_fp_rate(ones: int, num_bits: int, num_hashes: int) -> float:

@@ -264,3 +264,29 @@ def test_files_sized_by_the_old_blocked_formula_still_open(tmp_path: object) -> 
         assert f.num_bits == 989_696 and f.num_hashes == 6 and f.strategy == M3B2()
         assert all(f"k{i}" in f for i in range(1000))
         assert f.add("new") and "new" in f
+
+
+def test_distinct_items_inverts_expected_new_items() -> None:
+    from mmapbloom.sizing import distinct_items, expected_new_items
+
+    for m, k, n in ((9_585_059, 7, 1_000_000), (1443, 1, 1000), (14_377_588, 10, 2_000_000)):
+        a = expected_new_items(n, m, k)
+        assert a < n
+        assert distinct_items(a, lambda x: expected_fp_rate(x, m, k)) == pytest.approx(n, rel=1e-6)
+    assert distinct_items(0, lambda x: 1.0) == 0.0
+
+
+@pytest.mark.parametrize("name", ["M3M2", "M3B2"])
+def test_expected_fp_rate_of_a_filter_is_the_rate_at_its_distinct_adds(name: str) -> None:
+    """``items_added`` skips the adds that were false positives; ``expected_fp_rate()``
+    corrects for them, so it matches the formula at the n distinct keys (item 12)."""
+    from mmapbloom import BloomFilter, get_strategy
+
+    strategy = get_strategy(name)
+    n = 20_000
+    f = BloomFilter(BloomConfig.for_items(n, 0.01, strategy=strategy))
+    f.update(range(n))
+    assert f.items_added < n
+    at_n = strategy.expected_fp_rate(n, f.num_bits, f.num_hashes)
+    at_count = strategy.expected_fp_rate(f.items_added, f.num_bits, f.num_hashes)
+    assert abs(f.expected_fp_rate() - at_n) < 0.25 * abs(at_count - at_n)
