@@ -62,6 +62,8 @@ _LAZY = {
     "open_any": "verify",
     "open_filter": "verify",
     "register_strategy": "hashing",
+    "Key": "keys",
+    "Keys": "keys",
     "verify_file": "verify",
 }
 
@@ -83,6 +85,7 @@ if TYPE_CHECKING:
         register_strategy,
     )
     from .kernels import BACKEND
+    from .keys import Key, Keys
     from .merge import merge_into, merge_shards
     from .scalable import ScalableBloomFilter
     from .verify import open_any, open_filter, verify_file
@@ -119,6 +122,8 @@ __all__ = [
     "FormatError",
     "HashStrategy",
     "IncompatibleFiltersError",
+    "Key",
+    "Keys",
     "LayerMismatchError",
     "LengthMismatchError",
     "LockTimeout",

@@ -28,7 +28,7 @@ atomic across threads and processes; readers take no lock.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -41,10 +41,9 @@ from .locking import deferred_signals
 from .errors import ConfigError, ConfigMismatchError, SaturationWarning
 from .filter import BloomFilter
 from .config import BloomConfig
+from .keys import Item
 
 __all__ = ["CountingBloomFilter"]
-
-Item = Union[str, bytes, bytearray, memoryview]
 
 _MAX_ITEMS = fmt.MAX_ITEMS
 

@@ -73,22 +73,22 @@ import os
 import re
 import shutil
 import uuid
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Iterable, Optional
 
 from .filter import BloomFilter
+from .handle import CHUNK_KEYS
 from .hashing import get_strategy
 from .merge import DEFAULT_CHUNK_BYTES, merge_into, merge_shards
 from .config import BloomConfig
 from .errors import NoSpaceError
 from .storage import absolute_path, publish_file, temporary_directory, temporary_path
+from .keys import PathLike
 
 __all__ = ["SHARD_CHUNK_ITEMS", "build", "build_shards"]
 
 #: Items handed to ``BloomFilter.update`` at a time inside a shard task (bounds the
 #: temporary memory of hashing to a few tens of MB whatever the partition size).
-SHARD_CHUNK_ITEMS = 1 << 16
-
-PathLike = Union[str, "os.PathLike[str]"]
+SHARD_CHUNK_ITEMS = CHUNK_KEYS
 
 
 def _require_dask() -> Any:

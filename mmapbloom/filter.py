@@ -15,7 +15,7 @@ Concurrency model (see also the README's guarantees):
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -27,8 +27,6 @@ from .items import OVERFILL_RATIO
 from .locking import deferred_signals
 
 __all__ = ["BloomFilter", "OVERFILL_RATIO", "popcount"]
-
-Item = Union[str, bytes, bytearray, memoryview]
 
 
 def popcount(view: npt.NDArray[np.uint8]) -> int:

@@ -69,7 +69,7 @@ cache-line-blocked (Putze, Sanders and Singler 2007)::
 All k bits of a key lie in one 512-bit block (64 bytes; in a BLM1 file the body starts at
 offset 24, so a block spans two adjacent cache lines, fetched together), so a query costs
 one memory access; the price is a higher false-positive rate for the same m (blocks receive a
-Poisson-distributed share of the items), which :meth:`M3BL.expected_fp_rate` and
+binomially distributed share of the items), which :meth:`M3BL.expected_fp_rate` and
 :meth:`M3BL.size_for` account for.
 """
 
@@ -507,8 +507,9 @@ class _BlockedHash(HashStrategy):
 
     def expected_fp_rate(self, num_items: float, num_bits: int, num_hashes: int) -> float:
         """Blocked false-positive rate (Putze, Sanders and Singler 2007, section 3): a key's
-        block holds a Poisson(n / B) number of other items, and a block of s = 512 bits
-        holding i items gives a false positive with probability ``(1 - (1 - 1/s)^(i k))^k``."""
+        block holds a Binomial(n, 1 / B) number of the other items, and a block of s = 512
+        bits holding i items gives a false positive with probability ``E[(X_i / s)^k]`` over
+        the exact distribution of its set bits X_i (:func:`mmapbloom.sizing.blocked_fp_rate`)."""
         return _sizing.blocked_fp_rate(num_items, num_bits, num_hashes, BLOCK_BITS)
 
     def size_for(self, capacity: int, fp_rate: float) -> tuple[int, int]:

@@ -1,5 +1,6 @@
 """The lifecycle every filter handle shares: closing once (waiting for writes in flight),
-refusing use after close, the context manager, and closing at garbage collection.
+refusing use after close, the context manager, closing at garbage collection, and what
+``copy.copy`` / ``copy.deepcopy`` do (never a second handle on the same files).
 
 A handle kind provides ``closed`` (a property), ``_describe()`` (its path, for messages),
 ``_close_lock()`` (the thread lock its writers hold) and ``_release()`` (refuse writes
@@ -60,6 +61,29 @@ class Lifecycle:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def __copy__(self: H) -> H:
+        """``copy.copy(f)``: :meth:`_stdlib_copy` (an independent filter, or TypeError)."""
+        return self._stdlib_copy("copy.copy")
+
+    def __deepcopy__(self: H, memo: dict[int, Any]) -> H:
+        """``copy.deepcopy(f)``: as ``copy.copy(f)`` (a filter holds no Python objects to
+        copy deeper)."""
+        out = self._stdlib_copy("copy.deepcopy")
+        memo[id(self)] = out
+        return out
+
+    def _stdlib_copy(self: H, how: str) -> H:
+        """What the stdlib copies give. The default (a kind with no in-memory form, such as
+        :class:`~mmapbloom.scalable.ScalableBloomFilter`) refuses: the copy the pickle
+        protocol would make is a second handle on the same files, whose writes the
+        original sees. A kind with ``copy()`` returns that (:class:`MappedFilter
+        <mmapbloom.base.MappedFilter>`)."""
+        raise TypeError(
+            f"{how}() of a {type(self).__name__} ({self._describe()}) is refused: it would be a second "
+            f"handle on the same files, not an independent filter. Use {type(self).__name__}.open(path) "
+            f"for a second handle, or copy the directory while no one writes and open the copy"
+        )
 
     def __del__(self) -> None:
         try:

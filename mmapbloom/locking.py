@@ -309,7 +309,7 @@ class WriteLock(_LockState):
             os.close(old)  # our own reopened descriptor from a previous generation
 
     # -- lock / unlock --------------------------------------------------------------
-    # These two run on every per-item add: keep them lean (measured in tools/benchmark.py).
+    # These two run on every per-item add: keep them lean (measured by python -m tools.bench).
     def acquire(self, timeout: Optional[float] = None) -> None:
         """Block until this thread holds the lock (thread lock, then file lock).
 

@@ -55,7 +55,7 @@ import os
 import stat
 import time
 import warnings
-from typing import Iterable, Optional, Sequence, Union
+from typing import Iterable, Optional, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -70,6 +70,7 @@ from .hashing import get_strategy
 from .config import BloomConfig
 from .scalable import is_scalable
 from .storage import DEFAULT_FILE_MODE, absolute_path, atomic_file, reserve_space
+from .keys import PathLike
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
@@ -83,8 +84,6 @@ __all__ = [
 
 #: Bytes of each shard combined per step; memory use is twice this.
 DEFAULT_CHUNK_BYTES = 16 * 2**20
-
-PathLike = Union[str, "os.PathLike[str]"]
 
 _GLOB_CHARS = frozenset("*?[")
 

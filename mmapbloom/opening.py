@@ -16,16 +16,15 @@ imports none of them.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, ClassVar, Optional, Protocol, Sequence, TypeVar, Union
+from typing import Any, Callable, ClassVar, Optional, Protocol, Sequence, TypeVar
 
 from .config import BloomConfig
 from .errors import ConfigMismatchError
 from .format import Header, Reader
 from .storage import FileStorage, Storage
+from .keys import PathLike
 
 __all__ = ["Openable", "adopt", "open_any", "open_file", "open_or_create"]
-
-PathLike = Union[str, "os.PathLike[str]"]
 
 #: A filter kind's instances (``BloomFilter``, ``CountingBloomFilter``).
 T = TypeVar("T", bound="Openable")

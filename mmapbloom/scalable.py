@@ -94,6 +94,7 @@ from .scalable_format import (
     write_manifest,
 )
 from .storage import about_destination, absolute_path, atomic_file, fsync_directory, temporary_directory
+from .keys import Item, PathLike
 
 __all__ = [
     "DEFAULT_GROWTH",
@@ -110,9 +111,6 @@ __all__ = [
 
 #: Keys per write-lock hold in :meth:`ScalableBloomFilter.update`.
 _CHUNK = 1 << 16
-
-PathLike = Union[str, "os.PathLike[str]"]
-Item = Union[str, bytes, bytearray, memoryview]
 
 # Test hook: called as ``_GROW_HOOK(stage, index)`` while a layer is being added, with
 # stage ``"layer-created"`` (layer file published, manifest not yet) and

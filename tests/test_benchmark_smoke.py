@@ -1,6 +1,6 @@
 """Smoke test for the benchmark package tools/bench/ (``python -m tools.bench``): it runs
-end to end with tiny sizes, so it cannot rot; the old commands (tools/benchmark.py,
-tools/bench_counting.py) still work.
+end to end with tiny sizes, so it cannot rot; its counting mode (``--counting``, which
+replaced tools/bench_counting.py) too.
 
 Peers and matplotlib are optional: a peer that is not installed must be reported as
 missing, and the chart skipped with a message, without failing the run.
@@ -86,22 +86,29 @@ def test_benchmark_runs_tiny(tmp_path: pathlib.Path) -> None:
         assert chart.stat().st_size > 0
 
 
-def test_old_commands_and_counting_mode(tmp_path: pathlib.Path) -> None:
+def test_help_and_counting_mode(tmp_path: pathlib.Path) -> None:
+    # The old shims (tools/benchmark.py, tools/bench_counting.py) are gone: one command.
+    assert not os.path.exists(os.path.join(ROOT, "tools", "benchmark.py"))
+    assert not os.path.exists(os.path.join(ROOT, "tools", "bench_counting.py"))
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     helped = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "tools", "benchmark.py"), "--help"],
+        [sys.executable, "-m", "tools.bench", "--help"],
         capture_output=True,
         text=True,
         timeout=60,
         cwd=str(tmp_path),
+        env=env,
     )
     assert helped.returncode == 0, helped.stderr
-    assert helped.stdout.startswith("usage: benchmark.py") and "--strategies" in helped.stdout
+    assert helped.stdout.startswith("usage: ") and "--strategies" in helped.stdout
 
     default = mmapbloom.DEFAULT_STRATEGY.name
     proc = subprocess.run(
         [
             sys.executable,
-            os.path.join(ROOT, "tools", "bench_counting.py"),
+            "-m",
+            "tools.bench",
+            "--counting",
             "--keys",
             "500",
             "--rounds",
@@ -113,6 +120,7 @@ def test_old_commands_and_counting_mode(tmp_path: pathlib.Path) -> None:
         text=True,
         timeout=120,
         cwd=str(tmp_path),
+        env=env,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "## Counting filters: 500 keys" in proc.stdout

@@ -121,13 +121,13 @@ def test_strategy_must_be_the_registered_one() -> None:
             BloomConfig(num_bits=100, num_hashes=3, strategy=bad)
 
 
-def test_bloomconfig_is_still_importable_from_sizing() -> None:
-    import mmapbloom.config
+def test_bloomconfig_lives_in_config_only() -> None:
+    """The ``sizing.BloomConfig`` alias is gone (nothing released had it)."""
     import mmapbloom.sizing
 
-    assert mmapbloom.sizing.BloomConfig is mmapbloom.config.BloomConfig is BloomConfig
-    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
-        mmapbloom.sizing.Nope  # noqa: B018
+    assert BloomConfig.__module__ == "mmapbloom.config"
+    with pytest.raises(AttributeError):
+        mmapbloom.sizing.BloomConfig  # type: ignore[attr-defined]  # noqa: B018
 
 
 # -- large p: k = 1 -----------------------------------------------------------------------------
@@ -182,3 +182,111 @@ def test_expected_new_items() -> None:
         brute = sum(1 - expected_fp_rate(i, m, k) for i in range(n))  # add i sees i items before it
         assert expected_new_items(n, m, k) == pytest.approx(brute, rel=2e-3)
     assert expected_new_items(0, 100, 3) == 0.0
+
+
+# -- blocked strategies: the exact block-occupancy mixture (issue 29, item 12) ------------------
+@pytest.mark.parametrize("name", ["M3B2", "M3BL"])
+@pytest.mark.parametrize(
+    "n, p, m, k, old_m",
+    [
+        (1_000_000, 0.01, 9_918_464, 6, 9_895_936),
+        (1_000_000, 0.001, 15_545_856, 9, 15_488_512),
+        (100_000, 0.01, 992_256, 6, 989_696),
+        (10_000, 0.01, 99_328, 6, 99_328),
+        (1000, 0.001, 15_872, 9, 15_872),
+        (50_000_000, 0.01, 495_899_648, 6, 494_795_264),
+        (10, 1e-6, 512, 20, 512),  # one block: k capped at the classic k (was 19)
+        (1, 0.9, 512, 1, 512),  # was k = 35
+    ],
+)
+def test_blocked_sizing_table(name: str, n: int, p: float, m: int, k: int, old_m: int) -> None:
+    """Golden blocked sizes; ``old_m`` is the size before the exact mixture (mean-fill
+    in-block rate, Poisson block load), which measured about 1% above p at 1% (item 12)."""
+    from mmapbloom import get_strategy
+
+    strategy = get_strategy(name)
+    c = BloomConfig.for_items(n, p, strategy=strategy)
+    assert (c.num_bits, c.num_hashes) == (m, k)
+    assert strategy.expected_fp_rate(n, m, k) <= p
+    if m > 512:
+        assert min(strategy.expected_fp_rate(n, m - 512, j) for j in range(1, k + 4)) > p
+    assert old_m <= m
+
+
+def test_in_block_rate_is_the_exact_occupancy_mixture() -> None:
+    """r[i] = E[(X_i / s)^k] by hand for s = 8, and by brute force over every throw."""
+    import itertools
+    from fractions import Fraction
+
+    from mmapbloom.sizing import _in_block_rates
+
+    r = _in_block_rates(8, 2, 3)
+    assert r[0] == 0.0
+    assert r[1] == pytest.approx(29 / 512, rel=1e-12)  # X = 1 (p 1/8) or 2 (p 7/8)
+    s, k = 4, 2
+    for i in (1, 2, 3):
+        total = Fraction(0)
+        for throws in itertools.product(range(s), repeat=i * k):
+            total += Fraction(len(set(throws)), s) ** k
+        assert _in_block_rates(s, k, 3)[i] == pytest.approx(float(total / s ** (i * k)), rel=1e-12)
+
+
+def test_blocked_rate_is_above_the_mean_fill_rate_and_uses_the_binomial_load() -> None:
+    from mmapbloom.sizing import _in_block_rates, blocked_fp_rate
+
+    # One block: every key is in it (binomial, not Poisson), so the rate is r[n].
+    assert blocked_fp_rate(10, 512, 7, 512) == _in_block_rates(512, 7, 10)[10]
+    # Jensen: E[(X / s)^k] >= (E[X] / s)^k; the mean-fill formula is about 1% low at 1%.
+    m, k, n = 9_895_936, 6, 1_000_000
+    mean_fill = sum(
+        math.exp(i * math.log(n * 512 / m) - n * 512 / m - math.lgamma(i + 1)) * (1 - (1 - 1 / 512) ** (i * k)) ** k
+        for i in range(400)
+    )
+    assert 1.005 < blocked_fp_rate(n, m, k, 512) / mean_fill < 1.015
+    assert blocked_fp_rate(n, m, k, 512) == pytest.approx(0.0100924, rel=1e-5)
+    # A fractional n (an estimate) takes the Poisson load; both agree closely for many blocks.
+    assert blocked_fp_rate(n + 0.5, m, k, 512) == pytest.approx(blocked_fp_rate(n, m, k, 512), rel=1e-5)
+    # Overfull: every bit set, rate 1.
+    assert blocked_fp_rate(100_000, 512, 3, 512) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_files_sized_by_the_old_blocked_formula_still_open(tmp_path: object) -> None:
+    """m is in the header: a file created with the old m opens and works."""
+    from pathlib import Path
+
+    from mmapbloom import M3B2, BloomFilter
+
+    path = Path(str(tmp_path)) / "old.blm"
+    config = BloomConfig(num_bits=989_696, num_hashes=6, strategy=M3B2())
+    with BloomFilter.create(path, config) as f:
+        f.update([f"k{i}" for i in range(1000)])
+    with BloomFilter.open(path) as f:
+        assert f.num_bits == 989_696 and f.num_hashes == 6 and f.strategy == M3B2()
+        assert all(f"k{i}" in f for i in range(1000))
+        assert f.add("new") and "new" in f
+
+
+def test_distinct_items_inverts_expected_new_items() -> None:
+    from mmapbloom.sizing import distinct_items, expected_new_items
+
+    for m, k, n in ((9_585_059, 7, 1_000_000), (1443, 1, 1000), (14_377_588, 10, 2_000_000)):
+        a = expected_new_items(n, m, k)
+        assert a < n
+        assert distinct_items(a, lambda x: expected_fp_rate(x, m, k)) == pytest.approx(n, rel=1e-6)
+    assert distinct_items(0, lambda x: 1.0) == 0.0
+
+
+@pytest.mark.parametrize("name", ["M3M2", "M3B2"])
+def test_expected_fp_rate_of_a_filter_is_the_rate_at_its_distinct_adds(name: str) -> None:
+    """``items_added`` skips the adds that were false positives; ``expected_fp_rate()``
+    corrects for them, so it matches the formula at the n distinct keys (item 12)."""
+    from mmapbloom import BloomFilter, get_strategy
+
+    strategy = get_strategy(name)
+    n = 20_000
+    f = BloomFilter(BloomConfig.for_items(n, 0.01, strategy=strategy))
+    f.update(range(n))
+    assert f.items_added < n
+    at_n = strategy.expected_fp_rate(n, f.num_bits, f.num_hashes)
+    at_count = strategy.expected_fp_rate(f.items_added, f.num_bits, f.num_hashes)
+    assert abs(f.expected_fp_rate() - at_n) < 0.25 * abs(at_count - at_n)

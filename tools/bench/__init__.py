@@ -1,6 +1,6 @@
 """Benchmark mmapbloom against its peers, all in one run on the same keys.
 
-Run from the repository root (``tools/benchmark.py`` is a shim that runs the same)::
+Run from the repository root::
 
     python -m tools.bench --help
 
