@@ -62,7 +62,7 @@ from .kernels import BACKEND
 from .hashing import DEFAULT_STRATEGY, get_strategy, registered_strategies
 from .config import BloomConfig
 
-__all__ = ["build_parser", "main", "merge_main"]
+__all__ = ["backend_status", "build_parser", "main", "merge_main"]
 
 #: Items per ``add_many`` / ``contains_many`` call. ``add_many`` takes the write lock once
 #: per chunk of min(65,536, 524,288 / k) keys (one ``flock`` each), never per line.
@@ -88,6 +88,49 @@ FRAMING_HELP = (
     "input is checked to exist and be readable before anything is read. A --key KEY is one "
     "item, KEY's bytes exactly (no framing; an empty KEY is the empty item)."
 )
+
+
+# -- backend ---------------------------------------------------------------------------------
+#: How to build the compiled kernels in a checkout (an editable install builds them in place).
+BUILD_HINT = "build it with: pip install -e . (a C compiler and the Python headers are needed)"
+
+
+def backend_status() -> tuple[str, str]:
+    """Which backend serves the built-in strategies in this process, and why: ``("native",
+    "compiled kernels")`` or ``("python", REASON)``, the reason naming what to do (the
+    extension was not built next to the sources imported: a checkout used without
+    ``pip install -e .``; or ``MMAPBLOOM_PURE`` is set; or it failed to import).
+    ``python -m mmapbloom --version`` and the examples print it."""
+    if BACKEND == "native":
+        return "native", "compiled kernels"
+    pure = os.environ.get("MMAPBLOOM_PURE", "")
+    if pure not in ("", "0"):
+        return "python", f"pure Python and numpy, because MMAPBLOOM_PURE={pure} is set"
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    if importlib.util.find_spec("mmapbloom._kernels") is None:
+        return "python", (
+            f"pure Python and numpy, because the C extension mmapbloom._kernels is not built in {here} "
+            f"(several times slower; {BUILD_HINT})"
+        )
+    try:
+        import importlib
+
+        importlib.import_module("mmapbloom._kernels")
+    except ImportError as exc:
+        return "python", f"pure Python and numpy, because mmapbloom._kernels failed to import ({exc}; {BUILD_HINT})"
+    return "python", "pure Python and numpy"
+
+
+def backend_note(program: str) -> str:
+    """The one line the examples print on stderr at start: the version, the backend and why,
+    and where the package was imported from (a checkout's sources or an installed copy)."""
+    from . import __version__
+
+    backend, why = backend_status()
+    where = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return f"{program}: mmapbloom {__version__} from {where}, {backend} backend: {why}"
 
 
 # -- parsing helpers ------------------------------------------------------------------------
@@ -852,6 +895,17 @@ def _strategy_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: one line, not re-wrapped by argparse's formatter (the reason for a
+    pure-Python backend is long)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option: Any = None) -> None:
+        from . import __version__
+
+        parser._print_message("mmapbloom {} ({} backend: {})\n".format(__version__, *backend_status()), sys.stdout)
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of the ``mmapbloom`` command (all subcommands)."""
     parser = _Parser(
@@ -860,13 +914,12 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 ok; 1 a check found an item absent (see check --help); 2 bad usage, "
         "a damaged or unreadable file, or another error. Run 'mmapbloom COMMAND --help'.",
     )
-    from . import __version__
-
     parser.add_argument(
         "--version",
-        action="version",
-        version=f"mmapbloom {__version__} ({BACKEND} backend: "
-        f"{'compiled kernels' if BACKEND == 'native' else 'pure Python and numpy'})",
+        action=_VersionAction,
+        nargs=0,
+        default=argparse.SUPPRESS,
+        help="print the version and the backend in use (and why), then exit",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
