@@ -230,6 +230,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
+    from mmapbloom import cli
+
+    print(cli.backend_note("scrapy_crawl.py"), file=sys.stderr)  # which backend runs, and why
 
     skip = set(SKIP_DIRS)
     subdirs = sorted(e.name for e in os.scandir(args.directory) if e.is_dir() and e.name not in skip)
