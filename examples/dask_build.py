@@ -16,7 +16,7 @@ Usage::
     python examples/dask_build.py /tmp/lines.txt --workers 2 --fp-rate 0.01
 
 Lines are items without their ``\\n`` (and a ``\\r`` before it), as for ``mmapbloom add``.
-Needs ``pip install 'mmapbloom[dask]'``.
+Needs the ``dask`` extra (from the checkout: ``pip install -e '.[dask]'``).
 """
 
 from __future__ import annotations

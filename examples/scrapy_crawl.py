@@ -22,7 +22,7 @@ The server's own request log counts what was really fetched::
     python examples/scrapy_crawl.py --max-pages 200  # each process stops after 200 pages (CLOSESPIDER_PAGECOUNT)
     python examples/scrapy_crawl.py --json
 
-Needs the ``scrapy`` extra (``pip install 'mmapbloom[scrapy]'``).
+Needs the ``scrapy`` extra (from the checkout: ``pip install -e '.[scrapy]'``).
 """
 
 from __future__ import annotations
