@@ -39,6 +39,7 @@ stderr is a terminal), warnings and errors go to stderr.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
 import itertools
 import json
@@ -437,21 +438,6 @@ def _create_scalable(args: argparse.Namespace) -> int:
         args.parser.error(
             "--scalable needs -n (capacity of the first layer) and -p (compound rate), not --bits/--hashes"
         )
-    for given, option in (
-        (args.counting, "--counting"),
-        (args.counter_bits is not None, "--counter-bits"),
-        (args.sparse, "--sparse"),
-    ):
-        if given:  # each would otherwise be silently ignored
-            args.parser.error(
-                f"--scalable and {option} cannot be combined (a scalable filter's layers are "
-                "plain Bloom filters, allocated in full as they are added)"
-            )
-    if args.force:
-        args.parser.error(
-            "--scalable and --force cannot be combined: a scalable filter's directory is never "
-            "replaced (remove it first, or add to it)"
-        )
     options: dict[str, Any] = {}
     if args.growth is not None:
         options["growth"] = args.growth
@@ -477,14 +463,9 @@ def _create_scalable(args: argparse.Namespace) -> int:
     return 0
 
 
-def _create(args: argparse.Namespace) -> int:
-    if args.scalable:
-        return _create_scalable(args)
-    if args.growth is not None or args.tightening is not None:
-        args.parser.error("--growth and --tightening need --scalable")
+def _create_mapped(args: argparse.Namespace) -> int:
+    """``create`` of a one-file kind (a Bloom filter, or with --counting a counting filter)."""
     cfg = _config_from_args(args, args.parser)
-    if args.counter_bits is not None and not args.counting:
-        args.parser.error("--counter-bits needs --counting")
     options = {"counter_bits": args.counter_bits or 4} if args.counting else {}
     kind: type[MappedFilter] = CountingBloomFilter if args.counting else BloomFilter
     if args.counting:
@@ -516,6 +497,110 @@ def _create(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+@dataclasses.dataclass(frozen=True)
+class CreateKind:
+    """A kind of filter that ``create`` makes, and everything the command line knows of it
+    (a new kind is one more entry of :data:`CREATE_KINDS`, nothing else here branches on it).
+
+    Attributes:
+        flag: the option that selects it (``--counting``); None for the default kind.
+        help: ``flag``'s help.
+        options: ``{dest: option}`` of the options only this kind takes (added by
+            ``arguments``); given with another kind they are refused, naming both.
+        refuses: ``{dest: option}`` of general options this kind cannot take.
+        why: why this kind cannot be combined with another kind or a refused option.
+        make: creates the file from the parsed arguments; returns the exit status.
+        arguments: adds ``options`` to the ``create`` parser (not the flag).
+    """
+
+    flag: Optional[str]
+    help: str
+    options: dict[str, str]
+    refuses: dict[str, str]
+    why: str
+    make: Callable[[argparse.Namespace], int]
+    arguments: Callable[[argparse.ArgumentParser], None] = lambda p: None
+
+    @property
+    def dest(self) -> Optional[str]:
+        return None if self.flag is None else self.flag.lstrip("-").replace("-", "_")
+
+
+def _given(args: argparse.Namespace, dest: str) -> bool:
+    return getattr(args, dest, None) not in (None, False)
+
+
+def _scalable_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--growth",
+        type=float,
+        default=None,
+        metavar="S",
+        help="--scalable: capacity factor of each new layer (default 2)",
+    )
+    p.add_argument(
+        "--tightening",
+        type=float,
+        default=None,
+        metavar="R",
+        help="--scalable: error-target factor of each new layer, 0 < R < 1 (default 0.5)",
+    )
+
+
+def _counting_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--counter-bits",
+        type=int,
+        choices=(4, 8),
+        default=None,
+        help="counter width of a --counting filter (default 4)",
+    )
+
+
+#: The kinds ``create`` makes: the first whose flag is given, else the default (flag None).
+CREATE_KINDS: list[CreateKind] = [
+    CreateKind(
+        flag="--scalable",
+        help="create a scalable filter (a directory of layers that grows past -n, keeping the "
+        "compound false-positive rate below -p; Almeida et al. 2007)",
+        options={"growth": "--growth", "tightening": "--tightening"},
+        refuses={"sparse": "--sparse", "force": "--force"},
+        why="a scalable filter's layers are plain Bloom filters, allocated in full as they are added, "
+        "and its directory is never replaced: remove it first, or add to it",
+        make=_create_scalable,
+        arguments=_scalable_arguments,
+    ),
+    CreateKind(
+        flag="--counting",
+        help="create a counting filter (BLC1: supports removal; 4 or 8 times the size)",
+        options={"counter_bits": "--counter-bits"},
+        refuses={},
+        why="",
+        make=_create_mapped,
+        arguments=_counting_arguments,
+    ),
+    CreateKind(flag=None, help="", options={}, refuses={}, why="", make=_create_mapped),
+]
+
+
+def _create(args: argparse.Namespace) -> int:
+    error = args.parser.error
+    chosen = [k for k in CREATE_KINDS if k.dest is not None and _given(args, k.dest)]
+    kind = chosen[0] if chosen else next(k for k in CREATE_KINDS if k.flag is None)
+    for other in chosen[1:]:
+        error(f"{kind.flag} and {other.flag} cannot be combined ({kind.why or other.why})")
+    for other in CREATE_KINDS:
+        for dest, option in other.options.items():
+            if other is not kind and _given(args, dest):
+                if kind.flag is None:
+                    error(f"{option} needs {other.flag}")
+                error(f"{kind.flag} and {option} cannot be combined ({kind.why or 'an option of ' + str(other.flag)})")
+    for dest, option in kind.refuses.items():
+        if _given(args, dest):
+            error(f"{kind.flag} and {option} cannot be combined ({kind.why})")
+    return kind.make(args)
 
 
 def _use_force(exc: FileExistsError, path: str) -> FileExistsError:
@@ -797,8 +882,6 @@ def _merge(args: argparse.Namespace) -> int:
                 raise
             raise _use_force(exc, out) from None
     if args.json:
-        import dataclasses
-
         _emit_json(dataclasses.asdict(result))
     elif not args.quiet:
         print(result.summary(), file=sys.stderr)
@@ -983,38 +1066,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bits", type=_arg_type(parse_count), metavar="M", help="number of bits m")
     p.add_argument("--hashes", type=_arg_type(parse_count), metavar="K", help="number of hashes k")
     _strategy_argument(p)
-    p.add_argument(
-        "--scalable",
-        action="store_true",
-        help="create a scalable filter (a directory of layers that grows past -n, keeping the "
-        "compound false-positive rate below -p; Almeida et al. 2007)",
-    )
-    p.add_argument(
-        "--growth",
-        type=float,
-        default=None,
-        metavar="S",
-        help="--scalable: capacity factor of each new layer (default 2)",
-    )
-    p.add_argument(
-        "--tightening",
-        type=float,
-        default=None,
-        metavar="R",
-        help="--scalable: error-target factor of each new layer, 0 < R < 1 (default 0.5)",
-    )
-    p.add_argument(
-        "--counting",
-        action="store_true",
-        help="create a counting filter (BLC1: supports removal; 4 or 8 times the size)",
-    )
-    p.add_argument(
-        "--counter-bits",
-        type=int,
-        choices=(4, 8),
-        default=None,
-        help="counter width of a --counting filter (default 4)",
-    )
+    for kind in CREATE_KINDS:  # each kind's flag and its own options
+        if kind.flag is not None:
+            p.add_argument(kind.flag, action="store_true", help=kind.help)
+        kind.arguments(p)
     p.add_argument(
         "--mode",
         type=_arg_type(parse_mode),
