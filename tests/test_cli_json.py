@@ -111,3 +111,27 @@ def test_merge_shards_tool_takes_options_anywhere(two) -> None:  # type: ignore[
         [sys.executable, tool, str(tmp_path / "i.blm"), a, "--intersection", b, "--json"], capture_output=True, env=ENV
     )
     assert proc.returncode == 0 and json.loads(proc.stdout)["intersection"] is True, proc.stderr
+
+
+def test_a_new_kind_plugs_into_create_as_one_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``create`` knows its kinds from one table: an entry (flag, own options, maker) is all
+    a new kind needs, and the generic checks refuse its options with another kind."""
+    from mmapbloom import cli
+
+    made: list[object] = []
+    fake = cli.CreateKind(
+        flag="--fake",
+        help="a test kind",
+        options={"slots": "--slots"},
+        refuses={"sparse": "--sparse"},
+        why="fake files are never sparse",
+        make=lambda args: made.append(args.slots) or 0,
+        arguments=lambda p: p.add_argument("--slots", type=int, default=None),
+    )
+    monkeypatch.setattr(cli, "CREATE_KINDS", [fake, *cli.CREATE_KINDS])
+    assert cli.main(["create", "ignored.blm", "--fake", "--slots", "4"]) == 0 and made == [4]
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["create", "ignored.blm", "-n", "1k", "-p", "1%", "--slots", "4"])
+    assert exc.value.code == 2
+    with pytest.raises(SystemExit):
+        cli.main(["create", "ignored.blm", "--fake", "--sparse"])
