@@ -39,10 +39,10 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:  # loaded by path (tests) rather than run as a script
     sys.path.insert(0, _HERE)
 try:
-    from mmapbloom import BloomConfig, BloomFilter
-except ImportError:  # run from a source checkout without installing
+    from mmapbloom import BloomConfig, BloomFilter, cli
+except ImportError:  # run from a source checkout without installing (cli.backend_note says so)
     sys.path.insert(0, os.path.dirname(_HERE))
-    from mmapbloom import BloomConfig, BloomFilter
+    from mmapbloom import BloomConfig, BloomFilter, cli
 
 from crawler import (  # noqa: E402  (after the path fix above)
     DEFAULT_FETCH_TIMEOUT,
@@ -76,6 +76,8 @@ __all__ = [
 
 DEFAULT_CAPACITY = 20_000
 DEFAULT_FP_RATE = 0.01
+#: The crawl fails when more than this fraction of its fetches failed.
+DEFAULT_MAX_ERROR_RATE = 0.02
 PROG = "crawl.py"
 
 
@@ -126,7 +128,7 @@ def _print_text(report: dict[str, Any]) -> None:
         "",
         f"crawl time           {report['crawl_time_s']:.2f} s",
         f"wall time            {report['wall_time_s']:.2f} s",
-        f"server stopped       {'cleanly' if report['server_stopped_cleanly'] else 'by kill'}",
+        f"server stopped       {report['server_stop']}",
     ]
     for url, error in report["error_samples"]:
         lines.append(f"  error: {url}: {error}")
@@ -223,6 +225,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--no-progress", action="store_true", help="no progress bar (it is off anyway when stderr is not a terminal)"
     )
+    parser.add_argument(
+        "--max-error-rate",
+        type=_probability,
+        default=DEFAULT_MAX_ERROR_RATE,
+        metavar="FRACTION",
+        help=f"fail when more than this fraction of the fetches failed (default {DEFAULT_MAX_ERROR_RATE:g})",
+    )
     parser.add_argument("--json", action="store_true", help="print the final numbers as JSON")
     return parser
 
@@ -237,13 +246,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         argv: the arguments, without the program name; default ``sys.argv[1:]``.
 
     Returns:
-        The exit status: 0 if the crawl fetched pages and none twice; 1 if a check failed
-        (a page fetched twice, no page fetched, a worker crashed), the server did not
-        start or the filter could not be opened; 130 on Ctrl-C; 2 for bad arguments
+        The exit status: 0 if the crawl fetched pages, none twice, with few fetch errors,
+        and the server was alive and answering until shutdown; 1 if a check failed (a page
+        fetched twice, no page fetched, more than ``--max-error-rate`` of the fetches
+        failed, the server died or stopped answering, a worker crashed), the server did
+        not start or the filter could not be opened; 130 on Ctrl-C; 2 for bad arguments
         (argparse exits).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    print(cli.backend_note(PROG), file=sys.stderr)  # which backend runs, and why
     server = PydocServer()
     try:
         return _run(args, server)
@@ -287,6 +299,7 @@ def _run(args: argparse.Namespace, server: PydocServer) -> int:
             fetch_timeout=args.timeout,
             start_method=args.start_method,
             progress=False if args.no_progress else None,
+            site_alive=server.alive,
         )
         fstats = _filter_stats(bloom, items_before)
     finally:
@@ -307,6 +320,16 @@ def _run(args: argparse.Namespace, server: PydocServer) -> int:
         problems.append("a worker failed")
     if result.interrupted:
         problems.append("interrupted")
+    attempts = result.pages_fetched + result.fetch_errors
+    if result.fetch_errors > args.max_error_rate * attempts:
+        problems.append(
+            f"{result.fetch_errors} of {attempts} fetches failed (more than {args.max_error_rate:.0%}; "
+            "the site went away or broke)"
+        )
+    if result.site_lost:
+        problems.append(f"the site went away during the crawl: {result.site_lost}")
+    if not server.stopped_cleanly:
+        problems.append(f"the pydoc server {server.stop_note}")
     report: dict[str, Any] = {
         "root_url": root,
         "python": platform.python_version(),
@@ -330,6 +353,9 @@ def _run(args: argparse.Namespace, server: PydocServer) -> int:
         "crawl_time_s": result.crawl_seconds,
         "wall_time_s": wall,
         "server_stopped_cleanly": bool(server.stopped_cleanly),
+        "server_stop": server.stop_note,
+        "site_lost": result.site_lost,
+        "max_error_rate": args.max_error_rate,
         "workers_killed": result.workers_killed,
         "error_samples": [list(e) for e in result.error_samples],
         "ok": not problems,

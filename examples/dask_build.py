@@ -16,7 +16,7 @@ Usage::
     python examples/dask_build.py /tmp/lines.txt --workers 2 --fp-rate 0.01
 
 Lines are items without their ``\\n`` (and a ``\\r`` before it), as for ``mmapbloom add``.
-Needs ``pip install 'mmapbloom[dask]'``.
+Needs the ``dask`` extra (from the checkout: ``pip install -e '.[dask]'``).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from mmapbloom import BloomConfig, BloomFilter  # noqa: E402
+from mmapbloom import cli as mmapbloom_cli  # noqa: E402
 from mmapbloom.dask import build  # noqa: E402
 
 
@@ -81,6 +82,7 @@ def main() -> int:
     ap.add_argument("--fp-rate", type=float, default=0.01)
     ap.add_argument("--blocksize", default="32MiB", help="read_text block size (one partition each)")
     args = ap.parse_args()
+    print(mmapbloom_cli.backend_note("dask_build.py"), file=sys.stderr)  # which backend runs, and why
 
     if args.generate:
         t = time.perf_counter()

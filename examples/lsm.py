@@ -53,10 +53,10 @@ import tokenize
 from typing import Iterator, Optional, Sequence, Union
 
 try:
-    from mmapbloom import BloomConfig, BloomFilter
-except ImportError:  # run from a source checkout without installing
+    from mmapbloom import BloomConfig, BloomFilter, cli
+except ImportError:  # run from a source checkout without installing (cli.backend_note says so)
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from mmapbloom import BloomConfig, BloomFilter
+    from mmapbloom import BloomConfig, BloomFilter, cli
 from tqdm import tqdm  # a dependency of mmapbloom; its format_sizeof formats byte counts
 
 __all__ = ["LSMStore", "LookupStats", "Segment", "absent_key", "main", "run", "stdlib_identifiers"]
@@ -534,6 +534,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the store directory")
     parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
     args = parser.parse_args(argv)
+    print(cli.backend_note("lsm.py"), file=sys.stderr)  # which backend runs, and why
     directory = args.dir or tempfile.mkdtemp(prefix="mmapbloom-lsm-")
     try:
         r = run(

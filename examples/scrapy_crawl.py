@@ -22,7 +22,7 @@ The server's own request log counts what was really fetched::
     python examples/scrapy_crawl.py --max-pages 200  # each process stops after 200 pages (CLOSESPIDER_PAGECOUNT)
     python examples/scrapy_crawl.py --json
 
-Needs the ``scrapy`` extra (``pip install 'mmapbloom[scrapy]'``).
+Needs the ``scrapy`` extra (from the checkout: ``pip install -e '.[scrapy]'``).
 """
 
 from __future__ import annotations
@@ -230,6 +230,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
+    from mmapbloom import cli
+
+    print(cli.backend_note("scrapy_crawl.py"), file=sys.stderr)  # which backend runs, and why
 
     skip = set(SKIP_DIRS)
     subdirs = sorted(e.name for e in os.scandir(args.directory) if e.is_dir() and e.name not in skip)

@@ -1,11 +1,21 @@
 """The ``mmapbloom`` command line (console script and ``python -m mmapbloom``).
 
-Subcommands: ``plan`` (sizing table), ``create``, ``add``, ``check``, ``info``, ``verify``,
-and ``merge`` (also ``tools/merge_shards.py``). Every subcommand has ``--help``.
+Subcommands: ``plan`` (sizing table), ``create``, ``add``, ``remove`` (counting filters),
+``check``, ``info``, ``verify``, and ``merge`` (also ``tools/merge_shards.py``). Every
+subcommand has ``--help``; options go anywhere among the arguments
+(``parse_intermixed_args``); every subcommand that reports figures has ``--json`` (one
+JSON document on stdout instead of its text report).
+
+Kinds: ``add``, ``remove``, ``check``, ``info`` and ``verify`` work on whatever
+:func:`mmapbloom.verify.open_filter` opens, through one Filter-like interface
+(``update``, ``contains_many``, ``describe``, ``verify``, and ``discard`` for ``remove``):
+a new kind plugs in there, not here.
 
 Exit status: 0 on success; 1 when ``check`` answers "certainly absent" for an item whose
 presence was asked for (or, with ``--absent``, "might be present" for an item whose
-absence was asked for); 2 on bad usage, a damaged or unreadable file, or any other
+absence was asked for), or ``remove`` finds an item certainly absent; 2 on bad usage, a
+damaged or unreadable file, a closed or failing standard stream (``<&-``, ``>&-``,
+``> /dev/full``: the line names ``stdin`` or ``stdout``, never the filter), or any other
 expected error, reported as one line on stderr without a traceback. 128 + the signal
 number when interrupted: 130 after Ctrl-C (SIGINT), 143 after SIGTERM, 129 after SIGHUP,
 all three with the same cleanup (temporary files removed; see :mod:`mmapbloom.termination`).
@@ -29,6 +39,7 @@ stderr is a terminal), warnings and errors go to stderr.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
 import itertools
 import json
@@ -52,7 +63,7 @@ from .kernels import BACKEND
 from .hashing import DEFAULT_STRATEGY, get_strategy, registered_strategies
 from .config import BloomConfig
 
-__all__ = ["build_parser", "main", "merge_main"]
+__all__ = ["backend_status", "build_parser", "main", "merge_main"]
 
 #: Items per ``add_many`` / ``contains_many`` call. ``add_many`` takes the write lock once
 #: per chunk of min(65,536, 524,288 / k) keys (one ``flock`` each), never per line.
@@ -80,6 +91,49 @@ FRAMING_HELP = (
 )
 
 
+# -- backend ---------------------------------------------------------------------------------
+#: How to build the compiled kernels in a checkout (an editable install builds them in place).
+BUILD_HINT = "build it with: pip install -e . (a C compiler and the Python headers are needed)"
+
+
+def backend_status() -> tuple[str, str]:
+    """Which backend serves the built-in strategies in this process, and why: ``("native",
+    "compiled kernels")`` or ``("python", REASON)``, the reason naming what to do (the
+    extension was not built next to the sources imported: a checkout used without
+    ``pip install -e .``; or ``MMAPBLOOM_PURE`` is set; or it failed to import).
+    ``python -m mmapbloom --version`` and the examples print it."""
+    if BACKEND == "native":
+        return "native", "compiled kernels"
+    pure = os.environ.get("MMAPBLOOM_PURE", "")
+    if pure not in ("", "0"):
+        return "python", f"pure Python and numpy, because MMAPBLOOM_PURE={pure} is set"
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    if importlib.util.find_spec("mmapbloom._kernels") is None:
+        return "python", (
+            f"pure Python and numpy, because the C extension mmapbloom._kernels is not built in {here} "
+            f"(several times slower; {BUILD_HINT})"
+        )
+    try:
+        import importlib
+
+        importlib.import_module("mmapbloom._kernels")
+    except ImportError as exc:
+        return "python", f"pure Python and numpy, because mmapbloom._kernels failed to import ({exc}; {BUILD_HINT})"
+    return "python", "pure Python and numpy"
+
+
+def backend_note(program: str) -> str:
+    """The one line the examples print on stderr at start: the version, the backend and why,
+    and where the package was imported from (a checkout's sources or an installed copy)."""
+    from . import __version__
+
+    backend, why = backend_status()
+    where = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return f"{program}: mmapbloom {__version__} from {where}, {backend} backend: {why}"
+
+
 # -- parsing helpers ------------------------------------------------------------------------
 def _arg_type(func: Callable[[str], Any]) -> Callable[[str], Any]:
     def convert(text: str) -> Any:
@@ -97,6 +151,82 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+    def _print_message(self, message: str, file: Optional[Any] = None) -> None:
+        """``--help`` and ``--version`` on stdout: a closed or failing stdout is one line on
+        stderr and exit 2 (argparse would ignore the failure and exit 0)."""
+        if not message:
+            return
+        if file is not None and file is not sys.stdout:  # errors and usage: stderr, as argparse
+            super()._print_message(message, file)
+            return
+        try:
+            _write_stdout(message.encode("utf-8", "surrogateescape"))
+            _flush_stdout()
+        except StreamError as exc:
+            _detach_stdout()
+            if sys.stderr is not None:
+                print(f"{self.prog}: error: {exc}", file=sys.stderr)
+            sys.exit(2)
+
+
+# -- standard streams ------------------------------------------------------------------------
+class StreamError(Exception):
+    """A standard stream is closed or failed (``<&-``, ``>&-``, ``> /dev/full``): reported as
+    one line naming the stream (``stdin`` or ``stdout``), never the filter file; exit 2."""
+
+    def __init__(self, stream: str, reason: str) -> None:
+        super().__init__(f"{stream}: {reason}")
+        self.stream = stream
+
+
+_NOT_OPEN = "not open (the command was started with it closed)"
+
+
+def _stdin_buffer() -> BinaryIO:
+    """``sys.stdin.buffer``, or StreamError when the process was started with stdin closed."""
+    stream = sys.stdin
+    if stream is None or getattr(stream, "buffer", None) is None:
+        raise StreamError("stdin", _NOT_OPEN)
+    return stream.buffer
+
+
+def _write_stdout(data: bytes) -> None:
+    """Write ``data`` to stdout's bytes; a closed stdout or a failed write (``/dev/full``)
+    is a StreamError naming stdout (BrokenPipeError is kept: the reader went away)."""
+    stream = sys.stdout
+    if stream is None or getattr(stream, "buffer", None) is None:
+        raise StreamError("stdout", _NOT_OPEN)
+    try:
+        stream.buffer.write(data)
+    except BrokenPipeError:
+        raise
+    except (OSError, ValueError) as exc:
+        raise StreamError("stdout", getattr(exc, "strerror", None) or str(exc)) from None
+
+
+def _echo(text: str = "") -> None:
+    """One line of query output on stdout (through :func:`_write_stdout`)."""
+    _write_stdout((text + "\n").encode("utf-8", "surrogateescape"))
+
+
+def _flush_stdout() -> None:
+    """Flush stdout, reporting a failure as a StreamError naming stdout (so a full disk
+    behind ``> file`` is an error, never a silent exit 0)."""
+    stream = sys.stdout
+    if stream is None:
+        return
+    try:
+        stream.flush()
+    except BrokenPipeError:
+        raise
+    except (OSError, ValueError) as exc:
+        raise StreamError("stdout", getattr(exc, "strerror", None) or str(exc)) from None
+
+
+def _emit_json(value: Any) -> None:
+    """``--json``: the subcommand's figures as one JSON document on stdout."""
+    _echo(json.dumps(value, indent=2, allow_nan=False))
 
 
 # -- input framing ---------------------------------------------------------------------------
@@ -152,6 +282,7 @@ def _check_inputs(names: Sequence[str]) -> None:
     """
     for name in names:
         if name == "-":
+            _stdin_buffer()  # started with stdin closed: StreamError before anything is added
             continue
         st = os.stat(name)  # FileNotFoundError / PermissionError, naming it
         if stat.S_ISDIR(st.st_mode):
@@ -164,8 +295,9 @@ def _open_inputs(names: Sequence[str]) -> Iterator[tuple[str, BinaryIO]]:
     """Open the inputs one at a time ('-' is stdin); yield each with its name."""
     for name in names:
         if name == "-":
+            stream = _stdin_buffer()
             _prompt_if_terminal()
-            yield "<stdin>", sys.stdin.buffer
+            yield "<stdin>", stream
         else:
             with open(name, "rb") as f:
                 yield name, f
@@ -192,7 +324,7 @@ def _input_size(names: Sequence[str]) -> Optional[int]:
     for name in names:
         try:
             st = os.stat(name) if name != "-" else os.fstat(sys.stdin.fileno())
-        except (OSError, ValueError):
+        except (OSError, ValueError, AttributeError):  # AttributeError: stdin closed (None)
             return None
         if not stat.S_ISREG(st.st_mode):
             return None
@@ -213,6 +345,8 @@ def _item_chunks(args: argparse.Namespace, progress: Any) -> Iterator[list[bytes
             try:
                 items, nbytes = next(blocks, (None, 0))
             except OSError as exc:  # a read error names the input, not the filter
+                if name == "<stdin>":
+                    raise StreamError("stdin", exc.strerror or str(exc)) from None
                 if exc.filename is None:
                     exc.filename = name
                 raise
@@ -253,7 +387,7 @@ def _plan(args: argparse.Namespace) -> int:
             }
         )
     if args.json:
-        print(json.dumps(rows, indent=2))
+        _emit_json(rows)
         return 0
     header = ("n", "p", "m (bits)", "k", "file bytes", "about", "bits/item", "fp rate at n")
     table = [header] + [
@@ -271,7 +405,7 @@ def _plan(args: argparse.Namespace) -> int:
     ]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
-        print("  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+        _echo("  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     return 0
 
 
@@ -304,21 +438,6 @@ def _create_scalable(args: argparse.Namespace) -> int:
         args.parser.error(
             "--scalable needs -n (capacity of the first layer) and -p (compound rate), not --bits/--hashes"
         )
-    for given, option in (
-        (args.counting, "--counting"),
-        (args.counter_bits is not None, "--counter-bits"),
-        (args.sparse, "--sparse"),
-    ):
-        if given:  # each would otherwise be silently ignored
-            args.parser.error(
-                f"--scalable and {option} cannot be combined (a scalable filter's layers are "
-                "plain Bloom filters, allocated in full as they are added)"
-            )
-    if args.force:
-        args.parser.error(
-            "--scalable and --force cannot be combined: a scalable filter's directory is never "
-            "replaced (remove it first, or add to it)"
-        )
     options: dict[str, Any] = {}
     if args.growth is not None:
         options["growth"] = args.growth
@@ -332,7 +451,9 @@ def _create_scalable(args: argparse.Namespace) -> int:
         raise FileExistsError(exc.errno, SCALABLE_EXISTS, args.file) from None
     with f:
         layer = f.layers[0]
-        if not args.quiet:
+        if args.json:
+            _emit_json(f.describe(scan=False))
+        elif not args.quiet:
             print(
                 f"created {args.file}: scalable filter, first layer {layer.num_bits:,} bits, "
                 f"k={layer.num_hashes}, capacity {f.capacity:,}, growth {f.growth:g}, "
@@ -342,14 +463,9 @@ def _create_scalable(args: argparse.Namespace) -> int:
     return 0
 
 
-def _create(args: argparse.Namespace) -> int:
-    if args.scalable:
-        return _create_scalable(args)
-    if args.growth is not None or args.tightening is not None:
-        args.parser.error("--growth and --tightening need --scalable")
+def _create_mapped(args: argparse.Namespace) -> int:
+    """``create`` of a one-file kind (a Bloom filter, or with --counting a counting filter)."""
     cfg = _config_from_args(args, args.parser)
-    if args.counter_bits is not None and not args.counting:
-        args.parser.error("--counter-bits needs --counting")
     options = {"counter_bits": args.counter_bits or 4} if args.counting else {}
     kind: type[MappedFilter] = CountingBloomFilter if args.counting else BloomFilter
     if args.counting:
@@ -370,7 +486,10 @@ def _create(args: argparse.Namespace) -> int:
     with f:
         if args.mode is not None:  # the exact bits, whatever the umask (as mkdir -m)
             os.chmod(f.path or args.file, args.mode)
-    if not args.quiet:
+        record = f.describe(scan=False) if args.json else None
+    if record is not None:
+        _emit_json(record)
+    elif not args.quiet:
         what = f"counting filter, {options['counter_bits']}-bit counters, " if args.counting else ""
         print(
             f"created {args.file}: {what}m={cfg.num_bits:,} {'cells' if args.counting else 'bits'}, "
@@ -378,6 +497,110 @@ def _create(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+@dataclasses.dataclass(frozen=True)
+class CreateKind:
+    """A kind of filter that ``create`` makes, and everything the command line knows of it
+    (a new kind is one more entry of :data:`CREATE_KINDS`, nothing else here branches on it).
+
+    Attributes:
+        flag: the option that selects it (``--counting``); None for the default kind.
+        help: ``flag``'s help.
+        options: ``{dest: option}`` of the options only this kind takes (added by
+            ``arguments``); given with another kind they are refused, naming both.
+        refuses: ``{dest: option}`` of general options this kind cannot take.
+        why: why this kind cannot be combined with another kind or a refused option.
+        make: creates the file from the parsed arguments; returns the exit status.
+        arguments: adds ``options`` to the ``create`` parser (not the flag).
+    """
+
+    flag: Optional[str]
+    help: str
+    options: dict[str, str]
+    refuses: dict[str, str]
+    why: str
+    make: Callable[[argparse.Namespace], int]
+    arguments: Callable[[argparse.ArgumentParser], None] = lambda p: None
+
+    @property
+    def dest(self) -> Optional[str]:
+        return None if self.flag is None else self.flag.lstrip("-").replace("-", "_")
+
+
+def _given(args: argparse.Namespace, dest: str) -> bool:
+    return getattr(args, dest, None) not in (None, False)
+
+
+def _scalable_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--growth",
+        type=float,
+        default=None,
+        metavar="S",
+        help="--scalable: capacity factor of each new layer (default 2)",
+    )
+    p.add_argument(
+        "--tightening",
+        type=float,
+        default=None,
+        metavar="R",
+        help="--scalable: error-target factor of each new layer, 0 < R < 1 (default 0.5)",
+    )
+
+
+def _counting_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--counter-bits",
+        type=int,
+        choices=(4, 8),
+        default=None,
+        help="counter width of a --counting filter (default 4)",
+    )
+
+
+#: The kinds ``create`` makes: the first whose flag is given, else the default (flag None).
+CREATE_KINDS: list[CreateKind] = [
+    CreateKind(
+        flag="--scalable",
+        help="create a scalable filter (a directory of layers that grows past -n, keeping the "
+        "compound false-positive rate below -p; Almeida et al. 2007)",
+        options={"growth": "--growth", "tightening": "--tightening"},
+        refuses={"sparse": "--sparse", "force": "--force"},
+        why="a scalable filter's layers are plain Bloom filters, allocated in full as they are added, "
+        "and its directory is never replaced: remove it first, or add to it",
+        make=_create_scalable,
+        arguments=_scalable_arguments,
+    ),
+    CreateKind(
+        flag="--counting",
+        help="create a counting filter (BLC1: supports removal; 4 or 8 times the size)",
+        options={"counter_bits": "--counter-bits"},
+        refuses={},
+        why="",
+        make=_create_mapped,
+        arguments=_counting_arguments,
+    ),
+    CreateKind(flag=None, help="", options={}, refuses={}, why="", make=_create_mapped),
+]
+
+
+def _create(args: argparse.Namespace) -> int:
+    error = args.parser.error
+    chosen = [k for k in CREATE_KINDS if k.dest is not None and _given(args, k.dest)]
+    kind = chosen[0] if chosen else next(k for k in CREATE_KINDS if k.flag is None)
+    for other in chosen[1:]:
+        error(f"{kind.flag} and {other.flag} cannot be combined ({kind.why or other.why})")
+    for other in CREATE_KINDS:
+        for dest, option in other.options.items():
+            if other is not kind and _given(args, dest):
+                if kind.flag is None:
+                    error(f"{option} needs {other.flag}")
+                error(f"{kind.flag} and {option} cannot be combined ({kind.why or 'an option of ' + str(other.flag)})")
+    for dest, option in kind.refuses.items():
+        if _given(args, dest):
+            error(f"{kind.flag} and {option} cannot be combined ({kind.why})")
+    return kind.make(args)
 
 
 def _use_force(exc: FileExistsError, path: str) -> FileExistsError:
@@ -416,7 +639,9 @@ def _add(args: argparse.Namespace) -> int:
             if bar is not None:
                 bar.close()
     seconds = time.perf_counter() - t0
-    if not args.quiet:
+    if args.json:
+        _emit_json({"file": args.file, "items": total, "new": new, "already_present": total - new, "seconds": seconds})
+    elif not args.quiet:
         sources = [format_count(len(args.keys), "key")] if args.keys else []
         if names:
             sources.append(format_count(len(names), "input"))
@@ -432,8 +657,7 @@ def _add(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     present = absent = 0
     sep = b"\0" if args.null else b"\n"
-    out = sys.stdout.buffer
-    show = not (args.count or args.quiet)
+    show = not (args.count or args.quiet or args.json)
     _check_inputs(_input_names(args))  # a missing input: refused before any answer is printed
     with open_filter(args.file, readonly=True) as f:
         bar = _progress_bar(args, "check")
@@ -447,15 +671,70 @@ def _check(args: argparse.Namespace) -> int:
                     wanted = ~hits if args.absent else hits
                     selected = [item for item, keep in zip(chunk, wanted.tolist(), strict=True) if keep]
                     if selected:
-                        out.write(sep.join(selected) + sep)
+                        _write_stdout(sep.join(selected) + sep)
         finally:
             if bar is not None:
                 bar.close()
-    if args.count and not args.quiet:
-        out.write(f"{present + absent} checked, {present} might be present, {absent} certainly absent\n".encode())
-    out.flush()
+    if args.json:
+        _emit_json(
+            {"file": args.file, "checked": present + absent, "might_be_present": present, "certainly_absent": absent}
+        )
+    elif args.count and not args.quiet:
+        _echo(f"{present + absent} checked, {present} might be present, {absent} certainly absent")
+    _flush_stdout()
     failed = present if args.absent else absent
     return 1 if failed else 0
+
+
+def _removable(f: Any, path: str) -> Callable[[Any], bool]:
+    """The filter's ``discard`` (remove if it might be present; whether it was removed):
+    the one capability ``remove`` needs, so any kind that has it (a counting filter today)
+    works here without a branch per kind. A kind without it is refused, naming it."""
+    discard = getattr(f, "discard", None)
+    if not callable(discard):
+        raise MmapBloomError(
+            f"{path}: a {type(f).__name__} does not support removal (create a counting filter: "
+            "mmapbloom create FILE --counting ...)"
+        )
+    return discard  # type: ignore[no-any-return]
+
+
+def _remove(args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    names = _input_names(args)
+    _check_inputs(names)
+    total = removed = 0
+    with open_filter(args.file, readonly=False) as f:
+        discard = _removable(f, args.file)
+        bar = _progress_bar(args, "remove")
+        try:
+            for chunk in _item_chunks(args, bar):
+                for item in chunk:
+                    removed += bool(discard(item))  # each removal commits on its own
+                    total += 1
+        except BaseException as exc:
+            done = f"{removed:,} of the first {format_count(total, 'item')} were removed from {args.file}"
+            if isinstance(exc, KeyboardInterrupt):
+                print(f"mmapbloom remove: interrupted: {done}", file=sys.stderr)
+            else:
+                args.committed = done
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+    seconds = time.perf_counter() - t0
+    absent = total - removed
+    if args.json:
+        _emit_json(
+            {"file": args.file, "items": total, "removed": removed, "certainly_absent": absent, "seconds": seconds}
+        )
+    elif not args.quiet:
+        print(
+            f"removed {removed:,} of {format_count(total, 'item')} from {args.file} in {seconds:.2f} s: "
+            f"{absent:,} certainly absent (not removed)",
+            file=sys.stderr,
+        )
+    return 1 if absent else 0
 
 
 def _kind_text(record: dict[str, Any]) -> str:
@@ -522,18 +801,18 @@ def _info(args: argparse.Namespace) -> int:
     with open_filter(args.file, readonly=True) as f:
         record = f.describe(scan=True, progress=True)  # a bar on a terminal when the scan is long
     if args.json:
-        print(json.dumps(record, indent=2, allow_nan=False))
+        _emit_json(record)
         return 0
     rows = _info_lines(record)
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
-        print(f"{name:<{width}}  {value}")
+        _echo(f"{name:<{width}}  {value}")
     if "layers" in record:
-        print("layers:")
-        print("  #  capacity      items        m (bits)   k  target p    fill")
+        _echo("layers:")
+        _echo("  #  capacity      items        m (bits)   k  target p    fill")
         for i, layer in enumerate(record["layers"]):
             fill = f"{layer['fill_ratio']:.4f}" if "fill_ratio" in layer else ""
-            print(
+            _echo(
                 f"  {i}  {layer['capacity']:>9,}  {layer['items_added']:>9,}  {layer['num_bits']:>14,}  "
                 f"{layer['num_hashes']:>2}  {layer['fp_rate']:<10.3g}  {fill}".rstrip()
             )
@@ -551,6 +830,7 @@ def _shape(record: dict[str, Any]) -> str:
 
 def _verify(args: argparse.Namespace) -> int:
     bad = 0
+    results: list[dict[str, Any]] = []
     for path in args.files:
         try:
             with open_filter(path, readonly=True) as f:
@@ -558,11 +838,17 @@ def _verify(args: argparse.Namespace) -> int:
                 record = f.describe(scan=False)
         except (MmapBloomError, OSError) as exc:
             bad += 1
-            print(f"mmapbloom verify: FAILED: {_describe_error(exc, path)}", file=sys.stderr)
+            results.append({"path": path, "ok": False, "error": _describe_error(exc, path)})
+            if not args.json:
+                print(f"mmapbloom verify: FAILED: {_describe_error(exc, path)}", file=sys.stderr)
             continue
-        print(f"{path}: OK ({_shape(record)})")
-    if len(args.files) > 1 and not bad:
-        print(f"all {len(args.files)} files OK")
+        results.append({"path": path, "ok": True, **record})
+        if not args.json:
+            _echo(f"{path}: OK ({_shape(record)})")
+    if args.json:
+        _emit_json({"files": len(args.files), "failed": bad, "results": results})
+    elif len(args.files) > 1 and not bad:
+        _echo(f"all {len(args.files)} files OK")
     return 2 if bad else 0
 
 
@@ -595,7 +881,9 @@ def _merge(args: argparse.Namespace) -> int:
             if exc.filename is None or os.path.abspath(exc.filename) != os.path.abspath(out):
                 raise
             raise _use_force(exc, out) from None
-    if not args.quiet:
+    if args.json:
+        _emit_json(dataclasses.asdict(result))
+    elif not args.quiet:
         print(result.summary(), file=sys.stderr)
     return 0
 
@@ -646,6 +934,7 @@ def _add_merge_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--no-progress", dest="progress", action="store_false", help="never show the progress bar")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary line")
+    _json_argument(p, "the merge's figures (output, shards, bytes read, seconds, shape, items added)")
     p.set_defaults(func=_merge, parser=p)
 
 
@@ -675,6 +964,10 @@ def _item_input_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _json_argument(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--json", action="store_true", help=f"print {what} as JSON on stdout instead of the text report")
+
+
 def _strategy_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--strategy",
@@ -685,6 +978,17 @@ def _strategy_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: one line, not re-wrapped by argparse's formatter (the reason for a
+    pure-Python backend is long)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option: Any = None) -> None:
+        from . import __version__
+
+        parser._print_message("mmapbloom {} ({} backend: {})\n".format(__version__, *backend_status()), sys.stdout)
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of the ``mmapbloom`` command (all subcommands)."""
     parser = _Parser(
@@ -693,13 +997,12 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 ok; 1 a check found an item absent (see check --help); 2 bad usage, "
         "a damaged or unreadable file, or another error. Run 'mmapbloom COMMAND --help'.",
     )
-    from . import __version__
-
     parser.add_argument(
         "--version",
-        action="version",
-        version=f"mmapbloom {__version__} ({BACKEND} backend: "
-        f"{'compiled kernels' if BACKEND == 'native' else 'pure Python and numpy'})",
+        action=_VersionAction,
+        nargs=0,
+        default=argparse.SUPPRESS,
+        help="print the version and the backend in use (and why), then exit",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -763,38 +1066,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bits", type=_arg_type(parse_count), metavar="M", help="number of bits m")
     p.add_argument("--hashes", type=_arg_type(parse_count), metavar="K", help="number of hashes k")
     _strategy_argument(p)
-    p.add_argument(
-        "--scalable",
-        action="store_true",
-        help="create a scalable filter (a directory of layers that grows past -n, keeping the "
-        "compound false-positive rate below -p; Almeida et al. 2007)",
-    )
-    p.add_argument(
-        "--growth",
-        type=float,
-        default=None,
-        metavar="S",
-        help="--scalable: capacity factor of each new layer (default 2)",
-    )
-    p.add_argument(
-        "--tightening",
-        type=float,
-        default=None,
-        metavar="R",
-        help="--scalable: error-target factor of each new layer, 0 < R < 1 (default 0.5)",
-    )
-    p.add_argument(
-        "--counting",
-        action="store_true",
-        help="create a counting filter (BLC1: supports removal; 4 or 8 times the size)",
-    )
-    p.add_argument(
-        "--counter-bits",
-        type=int,
-        choices=(4, 8),
-        default=None,
-        help="counter width of a --counting filter (default 4)",
-    )
+    for kind in CREATE_KINDS:  # each kind's flag and its own options
+        if kind.flag is not None:
+            p.add_argument(kind.flag, action="store_true", help=kind.help)
+        kind.arguments(p)
     p.add_argument(
         "--mode",
         type=_arg_type(parse_mode),
@@ -812,6 +1087,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not reserve disk space now (a full disk later kills writers with SIGBUS; not with --scalable)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
+    _json_argument(p, "the new filter's record (as info --json, without the scan)")
     p.set_defaults(func=_create, parser=p)
 
     p = sub.add_parser(
@@ -825,7 +1101,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _item_input_arguments(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no summary line")
+    _json_argument(p, "the counts (items, new, already_present) and seconds")
     p.set_defaults(func=_add)
+
+    p = sub.add_parser(
+        "remove",
+        help="remove items (one per line) from a counting filter",
+        description="Remove items from a filter that supports removal (a counting filter): "
+        "each item's counters are decremented if it might be present. Only remove items that "
+        "were added (removing a false positive corrupts other items). Exit status 0 if every "
+        "item was removed, 1 if at least one was certainly absent (and so not removed), 2 on "
+        "error (a filter kind without removal, a damaged file, a failed input). Prints the "
+        "counts on stderr.",
+        epilog=FRAMING_HELP,
+    )
+    _item_input_arguments(p)
+    p.add_argument("-q", "--quiet", action="store_true", help="no summary line")
+    _json_argument(p, "the counts (items, removed, certainly_absent) and seconds")
+    p.set_defaults(func=_remove)
 
     p = sub.add_parser(
         "check",
@@ -841,6 +1134,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--absent", action="store_true", help="print the items that are certainly absent instead")
     p.add_argument("-c", "--count", action="store_true", help="print only the counts")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing; only set the exit status")
+    _json_argument(p, "only the counts (checked, might_be_present, certainly_absent)")
     p.set_defaults(func=_check)
 
     p = sub.add_parser(
@@ -864,6 +1158,7 @@ def build_parser() -> argparse.ArgumentParser:
         "directory, the manifest and every layer. Exit 0 only if all are sound.",
     )
     p.add_argument("files", nargs="+", metavar="FILE")
+    _json_argument(p, "one record per file (ok, error or the shape)")
     p.set_defaults(func=_verify)
 
     p = sub.add_parser(
@@ -900,18 +1195,39 @@ def _show_warning(
     print(f"mmapbloom: warning: {message}", file=sys.stderr)
 
 
+def _subcommand_parsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """Parse with options anywhere, for every subcommand (``merge OUT --intersection A B``,
+    ``check f.blm --key x -``): the subcommand's own parser parses its arguments with
+    ``parse_intermixed_args`` (argparse cannot intermix through a subparsers action, so
+    the subcommand is found first: the first argument that is not an option)."""
+    subparsers = _subcommand_parsers(parser)
+    if not subparsers:  # a standalone parser (tools/merge_shards.py)
+        return parser.parse_intermixed_args(argv)
+    for i, arg in enumerate(argv):
+        if arg == "--" or arg.startswith("-"):
+            if arg == "--":
+                break
+            continue
+        sub = subparsers.get(arg)
+        if sub is None:
+            break  # an unknown command: the top-level parser says so
+        args = sub.parse_intermixed_args(argv[i + 1 :])
+        args.command = arg
+        if any(a.startswith("-") and a not in ("-",) for a in argv[:i]):
+            parser.parse_args(argv[:i])  # --help / --version act; anything else is refused
+        return args
+    return parser.parse_args(argv)
+
+
 def _run(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]], prog: str) -> int:
-    args, extra = parser.parse_known_args(argv)
-    if (
-        extra
-        and isinstance(getattr(args, "inputs", None), list)
-        and not any(x.startswith("-") and x != "-" for x in extra)
-    ):
-        # argparse matches FILE and INPUT... in one go, so INPUTs after an option
-        # (``check f.blm --key x -``) come back unmatched: they are inputs, in order.
-        args.inputs = [*args.inputs, *extra]
-    elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args = _parse(parser, list(sys.argv[1:] if argv is None else argv))
     return _call(args, prog)
 
 
@@ -921,7 +1237,14 @@ def _call(args: argparse.Namespace, prog: str) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("default")
             warnings.showwarning = _show_warning
-            return int(args.func(args))
+            status = int(args.func(args))
+            _flush_stdout()  # a failed flush (> /dev/full) is an error, not a silent exit 0
+            return status
+    except StreamError as exc:
+        committed = getattr(args, "committed", None)
+        print(f"{prog}: error: {exc}" + (f"; {committed}" if committed else ""), file=sys.stderr)
+        _detach_stdout()
+        return 2
     except (MmapBloomError, OSError) as exc:
         if isinstance(exc, BrokenPipeError):
             return _broken_pipe()
@@ -936,6 +1259,21 @@ def _call(args: argparse.Namespace, prog: str) -> int:
         by = f" by {exc}" if isinstance(exc, TerminationSignal) else ""
         print(f"{prog}: interrupted{by}", file=sys.stderr)
         return exit_status(exc)
+
+
+def _detach_stdout() -> None:
+    """After a stdout failure, point fd 1 at /dev/null and drop what is buffered, so the
+    interpreter's flush at exit does not fail a second time (an 'Exception ignored' message
+    and status 120)."""
+    if sys.stdout is None:
+        return
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def _broken_pipe() -> int:

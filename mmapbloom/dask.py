@@ -1,6 +1,6 @@
 """Shard builds on Dask: one BLM1 shard per partition, written by the worker that holds it,
 then merged with :func:`mmapbloom.merge.merge_shards`. Needs the ``[dask]`` extra
-(``pip install 'mmapbloom[dask]'``: ``dask[bag,dataframe]`` and ``distributed``).
+(the ``dask`` extra, from the checkout or the wheel, never by name from an index: ``pip install -e '.[dask]'``; ``dask[bag,dataframe]`` and ``distributed``).
 
 ::
 
@@ -98,7 +98,8 @@ def _require_dask() -> Any:
         import dask.dataframe
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(
-            f"mmapbloom.dask needs dask: pip install 'mmapbloom[dask]' (dask[bag,dataframe] and distributed); {exc}"
+            "mmapbloom.dask needs dask[bag,dataframe] and distributed (the dask extra: pip install -e '.[dask]' "
+            f"in the checkout, or the wheel's path with [dask]); {exc}"
         ) from exc
     return dask
 

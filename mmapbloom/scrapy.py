@@ -9,7 +9,8 @@ million requests at a false-positive rate of 1e-6) whatever the number of reques
 resumed crawl opens the file in O(1), and several Scrapy processes on one machine can
 share one file, so that no request is crawled by two of them.
 
-Install with the ``scrapy`` extra (``pip install 'mmapbloom[scrapy]'``); this module needs
+Install with the ``scrapy`` extra, from the checkout or the wheel (``pip install -e '.[scrapy]'``;
+mmapbloom is on no package index, so never by name); this module needs
 Scrapy (2.11 or later) and imports it. Enable it in a project's ``settings.py``::
 
     DUPEFILTER_CLASS = "mmapbloom.scrapy.BloomDupeFilter"

@@ -18,6 +18,34 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+
+def _shadowed_install() -> str:
+    """The path of an installed (not editable) mmapbloom that ``ROOT/mmapbloom`` would hide,
+    or "": run from an unpacked sdist, the tests (and their subprocesses, which get ROOT on
+    PYTHONPATH) would import the unpacked pure-Python sources instead of the package
+    installed from the wheel or sdist, and fail or test the wrong thing."""
+    import importlib.metadata
+
+    here = os.path.join(ROOT, "mmapbloom", "__init__.py")
+    if not os.path.exists(here) or not os.path.exists(os.path.join(ROOT, "PKG-INFO")):
+        return ""  # not an unpacked sdist (a checkout's sources are what its tests test)
+    # Every distribution found (an unpacked sdist holds its own mmapbloom.egg-info, an
+    # editable install a finder whose RECORD has no mmapbloom/__init__.py).
+    for dist in importlib.metadata.distributions(name="mmapbloom"):
+        installed = str(dist.locate_file("mmapbloom/__init__.py"))
+        if os.path.exists(installed) and not os.path.samefile(installed, here):
+            return os.path.dirname(installed)
+    return ""
+
+
+_SHADOWED = _shadowed_install()
+if _SHADOWED:
+    raise pytest.UsageError(
+        f"mmapbloom is installed in {_SHADOWED}, but {os.path.join(ROOT, 'mmapbloom')} (the unpacked "
+        "sdist's copy) would be imported instead. Remove it first, as .ci/run does: "
+        f"rm -r {os.path.join(ROOT, 'mmapbloom')} (the tests then run against the installed package)"
+    )
+
 from mmapbloom import BloomConfig, BloomFilter  # noqa: E402  (after the path fix above)
 
 

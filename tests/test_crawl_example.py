@@ -32,13 +32,23 @@ def crawl_example():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def crawl_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, SCRIPT, "--max-pages", str(MAX_PAGES), "--workers", "3", "--time-limit", "45", "--json"]
     # About 5 s on an idle machine; the limits leave room for a loaded one. Run from an
     # unrelated directory, as a user would from anywhere.
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=str(tmp_path_factory.mktemp("cwd")))
     assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    return json.loads(proc.stdout)
+    return proc
+
+
+@pytest.fixture(scope="module")
+def report(crawl_run: subprocess.CompletedProcess[str]) -> dict:
+    return json.loads(crawl_run.stdout)
+
+
+@pytest.fixture(scope="module")
+def report_stderr(crawl_run: subprocess.CompletedProcess[str]) -> str:
+    return crawl_run.stderr
 
 
 def test_crawl_fetches_the_budget_and_no_page_twice(report: dict) -> None:
@@ -64,9 +74,53 @@ def test_filter_numbers_agree_with_the_crawl(report: dict) -> None:
 
 
 def test_shutdown_was_clean(report: dict) -> None:
-    assert report["server_stopped_cleanly"] is True
+    assert report["server_stopped_cleanly"] is True and report["server_stop"] == "cleanly"
+    assert report["site_lost"] == "" and report["fetch_errors"] <= report["max_error_rate"] * report["fetch_attempts"]
     assert report["workers_killed"] == 0
     assert 0 < report["crawl_time_s"] <= report["wall_time_s"]
+
+
+def test_report_says_which_backend_runs(report_stderr: str) -> None:
+    assert "crawl.py: mmapbloom " in report_stderr and " backend: " in report_stderr
+
+
+def test_a_server_that_dies_mid_crawl_fails_the_demo(crawl_example, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The site going away is a failure, never "result OK": kill the pydoc server a moment
+    into the crawl (as a crash while documenting a module would)."""
+    import signal
+    import threading
+
+    from tqdm import tqdm  # type: ignore[import-untyped]
+
+    monkeypatch.setattr(tqdm, "monitor_interval", 0)  # no monitor thread left in this process
+    m = crawl_example
+    args = m.build_parser().parse_args(
+        ["--no-progress", "--max-pages", "400", "--workers", "2", "--time-limit", "60", "--json"]
+    )
+    server = m.PydocServer()
+    real_start = server.start
+
+    def start_then_kill_soon() -> str:
+        url = real_start()
+        threading.Timer(1.5, lambda: server.proc.send_signal(signal.SIGKILL)).start()
+        return url
+
+    server.start = start_then_kill_soon
+    status = m._run(args, server)
+    report = json.loads(capsys.readouterr().out)
+    assert status == 1 and report["ok"] is False, report
+    assert report["server_stopped_cleanly"] is False
+    assert "died before shutdown" in report["server_stop"]
+    assert any("went away" in p for p in report["problems"]), report["problems"]
+    assert report["stop_reason"].startswith("the site went away")
+
+
+def test_third_party_modules_are_not_followed(crawl_example) -> None:  # type: ignore[no-untyped-def]
+    m = crawl_example
+    for path in ("numpy.html", "_polars_runtime_32._polars_runtime.html", "get?key=mmapbloom"):
+        assert m.is_skipped_url("http://127.0.0.1:8080/" + path), path
+    for path in ("keywords.html", "topics.html", "index.html", "_abc.html", "builtins.html"):
+        assert not m.is_skipped_url("http://127.0.0.1:8080/" + path), path
 
 
 def test_skip_list_and_link_normalisation(crawl_example) -> None:  # type: ignore[no-untyped-def]

@@ -29,7 +29,8 @@ def test_semijoin_example_reports_and_agrees(tmp_path: Any) -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr  # it exits 1 if a join differs
     assert (tmp_path / "orders.blm").exists()
-    lines = {line[:22].strip(): line[22:].split() for line in proc.stdout.splitlines()[2:]}
+    assert "native backend" in proc.stderr or "python backend" in proc.stderr  # it says which runs, and why
+    lines = {line[:22].strip(): line[22:].split() for line in proc.stdout.splitlines()[2:5]}
     exact, filtered, sql = lines["exact join"], lines["filter, then join"], lines["SQL filter, then join"]
     joined = int(exact[3].replace(",", ""))
     assert abs(joined - rows * match) < rows * match * 0.2
@@ -39,3 +40,11 @@ def test_semijoin_example_reports_and_agrees(tmp_path: Any) -> None:
         assert kept == joined + false_pos  # every matching row kept: no false negative
         assert false_pos < 0.03 * (rows - joined)  # about the 1% rate asked for
     assert filtered[:3] == sql[:3]
+    # The case the filter exists for: the probe side shipped to the join, measured in bytes,
+    # with the break-even stated; and the row-group read, with why it does not pay.
+    out = proc.stdout
+    without = int(out.split("without the filter")[1].split()[0].replace(",", ""))
+    with_filter = int(out.split("  with the filter")[1].split()[0].replace(",", ""))
+    assert with_filter < 0.2 * without  # 5% match + 1% false positives, plus the filter file
+    assert "break-even" in out and ("link slower than" in out or "always" in out)
+    assert "row groups skipped" in out and "(1 - p)^R" in out

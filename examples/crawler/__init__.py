@@ -15,6 +15,7 @@ from .links import (
     SKIP_PAGES,
     extract_links,
     is_skipped_module,
+    is_third_party,
     is_skipped_url,
     normalise_link,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "crawl",
     "extract_links",
     "is_skipped_module",
+    "is_third_party",
     "is_skipped_url",
     "normalise_link",
 ]

@@ -5,6 +5,7 @@ Part of the crawler example (``examples/crawl.py``); standard library only.
 
 from __future__ import annotations
 
+import sys
 import urllib.parse
 from html.parser import HTMLParser
 from typing import Optional
@@ -14,6 +15,7 @@ __all__ = [
     "SKIP_MODULES",
     "SKIP_PAGES",
     "extract_links",
+    "is_third_party",
     "is_skipped_module",
     "is_skipped_url",
     "normalise_link",
@@ -54,6 +56,26 @@ SKIP_MODULES: frozenset[str] = frozenset(
 #: starts a REPL on the server's stdin, ``venv.__main__`` parses the server's argv and
 #: exits), and test packages are slow or run tests at import.
 SKIP_COMPONENTS: frozenset[str] = frozenset({"__main__", "test", "tests", "idle_test", "conftest"})
+
+#: pydoc's own pages (not modules): never skipped as third-party modules.
+PYDOC_PAGES: frozenset[str] = frozenset({"index", "topics", "keywords"})
+
+#: The top-level modules of the standard library (``sys.stdlib_module_names``, 3.10+).
+STDLIB: frozenset[str] = frozenset(sys.stdlib_module_names) | frozenset(sys.builtin_module_names)
+
+
+def is_third_party(name: str) -> bool:
+    """True if ``name`` is a module (or object) outside the standard library. Its pydoc page
+    is never requested: pydoc imports the module inside the server, and an installed
+    extension module can crash or hang it (in the test virtualenv, pydoc stopped answering
+    after documenting ``_polars_runtime_32._polars_runtime``, and a fifth of the fetches
+    failed). The crawl documents the standard library only.
+
+    >>> [is_third_party(n) for n in ("os.path", "json", "_abc", "numpy", "_polars_runtime_32.x")]
+    [False, False, False, True, True]
+    """
+    return name.split(".", 1)[0] not in STDLIB
+
 
 #: pydoc pages (first path segment) never followed: ``search?key=`` scans and imports
 #: every module on ``sys.path``.
@@ -171,10 +193,13 @@ def is_skipped_url(url: str) -> bool:
     :data:`SKIP_COMPONENTS` and :data:`SKIP_PAGES`).
 
     >>> [is_skipped_url("http://h:1/" + p) for p in ("os.html", "antigravity.html", "tkinter.ttk.html",
-    ...  "get?key=this", "search?key=x", "topic?key=ASSERTION", "")]
-    [False, True, True, True, True, False, False]
+    ...  "get?key=this", "search?key=x", "topic?key=ASSERTION", "", "numpy.html", "get?key=polars")]
+    [False, True, True, True, True, False, False, True, True]
     """
     page, name = _pydoc_target(url)
     if page in SKIP_PAGES:
         return True
-    return name is not None and is_skipped_module(name)
+    if name is None:
+        return False
+    module_page = page == "get" or (page.endswith(".html") and name not in PYDOC_PAGES)
+    return is_skipped_module(name) or (module_page and is_third_party(name))

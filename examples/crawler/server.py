@@ -55,9 +55,12 @@ class PydocServer:
         self.stop_timeout = stop_timeout
         self.url: Optional[str] = None
         self.proc: Optional[subprocess.Popen[str]] = None
-        #: None while running or never started; True if it exited by itself after "q";
-        #: False if it had to be killed.
+        #: None while running or never started; True only if it was running and answering
+        #: a request when :meth:`stop` was called and then exited by itself after "q";
+        #: False otherwise (it died before, stopped answering, or had to be killed).
         self.stopped_cleanly: Optional[bool] = None
+        #: How the stop went, in words ("cleanly", "died during the crawl: ...", ...).
+        self.stop_note: str = ""
         self.returncode: Optional[int] = None
         self._ready = threading.Event()
         self._stdout: collections.deque[str] = collections.deque(maxlen=50)
@@ -122,12 +125,36 @@ class PydocServer:
         assert self.url is not None
         return self.url
 
+    def alive(self) -> Optional[str]:
+        """None while the server process runs; else why it is gone (its exit status and
+        its last lines of output). Cheap (one ``poll``): the crawl calls it every 0.1 s."""
+        if self.proc is None or self.proc.poll() is None:
+            return None
+        tail = " | ".join(list(self._stderr)[-3:])
+        return f"the pydoc server exited with status {self.proc.returncode}" + (f" ({tail})" if tail else "")
+
+    def answering(self, timeout: float = 10.0) -> Optional[str]:
+        """None if the server answers a small request (its keyword list) within
+        ``timeout`` seconds; else the error."""
+        import urllib.request
+
+        if self.url is None:
+            return "not started"
+        try:
+            with urllib.request.urlopen(self.url + "keywords.html", timeout=timeout) as response:
+                response.read()
+        except (OSError, ValueError) as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
     def stop(self) -> None:
         """Ask the server to quit ("q" on its stdin, then EOF), wait up to ``stop_timeout``
         seconds, kill it if it is still running, and remove its working directory.
         Idempotent; never raises for a server that already died."""
         proc = self.proc
         if proc is not None and self.returncode is None:
+            gone = self.alive()
+            silent = None if gone else self.answering()
             if proc.stdin is not None:
                 try:
                     proc.stdin.write("q\n")
@@ -140,9 +167,17 @@ class PydocServer:
                     pass
             try:
                 proc.wait(timeout=self.stop_timeout)
-                self.stopped_cleanly = True
+                self.stopped_cleanly = not gone and not silent
+                self.stop_note = (
+                    f"died before shutdown: {gone}"
+                    if gone
+                    else f"not answering at shutdown ({silent}), then exited"
+                    if silent
+                    else "cleanly"
+                )
             except subprocess.TimeoutExpired:
                 self.stopped_cleanly = False
+                self.stop_note = "by kill (it did not exit after q)" + (f"; not answering ({silent})" if silent else "")
                 proc.kill()
                 try:
                     proc.wait(timeout=self.stop_timeout)

@@ -31,7 +31,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from mmapbloom import BloomFilter
 
@@ -218,6 +218,7 @@ class CrawlResult:
         workers_crashed: tracebacks of workers that failed.
         workers_killed: workers that had to be terminated.
         error_samples: up to five ``(url, error)`` pairs.
+        site_lost: why the site went away during the crawl (the server exited), or ``""``.
     """
 
     stop_reason: str = ""
@@ -236,6 +237,7 @@ class CrawlResult:
     workers_killed: int = 0
     error_samples: list[tuple[str, str]] = field(default_factory=list)
     interrupted: bool = False
+    site_lost: str = ""
 
 
 class _Tally:
@@ -296,6 +298,7 @@ def crawl(
     fetch_timeout: float = DEFAULT_FETCH_TIMEOUT,
     start_method: Optional[str] = None,
     progress: Optional[bool] = None,
+    site_alive: Optional[Callable[[], Optional[str]]] = None,
 ) -> CrawlResult:
     """Crawl the site at ``root`` with ``workers`` processes sharing the file-backed ``bloom``.
 
@@ -315,6 +318,9 @@ def crawl(
         start_method: ``multiprocessing`` start method; default ``"spawn"`` (workers then
             receive the filter pickled as its path and open it themselves).
         progress: show a tqdm progress bar on stderr; default: if stderr is a terminal.
+        site_alive: called about every 0.1 s; a string (why the site went away, such as
+            "the pydoc server exited with status -11") stops the crawl, recorded as
+            ``site_lost``.
 
     Returns:
         The totals, with the exact cross-checks filled in.
@@ -380,6 +386,11 @@ def crawl(
                     bar.set_postfix(errors=r.fetch_errors, frontier=max(pending.value, 0), refresh=False)
                 if r.workers_crashed:
                     r.stop_reason = "a worker crashed"
+                    break
+                lost = site_alive() if site_alive is not None else None
+                if lost:
+                    r.site_lost = lost
+                    r.stop_reason = f"the site went away: {lost}"
                     break
                 if pending.value == 0:
                     r.stop_reason = (
