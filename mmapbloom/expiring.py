@@ -40,8 +40,9 @@ Rotation, under the directory-wide write lock (an exclusive ``flock`` on ``lock`
 only when the current period ``c`` is newer than every listed period:
 
 1. if some listed periods are older than ``c - periods``: publish a manifest without
-   them (generation g + 1), store g + 1 in the lock word (the commit point), then remove
-   their files and any unlisted ``period-*.blm`` leftover of a killed writer;
+   them (generation g + 1) and store g + 1 in the lock word (the commit point); then (in
+   every rotation) remove every ``period-*.blm`` the committed manifest does not list:
+   the dropped periods and any leftover of a killed writer;
 2. create ``period-c.blm`` complete (atomically, with the lock file's mode and group),
    publish the manifest listing it (g + 2), store g + 2.
 
@@ -783,9 +784,11 @@ class ExpiringBloomFilter(Lifecycle):
             if hook is not None:
                 hook("dropped-committed", now)
             view = self._current()
-            self._sweep(view)
-            if hook is not None:
-                hook("files-removed", now)
+        # Dropped periods, and leftovers of a writer killed before it removed them or
+        # before it published the file it created: at most periods + 1 files remain.
+        self._sweep(view)
+        if hook is not None:
+            hook("files-removed", now)
         path = self._period_path(now)
         BloomFilter.create(path, self._config, overwrite=True).close()  # never listed: now > every listed
         apply_shared_mode(path, mode, gid)
