@@ -44,7 +44,16 @@ from .base import MappedFilter
 from .counting import CountingBloomFilter
 from .errors import MmapBloomError
 from .filter import BloomFilter
-from .units import format_bytes, format_count, format_rate, parse_count, parse_fp_rate, parse_mode, progress_bar
+from .units import (
+    format_bytes,
+    format_count,
+    format_rate,
+    parse_count,
+    parse_duration,
+    parse_fp_rate,
+    parse_mode,
+    progress_bar,
+)
 from .termination import TerminationSignal, exit_status, run_main
 from .scalable import ScalableBloomFilter
 from .verify import open_filter
@@ -342,7 +351,42 @@ def _create_scalable(args: argparse.Namespace) -> int:
     return 0
 
 
+def _create_expiring(args: argparse.Namespace) -> int:
+    from .expiring import DEFAULT_PERIODS, ExpiringBloomFilter
+
+    if args.n is None or args.p is None or args.bits is not None or args.hashes is not None:
+        args.parser.error("--window needs -n (distinct items per window) and -p, not --bits/--hashes")
+    for given, option in (
+        (args.scalable, "--scalable"),
+        (args.counting, "--counting"),
+        (args.counter_bits is not None, "--counter-bits"),
+        (args.sparse, "--sparse"),
+        (args.force, "--force"),
+        (args.growth is not None, "--growth"),
+        (args.tightening is not None, "--tightening"),
+    ):
+        if given:
+            args.parser.error(f"--window and {option} cannot be combined (an expiring filter is a directory)")
+    periods = DEFAULT_PERIODS if args.periods is None else args.periods
+    f = ExpiringBloomFilter.create(
+        args.file, args.window, args.n, args.p, periods=periods, strategy=_strategy(args.strategy), mode=args.mode
+    )
+    with f:
+        if not args.quiet:
+            print(
+                f"created {args.file}: expiring filter, window {f.window:g} s in {f.periods} periods of "
+                f"{f.config.num_bits:,} bits, k={f.config.num_hashes}, {f.capacity:,} items per window, "
+                f"strategy {f.strategy.name}",
+                file=sys.stderr,
+            )
+    return 0
+
+
 def _create(args: argparse.Namespace) -> int:
+    if args.window is not None:
+        return _create_expiring(args)
+    if args.periods is not None:
+        args.parser.error("--periods needs --window")
     if args.scalable:
         return _create_scalable(args)
     if args.growth is not None or args.tightening is not None:
@@ -460,6 +504,8 @@ def _check(args: argparse.Namespace) -> int:
 
 def _kind_text(record: dict[str, Any]) -> str:
     text = "scalable filter" if record["kind"] == "scalable" else record["kind"]
+    if record["kind"] == "expiring":
+        text = f"expiring filter (window {record['window']:g} s, {record['periods']} periods)"
     if record.get("counter_bits"):
         saturated = record.get("saturated_counters")
         text += f" ({record['counter_bits']}-bit counters" + (
@@ -476,7 +522,15 @@ def _info_lines(record: dict[str, Any]) -> list[tuple[str, str]]:
     file's ``num_bits`` and the scan's ``fill_ratio``)."""
     layered = "layers" in record
     rows = [("path", str(record["path"])), ("kind", _kind_text(record)), ("strategy", record["strategy"])]
-    if "capacity" in record:
+    if record["kind"] == "expiring":
+        rows.append(
+            (
+                "sized for",
+                f"{record['capacity']:,} items per window, fp rate {record['fp_rate']:g} "
+                f"(each period file: m and k below)",
+            )
+        )
+    elif "capacity" in record:
         rows.append(
             ("sized for", f"{record['capacity']:,} items in the first layer, compound fp rate {record['fp_rate']:g}")
         )
@@ -768,6 +822,21 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="create a scalable filter (a directory of layers that grows past -n, keeping the "
         "compound false-positive rate below -p; Almeida et al. 2007)",
+    )
+    p.add_argument(
+        "--window",
+        type=_arg_type(parse_duration),
+        default=None,
+        metavar="DURATION",
+        help="create an expiring filter (a directory of period files) remembering items for "
+        "this long: 30d, 12h, 90m, 45s; -n is the items expected per window",
+    )
+    p.add_argument(
+        "--periods",
+        type=_arg_type(parse_count),
+        default=None,
+        metavar="N",
+        help="--window: periods per window (default 8); items are forgotten at most window/N after their window",
     )
     p.add_argument(
         "--growth",
