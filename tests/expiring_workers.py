@@ -65,3 +65,10 @@ def crossing_worker(
                     claimed.append((step, k))
             barrier.wait()  # every worker is done with this step
     return claimed
+
+
+def env_clock() -> float:
+    """A clock for child processes (a Scrapy crawl): the time in the file named by the
+    environment variable ``MMAPBLOOM_TEST_CLOCK``."""
+    with open(os.environ["MMAPBLOOM_TEST_CLOCK"], "rb") as fh:
+        return float(_DOUBLE.unpack(fh.read(8))[0])
