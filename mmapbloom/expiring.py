@@ -83,6 +83,7 @@ from .directory import (
     LOCK_NAME,
     LOCK_SIZE,
     MANIFEST_NAME,
+    WORD_OFFSET,
     apply_shared_mode,
     build_directory,
     check_file_mode,
@@ -343,6 +344,21 @@ def _read_manifest(directory: str) -> tuple[ExpiringRule, HashStrategy, int, lis
     return rule, strategy, generation, out
 
 
+def _is_array(items: object) -> bool:
+    """A 1-dimensional numpy array without Python objects: its subsets are taken with
+    numpy indexing and read in place by each period's kernels."""
+    return isinstance(items, np.ndarray) and items.ndim == 1 and items.dtype.kind in "iuSU"
+
+
+def _take(keys: Any, idx: npt.NDArray[np.intp]) -> Any:
+    """The keys at positions ``idx`` (ascending): numpy indexing, or a list."""
+    if isinstance(keys, np.ndarray):
+        return keys[idx]
+    if idx.size == len(keys):
+        return keys
+    return [keys[i] for i in idx.tolist()]
+
+
 # -- the per-period record --------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class _View:
@@ -400,6 +416,7 @@ class ExpiringBloomFilter(Lifecycle):
         "_strategy",
         "_config",
         "_clock",
+        "_period",
         "_readonly",
         "_no_write",
         "_closed",
@@ -417,6 +434,7 @@ class ExpiringBloomFilter(Lifecycle):
     _strategy: HashStrategy
     _config: BloomConfig
     _clock: Callable[[], float]
+    _period: float
     _readonly: bool
     _no_write: bool
     _closed: bool
@@ -548,6 +566,7 @@ class ExpiringBloomFilter(Lifecycle):
         try:
             self._rule, self._strategy, _, _ = _read_manifest(dest)
             self._config = self._rule.config(self._strategy)
+            self._period = self._rule.period_seconds
             self._reload(word)
         except BaseException:
             self._close_files()
@@ -606,7 +625,12 @@ class ExpiringBloomFilter(Lifecycle):
 
     def _read_word(self) -> int:
         try:
-            return read_word(self._lock_fd, self._lock_path, what=_WORD_WHAT, minimum=1)
+            raw = os.pread(self._lock_fd, 4, WORD_OFFSET)
+            if len(raw) == 4:
+                word = int.from_bytes(raw, "little")
+                if word >= 1:
+                    return word
+            return read_word(self._lock_fd, self._lock_path, what=_WORD_WHAT, minimum=1)  # raises
         except OSError:  # EBADF: closed by another thread
             self._check_open()
             raise
@@ -722,7 +746,11 @@ class ExpiringBloomFilter(Lifecycle):
             )
 
     def _now(self) -> int:
-        return self._rule.number(self._clock())
+        t = self._clock()
+        try:
+            return math.floor(t / self._period)
+        except (TypeError, ValueError, OverflowError):
+            return self._rule.number(t)  # raises ConfigError naming the value
 
     def _live(self, view: _View, now: int) -> list[BloomFilter]:
         """The filters of ``view`` numbered >= ``now - periods``, newest first."""
@@ -879,7 +907,7 @@ class ExpiringBloomFilter(Lifecycle):
         start = 0
         done = [0]
         try:
-            keys = encoded_keys(items)[0]
+            keys: Any = items if _is_array(items) else encoded_keys(items)[0]
             total = 0
             for start in range(0, len(keys), _CHUNK):
                 done[0] = 0
@@ -891,25 +919,27 @@ class ExpiringBloomFilter(Lifecycle):
             raise
         return total
 
-    def _update_locked(self, keys: list[Any], done: list[int]) -> int:
+    def _update_locked(self, keys: Any, done: list[int]) -> int:
         view, now = self._locked_view()
         newest = self._writable_newest(view)
-        todo = list(range(len(keys)))
+        todo = np.arange(len(keys))
+        sub = keys
         for f in self._live(view, now):
             if f is view.filters[-1] or f is newest:
                 continue
-            if not todo:
+            if todo.size == 0:
                 break
-            hit = f.contains_many([keys[i] for i in todo])
-            todo = [i for i, h in zip(todo, hit.tolist(), strict=True) if not h]
-        if not todo:
+            hit = f.contains_many(sub)
+            todo = todo[~hit]
+            sub = _take(keys, todo)
+        if todo.size == 0:
             done[0] = len(keys)
             return 0
         try:
-            new = int(np.count_nonzero(newest.add_many([keys[i] for i in todo])))
+            new = int(np.count_nonzero(newest.add_many(sub)))
         except BaseException as exc:
             got = getattr(exc, "committed_items", 0)
-            done[0] = todo[got] if got < len(todo) else len(keys)
+            done[0] = int(todo[got]) if got < todo.size else len(keys)
             raise
         done[0] = len(keys)
         return new
@@ -933,9 +963,14 @@ class ExpiringBloomFilter(Lifecycle):
         under the handle)."""
         key = encode_key(item)
         view = self._current()
-        for f in self._live(view, self._now()):
-            if f.might_contain(key):
+        low = self._now() - self._rule.periods
+        numbers_ = view.numbers
+        filters = view.filters
+        i = len(numbers_) - 1
+        while i >= 0 and numbers_[i] >= low:
+            if filters[i].might_contain(key):
                 return True
+            i -= 1
         return False
 
     __contains__ = might_contain
@@ -947,17 +982,24 @@ class ExpiringBloomFilter(Lifecycle):
 
         Raises TypeError, ValueError (malformed batch), FilterClosedError."""
         self._check_open()
-        keys, where, n = encoded_keys(items)
+        where = None
+        if _is_array(items):
+            keys: Any = items
+            n = len(items)  # type: ignore[arg-type]
+        else:
+            keys, where, n = encoded_keys(items)
         out = np.zeros(n, dtype=np.bool_)
         view = self._current()
         found = np.zeros(len(keys), dtype=np.bool_)
         todo = np.arange(len(keys))
+        sub = keys
         for f in self._live(view, self._now()):
             if todo.size == 0:
                 break
-            hit = f.contains_many(keys if todo.size == len(keys) else [keys[i] for i in todo.tolist()])
+            hit = f.contains_many(sub)
             found[todo[hit]] = True
             todo = todo[~hit]
+            sub = _take(keys, todo)
         if where is None:
             return found
         out[where] = found
