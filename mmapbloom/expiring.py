@@ -127,6 +127,8 @@ LOCK_VERSION = 1
 _WORD_WHAT = "committed generation"
 #: Keys per write-lock hold in :meth:`ExpiringBloomFilter.update`.
 _CHUNK = 1 << 16
+#: Generations a dropped period's handle stays open (each rotation adds one or two).
+_RETIRE_AFTER = 4
 _PERIOD_FILE = re.compile(r"^period-(-?[0-9]+)\.blm$")
 
 # Test hook: called as ``_ROTATE_HOOK(stage, period)`` during a rotation to period
@@ -441,7 +443,7 @@ class ExpiringBloomFilter(Lifecycle):
     _lock: WriteLock
     _lock_fd: int
     _view: _View
-    _retired: list[BloomFilter]
+    _retired: list[tuple[int, BloomFilter]]  # (generation when dropped, handle)
     _reload_lock: threading.Lock
 
     def __init__(self) -> None:
@@ -698,12 +700,18 @@ class ExpiringBloomFilter(Lifecycle):
                     raise
                 new = _View(word, generation, tuple(numbers_), tuple(filters))
                 kept = set(map(id, filters))
-                dropped = [f for f in view.filters if id(f) not in kept]
-                # Handles of dropped periods are closed one reload later: a query of another
-                # thread that read the old view may still be probing them.
-                for f in self._retired:
-                    f.close()
-                self._retired = dropped
+                # Handles of dropped periods are closed only once the generation moved on by
+                # _RETIRE_AFTER (two rotations, at least a period of time): a query of another
+                # thread that read the old view may still be probing them. Until then the
+                # removed files' blocks stay allocated (at most two periods' files).
+                retired = []
+                for g, f in self._retired:
+                    if g + _RETIRE_AFTER > word:
+                        retired.append((g, f))
+                    else:
+                        f.close()
+                retired += [(word, f) for f in view.filters if id(f) not in kept]
+                self._retired = retired
                 self._view = new
                 return new
             raise ManifestError(  # pragma: no cover - a directory rotating 1000 times under us
@@ -851,10 +859,10 @@ class ExpiringBloomFilter(Lifecycle):
             ) from None
         with self._reload_lock:
             if self._view is view:
-                self._retired.append(newest)
+                self._retired.append((view.word, newest))
                 self._view = dataclasses.replace(view, filters=view.filters[:-1] + (f,))
             else:  # pragma: no cover - the view cannot change under the write lock
-                self._retired.append(f)
+                self._retired.append((view.word, f))
         return f
 
     def _refuse_write(self) -> None:
@@ -1214,7 +1222,7 @@ class ExpiringBloomFilter(Lifecycle):
         if hasattr(self, "_lock"):
             self._lock.close()
         view, self._view = self._view, _EMPTY
-        for f in list(view.filters) + self._retired:
+        for f in list(view.filters) + [f for _, f in self._retired]:
             f.close()
         self._retired = []
         fd, self._lock_fd = self._lock_fd, -1

@@ -422,3 +422,18 @@ def test_new_period_files_keep_the_shared_mode(tmp_path) -> None:  # type: ignor
                 assert os.stat(os.path.join(f.path, n)).st_mode & 0o777 == 0o660, n
     finally:
         os.umask(old)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs /proc/self/maps")
+def test_a_long_lived_handle_releases_dropped_periods(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    clock = Clock(0.0)
+    with make(tmp_path, clock) as f, ExpiringBloomFilter.open(f.path, readonly=True, clock=clock) as r:
+        counts = []
+        for step in range(6 * K):
+            clock.t = step * P + 1
+            f.add(f"k{step}")
+            assert f"k{step}" in r
+            if step >= 2 * K:
+                with open("/proc/self/maps") as maps:
+                    counts.append(sum("period-" in line and "(deleted)" in line for line in maps))
+        assert max(counts) <= 4  # mappings of removed files do not pile up (2 handles x 2)
