@@ -47,6 +47,7 @@ _LAZY = {
     "BloomFilter": "filter",
     "CountingBloomFilter": "counting",
     "DEFAULT_STRATEGY": "hashing",
+    "ExpiringBloomFilter": "expiring",
     "HashStrategy": "hashing",
     "M3B2": "hashing",
     "M3BL": "hashing",
@@ -70,6 +71,7 @@ _LAZY = {
 if TYPE_CHECKING:
     from .config import BloomConfig
     from .counting import CountingBloomFilter
+    from .expiring import ExpiringBloomFilter
     from .filter import BloomFilter
     from .hashing import (
         DEFAULT_STRATEGY,
@@ -118,6 +120,7 @@ __all__ = [
     "ConfigMismatchError",
     "CountingBloomFilter",
     "DEFAULT_STRATEGY",
+    "ExpiringBloomFilter",
     "FilterClosedError",
     "FormatError",
     "HashStrategy",

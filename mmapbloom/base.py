@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, NoReturn, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, NoReturn, Optional, TypeVar, Union
 
 import numpy as np
 import numpy.typing as npt

@@ -55,7 +55,16 @@ from .base import MappedFilter
 from .counting import CountingBloomFilter
 from .errors import MmapBloomError
 from .filter import BloomFilter
-from .units import format_bytes, format_count, format_rate, parse_count, parse_fp_rate, parse_mode, progress_bar
+from .units import (
+    format_bytes,
+    format_count,
+    format_rate,
+    parse_count,
+    parse_duration,
+    parse_fp_rate,
+    parse_mode,
+    progress_bar,
+)
 from .termination import TerminationSignal, exit_status, run_main
 from .scalable import ScalableBloomFilter
 from .verify import open_filter
@@ -463,6 +472,27 @@ def _create_scalable(args: argparse.Namespace) -> int:
     return 0
 
 
+def _create_expiring(args: argparse.Namespace) -> int:
+    """``create --window``: an expiring filter directory."""
+    from .expiring import DEFAULT_PERIODS, ExpiringBloomFilter
+
+    if args.n is None or args.p is None or args.bits is not None or args.hashes is not None:
+        args.parser.error("--window needs -n (distinct items per window) and -p, not --bits/--hashes")
+    periods = DEFAULT_PERIODS if args.periods is None else args.periods
+    f = ExpiringBloomFilter.create(
+        args.file, args.window, args.n, args.p, periods=periods, strategy=_strategy(args.strategy), mode=args.mode
+    )
+    with f:
+        if not args.quiet:
+            print(
+                f"created {args.file}: expiring filter, window {f.window:g} s in {f.periods} periods of "
+                f"{f.config.num_bits:,} bits, k={f.config.num_hashes}, {f.capacity:,} items per window, "
+                f"strategy {f.strategy.name}",
+                file=sys.stderr,
+            )
+    return 0
+
+
 def _create_mapped(args: argparse.Namespace) -> int:
     """``create`` of a one-file kind (a Bloom filter, or with --counting a counting filter)."""
     cfg = _config_from_args(args, args.parser)
@@ -513,6 +543,8 @@ class CreateKind:
         why: why this kind cannot be combined with another kind or a refused option.
         make: creates the file from the parsed arguments; returns the exit status.
         arguments: adds ``options`` to the ``create`` parser (not the flag).
+        flag_kwargs: ``add_argument`` keywords of a flag that takes a value (``--window 30d``);
+            None for an on/off flag.
     """
 
     flag: Optional[str]
@@ -522,6 +554,7 @@ class CreateKind:
     why: str
     make: Callable[[argparse.Namespace], int]
     arguments: Callable[[argparse.ArgumentParser], None] = lambda p: None
+    flag_kwargs: Optional[dict[str, Any]] = None  # add_argument's keywords for a flag with a value
 
     @property
     def dest(self) -> Optional[str]:
@@ -560,6 +593,16 @@ def _counting_arguments(p: argparse.ArgumentParser) -> None:
 
 
 #: The kinds ``create`` makes: the first whose flag is given, else the default (flag None).
+def _expiring_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--periods",
+        type=_arg_type(parse_count),
+        default=None,
+        metavar="N",
+        help="--window: periods per window (default 8); items are forgotten at most window/N after their window",
+    )
+
+
 CREATE_KINDS: list[CreateKind] = [
     CreateKind(
         flag="--scalable",
@@ -580,6 +623,17 @@ CREATE_KINDS: list[CreateKind] = [
         why="",
         make=_create_mapped,
         arguments=_counting_arguments,
+    ),
+    CreateKind(
+        flag="--window",
+        help="create an expiring filter (a directory of period files) remembering items for "
+        "this long: 30d, 12h, 90m, 45s; -n is the items expected per window",
+        options={"periods": "--periods"},
+        refuses={"sparse": "--sparse", "force": "--force"},
+        why="an expiring filter is a directory of period files, created as they are needed",
+        make=_create_expiring,
+        arguments=_expiring_arguments,
+        flag_kwargs={"type": _arg_type(parse_duration), "default": None, "metavar": "DURATION"},
     ),
     CreateKind(flag=None, help="", options={}, refuses={}, why="", make=_create_mapped),
 ]
@@ -739,6 +793,8 @@ def _remove(args: argparse.Namespace) -> int:
 
 def _kind_text(record: dict[str, Any]) -> str:
     text = "scalable filter" if record["kind"] == "scalable" else record["kind"]
+    if record["kind"] == "expiring":
+        text = f"expiring filter (window {record['window']:g} s, {record['periods']} periods)"
     if record.get("counter_bits"):
         saturated = record.get("saturated_counters")
         text += f" ({record['counter_bits']}-bit counters" + (
@@ -755,7 +811,15 @@ def _info_lines(record: dict[str, Any]) -> list[tuple[str, str]]:
     file's ``num_bits`` and the scan's ``fill_ratio``)."""
     layered = "layers" in record
     rows = [("path", str(record["path"])), ("kind", _kind_text(record)), ("strategy", record["strategy"])]
-    if "capacity" in record:
+    if record["kind"] == "expiring":
+        rows.append(
+            (
+                "sized for",
+                f"{record['capacity']:,} items per window, fp rate {record['fp_rate']:g} "
+                f"(each period file: m and k below)",
+            )
+        )
+    elif "capacity" in record:
         rows.append(
             ("sized for", f"{record['capacity']:,} items in the first layer, compound fp rate {record['fp_rate']:g}")
         )
@@ -1068,7 +1132,7 @@ def build_parser() -> argparse.ArgumentParser:
     _strategy_argument(p)
     for kind in CREATE_KINDS:  # each kind's flag and its own options
         if kind.flag is not None:
-            p.add_argument(kind.flag, action="store_true", help=kind.help)
+            p.add_argument(kind.flag, help=kind.help, **(kind.flag_kwargs or {"action": "store_true"}))
         kind.arguments(p)
     p.add_argument(
         "--mode",

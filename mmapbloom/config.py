@@ -16,7 +16,7 @@ from .errors import ConfigError, IncompatibleFiltersError
 from .hashing import DEFAULT_STRATEGY, HashStrategy, Strategy, get_strategy, registered_as, registered_strategies
 from .sizing import MAX_NUM_BITS, MAX_NUM_HASHES, _show
 
-__all__ = ["BloomConfig", "StrategyChoice"]
+__all__ = ["BloomConfig", "StrategyChoice", "config_at_most"]
 
 #: How a caller names a strategy: a registered :class:`HashStrategy`, an instance of a
 #: registered protocol-only class, its registered name (``"M3B2"``), or None (the default).
@@ -230,3 +230,23 @@ class BloomConfig:
 
 def _config_from_state(m: int, k: int, strategy: str, capacity: Optional[int], fp_rate: Optional[float]) -> BloomConfig:
     return BloomConfig(num_bits=m, num_hashes=k, strategy=get_strategy(strategy), capacity=capacity, fp_rate=fp_rate)
+
+
+def config_at_most(n: int, p: float, strategy: HashStrategy) -> BloomConfig:
+    """The shape for ``n`` items whose expected rate at ``n`` is at most ``p`` (for filters
+    whose rates are summed: scalable layers, expiring periods). k comes from
+    :meth:`BloomConfig.for_items` (``round((m/n) ln 2)``), and m is the smallest number of
+    bits, at least for_items' m, with ``(1 - e^(-k n / m))^k <= p``, i.e.
+    ``m >= -k n / ln(1 - p^(1/k))`` (rounding k alone can leave the rate up to 0.3% above
+    p). A blocked strategy (``block_bits`` set) keeps for_items' shape: its own sizing
+    already meets p in whole blocks.
+
+    Raises ConfigError when it does not fit BLM1 (m >= 2**64, k > 4096)."""
+    base = BloomConfig.for_items(n, p, strategy)
+    k = base.num_hashes
+    if strategy.block_bits or strategy.expected_fp_rate(n, base.num_bits, k) <= p:
+        return base
+    m = max(base.num_bits, math.ceil(-k * n / math.log1p(-(p ** (1.0 / k)))))
+    while strategy.expected_fp_rate(n, m, k) > p:  # float rounding at the boundary
+        m += 1
+    return BloomConfig(num_bits=m, num_hashes=k, strategy=strategy, capacity=n, fp_rate=p)

@@ -45,11 +45,9 @@ different sizes; a merge would have to re-add items it does not have).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import errno
 import os
-import shutil
 import stat
 import threading
 import weakref
@@ -65,8 +63,6 @@ from .errors import (
     LayerMismatchError,
     ManifestError,
     MissingLayerError,
-    MmapBloomError,
-    NoSpaceError,
     ReadOnlyFilterError,
 )
 from .filter import BloomFilter
@@ -93,7 +89,8 @@ from .scalable_format import (
     validate_directory,
     write_manifest,
 )
-from .storage import about_destination, absolute_path, atomic_file, fsync_directory, temporary_directory
+from .directory import apply_shared_mode, build_directory, check_file_mode, shared_mode, strip_path
+from .storage import atomic_file
 from .keys import Item, PathLike
 
 __all__ = [
@@ -160,41 +157,11 @@ class LayerInfo:
     size_bytes: int
 
 
-def _strip(path: PathLike) -> str:
-    p = absolute_path(path)
-    stripped = p.rstrip("/")
-    return stripped or p
+_strip = strip_path
 
 
 def _packed(count: int) -> bytes:
     return count.to_bytes(4, "little")
-
-
-def _about_destination(exc: BaseException, tmp: str, dest: str) -> BaseException:
-    """An error met while building the directory under its temporary name ``tmp``,
-    reworded to name ``dest`` (the user's path), never the internal temporary."""
-    if isinstance(exc, NoSpaceError):
-        return NoSpaceError(
-            str(exc).replace(tmp, dest),
-            path=(exc.path or dest).replace(tmp, dest),
-            needed=exc.needed,
-            available=exc.available,
-        )
-    if isinstance(exc, OSError) and not isinstance(exc, MmapBloomError) and exc.errno is not None:
-        names = [n for n in (exc.filename, exc.filename2) if n is not None]
-        if not any(tmp in str(n) for n in names) and tmp not in str(exc.strerror):
-            return exc
-        if exc.errno == errno.ENOSPC:  # the one wording of a full disk (storage's)
-            return about_destination(exc, tmp, dest, os.path.dirname(dest))
-        parent = os.path.dirname(dest) or "."
-        detail = {
-            errno.ENOENT: f" (directory {parent} does not exist)",
-            errno.ENOTDIR: f" ({parent} is not a directory)",
-            errno.EACCES: f" (creating a directory in {parent})",
-            errno.EROFS: f" (creating a directory in {parent})",
-        }.get(exc.errno, "")
-        return type(exc)(exc.errno, f"{exc.strerror}{detail}", dest)
-    return exc
 
 
 def is_scalable(path: PathLike) -> bool:
@@ -205,12 +172,7 @@ def is_scalable(path: PathLike) -> bool:
     return os.path.isdir(p) and os.path.isfile(os.path.join(p, MANIFEST_NAME))
 
 
-def _file_mode(mode: Optional[int]) -> Optional[int]:
-    if mode is None:
-        return None
-    if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o777:
-        raise TypeError(f"mode must be permission bits (an int in [0, 0o777]) or None, got {mode!r}")
-    return mode
+_file_mode = check_file_mode
 
 
 def _no_count() -> int:
@@ -348,42 +310,19 @@ class ScalableBloomFilter(Lifecycle):
         strat = DEFAULT_STRATEGY if strategy is None else strategy
         params = GrowthRule(n0, p, s, r, strat.name)
         params.check_growth(strat)  # ConfigError (also an unregistered strategy) before any file
-        dest = _strip(path)
-        parent = os.path.dirname(dest) or "."
-        if os.path.lexists(dest):
-            raise FileExistsError(errno.EEXIST, "file exists", dest)
-        tmp = ""
-        try:
-            with temporary_directory(parent) as (tmp, _):
-                try:
-                    layer0 = os.path.join(tmp, layer_name(0))
-                    BloomFilter.create(layer0, params.layer_config(0, strat)).close()
-                    if file_mode is not None:
-                        os.chmod(layer0, file_mode)
-                    write_manifest(tmp, params, 1, strat, mode=file_mode)
-                    with atomic_file(os.path.join(tmp, LOCK_NAME), replace=False) as fd:
-                        if file_mode is not None:
-                            os.fchmod(fd, file_mode)
-                        os.write(fd, lock_image(1))
-                    if file_mode is not None:  # keep a setgid bit inherited from a shared parent
-                        inherited = stat.S_IMODE(os.stat(tmp).st_mode) & stat.S_ISGID
-                        os.chmod(tmp, file_mode | ((file_mode & 0o444) >> 2) | inherited)
-                    fsync_directory(tmp)
-                    try:
-                        os.rename(tmp, dest)
-                    except OSError as exc:
-                        if exc.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR):
-                            raise FileExistsError(errno.EEXIST, "file exists", dest) from None
-                        raise
-                except BaseException:
-                    shutil.rmtree(tmp, ignore_errors=True)
-                    raise
-        except OSError as exc:
-            renamed = _about_destination(exc, tmp or os.path.join(parent, ".mmapbloom-"), dest)
-            if renamed is exc:
-                raise
-            raise renamed from None
-        fsync_directory(parent)
+
+        def fill(tmp: str) -> None:
+            layer0 = os.path.join(tmp, layer_name(0))
+            BloomFilter.create(layer0, params.layer_config(0, strat)).close()
+            if file_mode is not None:
+                os.chmod(layer0, file_mode)
+            write_manifest(tmp, params, 1, strat, mode=file_mode)
+            with atomic_file(os.path.join(tmp, LOCK_NAME), replace=False) as fd:
+                if file_mode is not None:
+                    os.fchmod(fd, file_mode)
+                os.write(fd, lock_image(1))
+
+        dest = build_directory(path, fill, file_mode)
         return cls.open(dest)
 
     @classmethod
@@ -624,11 +563,7 @@ class ScalableBloomFilter(Lifecycle):
 
     def _shared_mode(self) -> tuple[Optional[int], Optional[int]]:
         """The permission bits and group of layer 0, which every new file copies."""
-        try:
-            st = os.stat(self._layer_path(0))
-        except OSError:
-            return None, None
-        return stat.S_IMODE(st.st_mode) & 0o777, st.st_gid
+        return shared_mode(self._layer_path(0))
 
     def _grow(self, layers: list[BloomFilter]) -> list[BloomFilter]:
         """Add layer ``len(layers)``; the caller holds the write lock and ``layers`` is
@@ -641,14 +576,9 @@ class ScalableBloomFilter(Lifecycle):
         path = self._layer_path(i)
         layer = BloomFilter.create(path, cfg, overwrite=True)
         try:
-            if mode is not None:
-                # Not the grower's umask: another user sharing the directory must be able to
-                # open the layer as it opens layer 0. Done before the commit, under the lock.
-                os.chmod(path, mode)
-                if gid is not None and gid != os.getegid():
-                    with contextlib.suppress(OSError):  # allowed only for a group of ours
-                        os.chown(path, -1, gid)
-                        os.chmod(path, mode)  # chown clears setgid bits on some systems
+            # Not the grower's umask: another user sharing the directory must be able to
+            # open the layer as it opens layer 0. Done before the commit, under the lock.
+            apply_shared_mode(path, mode, gid)
             if _GROW_HOOK is not None:
                 _GROW_HOOK("layer-created", i)
             write_manifest(self._path, self._params, i + 1, self._strategy, mode=mode)

@@ -1,7 +1,8 @@
 """The on-disk format of a scalable filter directory: the growth rule, the manifest and the
 lock file, and the one validator that checks a directory against a handle.
 
-The layout (documented byte by byte in docs/SCALABLE.md)::
+The layout (documented byte by byte in docs/SCALABLE.md; the manifest, lock file and
+publishing code are :mod:`mmapbloom.directory`, shared with the expiring filter)::
 
     DIR/layer-0000.blm ...   one BLM1 file per layer (mmapbloom.format)
     DIR/manifest.json        the parameters and every layer's shape (JSON, replaced atomically)
@@ -21,14 +22,11 @@ value out of line with the manifest reads it again (see :func:`read_count`).
 
 from __future__ import annotations
 
-import errno
 import functools
 import json
 import math
 import numbers
 import os
-import stat
-import struct
 import warnings
 from dataclasses import dataclass
 from typing import Any, Optional, Union
@@ -36,8 +34,20 @@ from typing import Any, Optional, Union
 from .errors import ConfigError, LayerMismatchError, ManifestError
 from .hashing import HashStrategy, get_strategy
 from .format import MAX_ITEMS
-from .config import BloomConfig
-from .storage import atomic_file
+from .config import BloomConfig, config_at_most
+from .directory import (
+    LOCK_NAME,
+    LOCK_SIZE,
+    MANIFEST_NAME,
+    WORD_OFFSET,
+    manifest_field,
+    publish_json,
+    read_json,
+    read_word,
+    store_word,
+)
+from .directory import check_lock_image as directory_check_lock
+from .directory import lock_image as directory_lock_image
 
 __all__ = [
     "DEFAULT_GROWTH",
@@ -64,22 +74,14 @@ DEFAULT_GROWTH = 2
 #: Default tightening ratio r: layer i's error target is ``p * (1 - r) * r**i``.
 DEFAULT_TIGHTENING = 0.5
 
-MANIFEST_NAME = "manifest.json"
-LOCK_NAME = "lock"
 MANIFEST_FORMAT = "mmapbloom-scalable"
 MANIFEST_VERSION = 1
 
 #: The lock file: magic, version, committed layer count, reserved (u32 little-endian).
 LOCK_MAGIC = b"BLSL"
 LOCK_VERSION = 1
-LOCK = struct.Struct("<4sIII")
-LOCK_SIZE = LOCK.size  # 16
-COUNT_OFFSET = 8
-_COUNT = struct.Struct("<I")
-
-#: A manifest larger than this is refused before it is read (it lists a few hundred bytes
-#: per layer).
-MAX_MANIFEST_BYTES = 1 << 24
+COUNT_OFFSET = WORD_OFFSET
+_COUNT_WHAT = "committed layer count"
 
 #: :meth:`GrowthRule.check_growth` checks every layer up to the first whose capacity
 #: reaches the BLM1 items limit (2**32 - 1), and at most this many layers.
@@ -153,15 +155,7 @@ class GrowthRule:
                 f"(tightening r = {self.tightening!r}); the filter cannot grow past "
                 f"{self.items_before(i):,} items"
             )
-        n = self.layer_capacity(i)
-        base = BloomConfig.for_items(n, p_i, strategy)
-        k = base.num_hashes
-        if strategy.block_bits or strategy.expected_fp_rate(n, base.num_bits, k) <= p_i:
-            return base  # a blocked strategy's own sizing already meets p_i (whole blocks)
-        m = max(base.num_bits, math.ceil(-k * n / math.log1p(-(p_i ** (1.0 / k)))))
-        while strategy.expected_fp_rate(n, m, k) > p_i:  # float rounding at the boundary
-            m += 1
-        return BloomConfig(num_bits=m, num_hashes=k, strategy=strategy, capacity=n, fp_rate=p_i)
+        return config_at_most(self.layer_capacity(i), p_i, strategy)
 
     def layer_entry(self, i: int, strategy: HashStrategy) -> dict[str, Any]:
         """Layer i's manifest entry (index, file, capacity, fp_rate, num_bits, num_hashes)."""
@@ -229,9 +223,9 @@ def check_params(
 
 
 # -- the manifest -----------------------------------------------------------------------------
-def manifest_bytes(rule: GrowthRule, count: int, strategy: HashStrategy) -> bytes:
-    """The manifest listing ``count`` layers, as ASCII JSON."""
-    doc = {
+def manifest_doc(rule: GrowthRule, count: int, strategy: HashStrategy) -> dict[str, Any]:
+    """The manifest listing ``count`` layers, as a JSON-ready object."""
+    return {
         "format": MANIFEST_FORMAT,
         "version": MANIFEST_VERSION,
         "strategy": rule.strategy,
@@ -241,7 +235,12 @@ def manifest_bytes(rule: GrowthRule, count: int, strategy: HashStrategy) -> byte
         "tightening": rule.tightening,
         "layers": [rule.layer_entry(i, strategy) for i in range(count)],
     }
-    return (json.dumps(doc, indent=1) + "\n").encode("ascii")
+
+
+def manifest_bytes(rule: GrowthRule, count: int, strategy: HashStrategy) -> bytes:
+    """The manifest listing ``count`` layers, as ASCII JSON (as :func:`write_manifest`
+    writes it)."""
+    return (json.dumps(manifest_doc(rule, count, strategy), indent=1) + "\n").encode("ascii")
 
 
 def write_manifest(
@@ -257,27 +256,10 @@ def write_manifest(
         NoSpaceError: the disk is full (the old manifest is unchanged).
         OSError: any other OS error.
     """
-    data = manifest_bytes(rule, count, strategy)
-    with atomic_file(os.path.join(directory, MANIFEST_NAME), replace=True) as fd:
-        if mode is not None:
-            os.fchmod(fd, mode)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+    publish_json(directory, manifest_doc(rule, count, strategy), mode=mode)
 
 
-def _manifest_field(doc: dict[str, Any], name: str, kind: Any, source: str) -> Any:
-    if name not in doc:
-        raise ManifestError(f"manifest has no field {name!r}", source=source, expected=name, actual=sorted(doc))
-    value = doc[name]
-    if isinstance(value, bool) or not isinstance(value, kind):
-        raise ManifestError(
-            f"manifest field {name!r} has type {type(value).__name__}, expected {kind}",
-            source=source,
-            expected=kind,
-            actual=value,
-        )
-    return value
+_manifest_field = manifest_field
 
 
 def read_manifest(directory: str) -> tuple[GrowthRule, HashStrategy, list[dict[str, Any]]]:
@@ -287,66 +269,7 @@ def read_manifest(directory: str) -> tuple[GrowthRule, HashStrategy, list[dict[s
 
     Raises ManifestError (also for a missing manifest), UnknownStrategyError."""
     source = os.path.join(directory, MANIFEST_NAME)
-    try:
-        fd = os.open(source, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
-        raise ManifestError(
-            "the manifest is missing (not a scalable filter directory, or damaged)",
-            source=source,
-            expected=MANIFEST_NAME,
-            actual=None,
-        ) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ManifestError(
-                "the manifest is not a regular file",
-                source=source,
-                expected="regular file",
-                actual=stat.filemode(st.st_mode),
-            )
-        if st.st_size > MAX_MANIFEST_BYTES:
-            raise ManifestError(
-                f"the manifest is {st.st_size} bytes, more than {MAX_MANIFEST_BYTES}",
-                source=source,
-                expected=MAX_MANIFEST_BYTES,
-                actual=st.st_size,
-            )
-        chunks = []
-        while True:
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
-    raw = b"".join(chunks)
-    try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise ManifestError(
-            f"the manifest is not valid JSON ({exc})", source=source, expected="JSON object", actual=raw[:40]
-        ) from None
-    if not isinstance(doc, dict):
-        raise ManifestError(
-            "the manifest is not a JSON object", source=source, expected="object", actual=type(doc).__name__
-        )
-    fmt_name = _manifest_field(doc, "format", str, source)
-    if fmt_name != MANIFEST_FORMAT:
-        raise ManifestError(
-            f"manifest format is {fmt_name!r}, expected {MANIFEST_FORMAT!r}",
-            source=source,
-            expected=MANIFEST_FORMAT,
-            actual=fmt_name,
-        )
-    version = _manifest_field(doc, "version", int, source)
-    if version != MANIFEST_VERSION:
-        raise ManifestError(
-            f"manifest version is {version}, expected {MANIFEST_VERSION}",
-            source=source,
-            expected=MANIFEST_VERSION,
-            actual=version,
-        )
+    doc = read_json(directory, MANIFEST_FORMAT, MANIFEST_VERSION, "scalable filter")
     strategy_name = _manifest_field(doc, "strategy", str, source)
     strategy = get_strategy(strategy_name, source=source)
     try:
@@ -393,7 +316,7 @@ def read_manifest(directory: str) -> tuple[GrowthRule, HashStrategy, list[dict[s
 # -- the lock file ----------------------------------------------------------------------------
 def lock_image(count: int) -> bytes:
     """The lock file's 16 bytes for ``count`` committed layers."""
-    return LOCK.pack(LOCK_MAGIC, LOCK_VERSION, count, 0)
+    return directory_lock_image(LOCK_MAGIC, LOCK_VERSION, count)
 
 
 def check_lock_image(head: bytes, size: int, source: str) -> int:
@@ -401,31 +324,7 @@ def check_lock_image(head: bytes, size: int, source: str) -> int:
     committed layer count.
 
     Raises ManifestError: wrong length, magic, version, reserved word, or a count of 0."""
-    if size != LOCK_SIZE or len(head) != LOCK_SIZE:
-        raise ManifestError(
-            f"lock file is {size} bytes, expected {LOCK_SIZE}", source=source, expected=LOCK_SIZE, actual=size
-        )
-    magic, version, count, reserved = LOCK.unpack(head)
-    if magic != LOCK_MAGIC:
-        raise ManifestError(
-            f"lock file magic is {magic!r}, expected {LOCK_MAGIC!r}", source=source, expected=LOCK_MAGIC, actual=magic
-        )
-    if version != LOCK_VERSION:
-        raise ManifestError(
-            f"lock file version is {version}, expected {LOCK_VERSION}",
-            source=source,
-            expected=LOCK_VERSION,
-            actual=version,
-        )
-    if reserved != 0:
-        raise ManifestError(
-            f"lock file reserved word is {reserved}, expected 0", source=source, expected=0, actual=reserved
-        )
-    if count < 1:
-        raise ManifestError(
-            f"committed layer count is {count}, expected at least 1", source=source, expected=">= 1", actual=count
-        )
-    return int(count)
+    return directory_check_lock(head, size, source, magic=LOCK_MAGIC, version=LOCK_VERSION, what=_COUNT_WHAT, minimum=1)
 
 
 def read_count(fd: int, source: str) -> int:
@@ -436,21 +335,7 @@ def read_count(fd: int, source: str) -> int:
             or holds 0.
         OSError: from ``pread`` (EBADF once the handle is closed).
     """
-    raw = os.pread(fd, 4, COUNT_OFFSET)
-    if len(raw) != 4:
-        size = os.fstat(fd).st_size
-        raise ManifestError(
-            f"lock file is {size} bytes, expected {LOCK_SIZE} (truncated under the open handle)",
-            source=source,
-            expected=LOCK_SIZE,
-            actual=size,
-        )
-    (count,) = _COUNT.unpack(raw)
-    if count < 1:
-        raise ManifestError(
-            f"committed layer count is {count}, expected at least 1", source=source, expected=">= 1", actual=count
-        )
-    return int(count)
+    return read_word(fd, source, what=_COUNT_WHAT, minimum=1)
 
 
 def store_count(fd: int, count: int) -> None:
@@ -458,9 +343,7 @@ def store_count(fd: int, count: int) -> None:
     The caller holds the write lock.
 
     Raises OSError (ENOSPC cannot happen: the word exists)."""
-    if os.pwrite(fd, _COUNT.pack(count), COUNT_OFFSET) != 4:  # pragma: no cover - a 4-byte write
-        raise OSError(errno.EIO, "short write of the lock file's count word")
-    os.fsync(fd)
+    store_word(fd, count)
 
 
 # -- the one validator ------------------------------------------------------------------------

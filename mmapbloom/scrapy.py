@@ -34,6 +34,19 @@ Settings (read by :meth:`BloomDupeFilter.from_crawler`; docs/SCRAPY.md has the t
 ``MMAPBLOOM_DUPEFILTER_STRATEGY``
     Name of the hash strategy (see :func:`mmapbloom.get_strategy`), default the package's
     default strategy.
+``MMAPBLOOM_DUPEFILTER_WINDOW``
+    Seconds (a number, or a string such as ``"30d"``, ``"12h"``): use an
+    :class:`~mmapbloom.ExpiringBloomFilter` directory instead of a file, so that a request
+    is crawled again once the window has passed (a re-crawl policy: seen within the
+    window means filtered). ``MMAPBLOOM_DUPEFILTER_CAPACITY`` is then the number of
+    distinct requests per window. Default: none (requests are filtered forever). With
+    ``JOBDIR`` the directory is ``JOBDIR/requests.expiring``.
+``MMAPBLOOM_DUPEFILTER_PERIODS``
+    Periods per window of an expiring filter (default 8): a request is forgotten at most
+    window/periods after its window.
+``MMAPBLOOM_DUPEFILTER_CLOCK``
+    An expiring filter's clock: a zero-argument callable returning seconds, or its dotted
+    import path (default ``time.time``; for tests).
 ``DUPEFILTER_DEBUG``
     As for Scrapy's default filter: log every filtered request, not only the first.
 """
@@ -45,16 +58,19 @@ import os
 import shutil
 import tempfile
 import weakref
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.utils.job import job_dir
+from scrapy.utils.misc import load_object
 from scrapy.utils.request import RequestFingerprinter, RequestFingerprinterProtocol, referer_str
 
 from .errors import ConfigError, ConfigMismatchError
+from .expiring import DEFAULT_PERIODS, ExpiringBloomFilter
 from .filter import BloomFilter
 from .hashing import get_strategy
 from .config import BloomConfig
+from .units import parse_duration
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -65,6 +81,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_CAPACITY",
     "DEFAULT_FP_RATE",
+    "JOBDIR_EXPIRING_NAME",
     "JOBDIR_FILE_NAME",
     "BloomDupeFilter",
 ]
@@ -84,6 +101,8 @@ DEFAULT_FP_RATE = 1e-6
 #: File name of the filter inside ``JOBDIR`` (next to Scrapy's own ``requests.seen``,
 #: which this filter does not write).
 JOBDIR_FILE_NAME = "requests.blm"
+#: Directory name of an expiring filter (``MMAPBLOOM_DUPEFILTER_WINDOW``) inside ``JOBDIR``.
+JOBDIR_EXPIRING_NAME = "requests.expiring"
 
 logger = logging.getLogger(__name__)
 
@@ -159,6 +178,12 @@ class BloomDupeFilter(BaseDupeFilter):
         fp_rate: false-positive rate at ``capacity``, strictly between 0 and 1.
         reuse: open an existing file at ``path`` (True) or replace it by an empty one.
         strategy: hash-strategy name, ``None`` for the package default.
+        window: seconds, or None (default): with a window the filter is an
+            :class:`~mmapbloom.ExpiringBloomFilter` directory at ``path`` and a request is
+            filtered only if it was seen within the last ``window`` seconds (``capacity``
+            is then per window); ``reuse=False`` removes an existing directory first.
+        periods: periods per window of the expiring filter (default 8).
+        clock: the expiring filter's clock (default ``time.time``).
 
     Raises:
         ConfigMismatchError (a ``ValueError``): ``reuse`` is True and the existing file has
@@ -181,6 +206,9 @@ class BloomDupeFilter(BaseDupeFilter):
         fp_rate: float = DEFAULT_FP_RATE,
         reuse: bool = True,
         strategy: Optional[str] = None,
+        window: Optional[float] = None,
+        periods: int = DEFAULT_PERIODS,
+        clock: Optional[Callable[[], float]] = None,
     ) -> None:
         self.fingerprinter: RequestFingerprinterProtocol = fingerprinter or RequestFingerprinter()
         self.debug = debug
@@ -199,9 +227,16 @@ class BloomDupeFilter(BaseDupeFilter):
             self._tempdir = tempfile.mkdtemp(prefix="mmapbloom-scrapy-")
             # Removed by close(), or at garbage collection / interpreter exit if never closed.
             self._cleanup = weakref.finalize(self, shutil.rmtree, self._tempdir, True)
-            path = os.path.join(self._tempdir, JOBDIR_FILE_NAME)
+            path = os.path.join(self._tempdir, JOBDIR_FILE_NAME if window is None else JOBDIR_EXPIRING_NAME)
+        self.filter: Any
         try:
-            if reuse:
+            if window is not None:
+                if not reuse and os.path.isdir(path):
+                    shutil.rmtree(path)
+                self.filter = ExpiringBloomFilter.open_or_create(
+                    path, window, config.capacity or 1, fp_rate, periods=periods, strategy=chosen, clock=clock
+                )
+            elif reuse:
                 self.filter = BloomFilter.open_or_create(path, config)
             else:
                 self.filter = BloomFilter.create(path, config, overwrite=True)
@@ -234,8 +269,8 @@ class BloomDupeFilter(BaseDupeFilter):
             {
                 "path": path,
                 "mib": self.filter.size_bytes / 2**20,
-                "m": self.filter.num_bits,
-                "k": self.filter.num_hashes,
+                "m": self.filter.config.num_bits,
+                "k": self.filter.config.num_hashes,
                 "strategy": self.filter.strategy.name,
                 "items": self.filter.items_added,
             },
@@ -251,10 +286,20 @@ class BloomDupeFilter(BaseDupeFilter):
         """
         settings = crawler.settings
         path = settings.get("MMAPBLOOM_DUPEFILTER_PATH") or None
+        raw_window = settings.get("MMAPBLOOM_DUPEFILTER_WINDOW") or None
+        window: Optional[float] = None
+        if raw_window is not None:
+            try:
+                window = parse_duration(raw_window) if isinstance(raw_window, str) else float(raw_window)
+            except (TypeError, ValueError):
+                raise ConfigError(f"MMAPBLOOM_DUPEFILTER_WINDOW must be seconds, got {raw_window!r}") from None
+        clock = settings.get("MMAPBLOOM_DUPEFILTER_CLOCK") or None
+        if isinstance(clock, str):
+            clock = load_object(clock)
         if path is None:
             jobdir = job_dir(settings)
             if jobdir:
-                path = os.path.join(jobdir, JOBDIR_FILE_NAME)
+                path = os.path.join(jobdir, JOBDIR_FILE_NAME if window is None else JOBDIR_EXPIRING_NAME)
         return cls(
             os.fspath(path) if path is not None else None,
             settings.getbool("DUPEFILTER_DEBUG"),
@@ -263,6 +308,9 @@ class BloomDupeFilter(BaseDupeFilter):
             fp_rate=_number(settings, "MMAPBLOOM_DUPEFILTER_FP_RATE", DEFAULT_FP_RATE),
             reuse=settings.getbool("MMAPBLOOM_DUPEFILTER_REUSE", True),
             strategy=settings.get("MMAPBLOOM_DUPEFILTER_STRATEGY") or None,
+            window=window,
+            periods=int(_number(settings, "MMAPBLOOM_DUPEFILTER_PERIODS", DEFAULT_PERIODS)),
+            clock=clock,
         )
 
     def request_seen(self, request: Request) -> bool:

@@ -8,7 +8,16 @@ import sys
 from fractions import Fraction
 from typing import Any, Optional
 
-__all__ = ["format_bytes", "format_count", "format_rate", "parse_count", "parse_fp_rate", "parse_mode", "progress_bar"]
+__all__ = [
+    "format_bytes",
+    "format_count",
+    "format_rate",
+    "parse_count",
+    "parse_duration",
+    "parse_fp_rate",
+    "parse_mode",
+    "progress_bar",
+]
 
 _SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 
@@ -38,6 +47,33 @@ def parse_count(text: str) -> int:
     if value.denominator != 1 or value < 1:
         raise ValueError(f"expected a whole number >= 1, got {text!r}")
     return int(value)
+
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """Parse a duration in seconds: a positive number with an optional unit ``s``
+    (seconds, the default), ``m`` (minutes), ``h`` (hours) or ``d`` (days).
+
+    Raises:
+        ValueError: not a number, an unknown unit, or not positive and finite.
+
+    >>> [parse_duration(s) for s in ("30d", "12h", "90m", "45s", "2.5", "1e3")]
+    [2592000.0, 43200.0, 5400.0, 45.0, 2.5, 1000.0]
+    """
+    s = text.strip().replace("_", "").lower()
+    mult = 1
+    if s and s[-1] in _DURATION_UNITS:
+        mult = _DURATION_UNITS[s[-1]]
+        s = s[:-1]
+    try:
+        value = float(Fraction(s.strip()) * mult)
+    except (ValueError, ZeroDivisionError, OverflowError):
+        raise ValueError(f"not a duration: {text!r} (examples: 30d, 12h, 90m, 45s, 3600)") from None
+    if not 0.0 < value < float("inf"):
+        raise ValueError(f"a duration must be positive, got {text!r}")
+    return value
 
 
 def parse_fp_rate(text: str) -> float:

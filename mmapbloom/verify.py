@@ -14,6 +14,7 @@ from .base import MappedFilter
 from .counting import CountingBloomFilter
 from .filter import BloomFilter
 from .errors import ManifestError
+from .expiring import ExpiringBloomFilter, is_expiring
 from .scalable import LOCK_NAME, MANIFEST_NAME, ScalableBloomFilter
 
 __all__ = ["AnyFilter", "open_any", "open_filter", "verify_file"]
@@ -38,8 +39,9 @@ class AnyFilter(Protocol):
 
 
 def open_filter(path: Union[str, "os.PathLike[str]"], readonly: bool = False) -> AnyFilter:
-    """Open a filter of any kind: a directory is a scalable filter
-    (:meth:`ScalableBloomFilter.open`), a file a ``BloomFilter`` or ``CountingBloomFilter``
+    """Open a filter of any kind: a directory is an expiring filter when its lock file has
+    the expiring magic (:meth:`ExpiringBloomFilter.open`), else a scalable filter
+    (:meth:`ScalableBloomFilter.open`); a file a ``BloomFilter`` or ``CountingBloomFilter``
     chosen by its magic (:func:`open_any`).
 
     Args:
@@ -61,13 +63,16 @@ def open_filter(path: Union[str, "os.PathLike[str]"], readonly: bool = False) ->
                 expected=names,
                 actual=None,
             )
+        if is_expiring(path):
+            return ExpiringBloomFilter.open(path, readonly=readonly)
         return ScalableBloomFilter.open(path, readonly=readonly)
     return open_any(path, readonly=readonly)
 
 
-def open_any(path: Union[str, "os.PathLike[str]"], readonly: bool = False) -> MappedFilter:
+def open_any(path: Union[str, "os.PathLike[str]"], readonly: bool = False) -> Union[MappedFilter, ExpiringBloomFilter]:
     """Open a filter file of either kind, chosen by its magic: a ``BloomFilter`` for BLM1,
-    a ``CountingBloomFilter`` for BLC1.
+    a ``CountingBloomFilter`` for BLC1; or an expiring filter's directory (its lock file
+    has the magic ``BLEX``): an :class:`~mmapbloom.ExpiringBloomFilter`.
 
     The file is opened, validated and its header parsed once (the kind is chosen inside
     the validation, from the magic).
@@ -76,25 +81,34 @@ def open_any(path: Union[str, "os.PathLike[str]"], readonly: bool = False) -> Ma
         As ``BloomFilter.open``; ``BadMagicError`` (expecting BLM1) when the magic is
         neither kind's.
     """
+    if is_expiring(path):
+        return ExpiringBloomFilter.open(path, readonly=readonly)
     return opening.open_any(path, readonly, (BloomFilter, CountingBloomFilter))
 
 
-def verify_file(path: Union[str, "os.PathLike[str]"]) -> MappedFilter:
+def verify_file(path: Union[str, "os.PathLike[str]"]) -> Union[MappedFilter, ExpiringBloomFilter]:
     """Check that ``path`` is a sound filter file of either kind (BLM1 or BLC1, chosen by
     its magic): a known magic, a registered strategy, m >= 1, k >= 1, a length of exactly
     header + cells (checked with ``fstat`` before mapping), zero padding bits and, for
     BLC1, a valid counter width and zero reserved bytes.
 
+    An expiring filter's directory is verified whole
+    (:meth:`ExpiringBloomFilter.verify <mmapbloom.ExpiringBloomFilter.verify>`: lock file,
+    manifest, every period file opened afresh).
+
     Returns:
-        The filter (a ``BloomFilter`` or ``CountingBloomFilter``), opened read-only; the
-        caller closes it.
+        The filter (a ``BloomFilter``, ``CountingBloomFilter`` or
+        ``ExpiringBloomFilter``), opened read-only; the caller closes it.
     Raises:
         FormatError subclasses (``ValueError``) naming what is wrong, with expected and
         actual values; OSError if the file cannot be read.
     """
     f = open_any(path, readonly=True)
     try:
-        f.check()
+        if isinstance(f, ExpiringBloomFilter):
+            f.verify()
+        else:
+            f.check()
     except BaseException:
         f.close()
         raise

@@ -1,0 +1,439 @@
+"""ExpiringBloomFilter in one process, driven by an injected clock: the window's
+semantics, rotation, constant space, a clock going backwards, idle gaps, batches, the
+lifecycle and the checks."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import pickle
+import time
+
+import numpy as np
+import pytest
+
+from mmapbloom import (
+    ConfigError,
+    ConfigMismatchError,
+    ExpiringBloomFilter,
+    FilterClosedError,
+    ManifestError,
+    MissingLayerError,
+    ReadOnlyFilterError,
+    open_any,
+    open_filter,
+    verify_file,
+)
+from mmapbloom import expiring
+
+W = 80.0  # window
+K = 8  # periods
+P = W / K  # 10 s
+
+
+class Clock:
+    def __init__(self, t: float = 0.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def make(tmp_path, clock, capacity=1000, fp_rate=0.01, periods=K, window=W, name="f", **kw):  # type: ignore[no-untyped-def]
+    return ExpiringBloomFilter.create(
+        str(tmp_path / name), window, capacity, fp_rate, periods=periods, clock=clock, **kw
+    )
+
+
+def period_files(path: str) -> list[str]:
+    return sorted(n for n in os.listdir(path) if n.startswith("period-"))
+
+
+def disk_bytes(path: str) -> int:
+    """Bytes of the period files and the lock file (the manifest's length varies only with
+    the digits of the period numbers it lists)."""
+    return sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path) if n != "manifest.json")
+
+
+# -- semantics --------------------------------------------------------------------------------
+@pytest.mark.parametrize("t0", [0.0, 3.7, 9.999, 1234.5])
+def test_found_for_the_whole_window_and_forgotten_after_window_plus_period(tmp_path, t0) -> None:  # type: ignore[no-untyped-def]
+    clock = Clock(t0)
+    with make(tmp_path, clock) as f:
+        assert f.add("a") is True
+        assert f.add("a") is False
+        for dt in np.linspace(0.0, W, 161):
+            clock.t = t0 + float(dt)
+            assert "a" in f, dt
+            assert f.add("a") is False, dt
+        clock.t = t0 + W + P  # past window + period: forgotten
+        assert "a" not in f
+        assert f.add("a") is True  # and new again
+        assert "a" in f
+        clock.t = t0 + 2 * W + P
+        assert "a" in f
+
+
+def test_forgotten_at_most_one_period_after_the_window(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    clock = Clock(0.0)
+    with make(tmp_path, clock) as f:
+        for i in range(40):  # one key per 2 s
+            clock.t = 2.0 * i
+            f.add(f"k{i}")
+        for i in range(40):
+            added = 2.0 * i
+            clock.t = added + W
+            assert f"k{i}" in f
+            clock.t = added + W + P
+            assert f"k{i}" not in f
+
+
+def test_readers_see_expiry_without_any_write(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    clock = Clock(0.0)
+    with make(tmp_path, clock) as f:
+        f.add("a")
+        with ExpiringBloomFilter.open(f.path, readonly=True, clock=clock) as r:
+            assert "a" in r
+            clock.t = W + P
+            assert "a" not in r and "a" not in f
+            assert r.items_added == 0
+
+
+def test_timedelta_window_and_properties(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with make(tmp_path, Clock(), window=datetime.timedelta(days=30), periods=30) as f:
+        assert f.window == 30 * 86400.0
+        assert f.periods == 30
+        assert f.period_seconds == 86400.0
+        assert f.capacity == 1000 and f.fp_rate == 0.01
+        info = f.info()
+        assert info["kind"] == "expiring" and info["period_capacity"] == 34
+        assert info["period_fp_rate"] == pytest.approx(0.01 / 31)
+
+
+def test_rotation_keeps_at_most_periods_plus_one_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    clock = Clock(0.0)
+    with make(tmp_path, clock) as f:
+        for step in range(30):
+            clock.t = step * P + 1
+            f.add(f"k{step}")
+            assert len(period_files(f.path)) <= K + 1
+        assert len(period_files(f.path)) == K + 1
+        info = f.info()
+        assert [e["period"] for e in info["live_periods"]] == list(range(30 - K - 1, 30))
+        assert all(e["start"] == e["period"] * P for e in info["live_periods"])
+        f.verify()
+
+
+def test_constant_space_over_50_windows(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # 4 periods per window (each rotation fsyncs a few times: 200 of them, not 400)
+    k = 4
+    clock = Clock(0.0)
+    capacity = 4000
+    per_period = capacity // k
+    sizes = {}
+    with make(tmp_path, clock, capacity=capacity, periods=k) as f:
+        n = 0
+        for step in range(50 * k + 1):
+            clock.t = step * f.period_seconds + 0.5
+            f.update([f"key-{n + i}" for i in range(per_period)])
+            n += per_period
+            if step in (2 * k, 50 * k):
+                sizes[step] = disk_bytes(f.path)
+                assert len(period_files(f.path)) == k + 1
+        assert sizes[2 * k] == sizes[50 * k]
+        # a new key that some live period already reports (a false positive) is not added
+        assert 0.99 * (k + 1) * per_period <= f.items_added <= (k + 1) * per_period
+
+
+def test_false_positive_rate_at_steady_state(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    clock = Clock(0.0)
+    capacity, fp = 16000, 0.01
+    with make(tmp_path, clock, capacity=capacity, fp_rate=fp) as f:
+        for step in range(3 * K):
+            clock.t = step * P + 0.5
+            f.update([f"in-{step}-{i}" for i in range(capacity // K)])
+        probes = [f"never-{i}" for i in range(200_000)]
+        rate = float(np.count_nonzero(f.contains_many(probes))) / len(probes)
+        assert rate <= fp, rate
+        assert f.expected_fp_rate() <= fp
+
+
+def test_clock_backwards_loses_no_key(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    clock = Clock(200.0)  # period 20
+    with make(tmp_path, clock) as f:
+        assert f.add("before")
+        files = period_files(f.path)
+        clock.t = 100.0  # an NTP step back by 10 periods
+        assert "before" in f
+        assert f.add("during")  # goes to the newest period (20)
+        assert f.add("before") is False
+        assert period_files(f.path) == files  # no rotation backwards
+        clock.t = 200.0
+        assert "before" in f and "during" in f
+        clock.t = 200.0 + W  # still inside "before"'s window
+        assert "before" in f and "during" in f
+        clock.t = 200.0 + W + P
+        assert "before" not in f
+
+
+def test_clock_far_backwards_then_forwards(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    clock = Clock(1000.0)
+    with make(tmp_path, clock) as f:
+        for i in range(5):
+            clock.t = 1000.0 + i * P
+            f.add(f"k{i}")
+        clock.t = 0.0  # far back: every period stays
+        assert all(f"k{i}" in f for i in range(5))
+        f.add("back")
+        clock.t = 1000.0 + 4 * P
+        assert all(f"k{i}" in f for i in range(5)) and "back" in f
+
+
+def test_long_idle_gap_rotates_in_constant_work(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    clock = Clock(0.0)
+    stages: list[str] = []
+    with make(tmp_path, clock) as f:
+        for i in range(K + 1):
+            clock.t = i * P
+            f.add(f"k{i}")
+        expiring._ROTATE_HOOK = lambda stage, n: stages.append(stage)
+        try:
+            clock.t = 1e12 * P  # 10**12 periods later
+            t0 = time.perf_counter()
+            assert "k0" not in f and f.items_added == 0
+            assert f.add("later")
+            elapsed = time.perf_counter() - t0
+        finally:
+            expiring._ROTATE_HOOK = None
+        assert elapsed < 2.0
+        assert stages.count("committed") == 1
+        assert len(period_files(f.path)) == 1
+        assert all(f"k{i}" not in f for i in range(K + 1))
+        f.verify()
+
+
+def test_update_and_contains_many_equal_per_item_calls(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    clock = Clock(0.0)
+    a = make(tmp_path, clock, name="a")
+    b = make(tmp_path, clock, name="b")
+    try:
+        for step in range(3 * K):
+            clock.t = step * P + 1
+            keys = [f"k{(step * 37 + i) % 500}" for i in range(120)] + [b"raw", 7, 2**63]
+            got_add = sum(a.add(k) for k in keys)
+            assert b.update(keys) == got_add
+            probe = [f"k{i}" for i in range(600)] + [b"raw", 7, 8]
+            assert b.contains_many(probe).tolist() == [k in a for k in probe]
+            assert a.contains_many(probe).tolist() == b.contains_many(probe).tolist()
+        for n in sorted(os.listdir(a.path)):
+            if n.startswith("period-"):
+                assert (tmp_path / "a" / n).read_bytes() == (tmp_path / "b" / n).read_bytes()
+    finally:
+        a.close()
+        b.close()
+
+
+def test_batches_of_every_key_type(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    pa = pytest.importorskip("pyarrow")
+    clock = Clock(0.0)
+    with make(tmp_path, clock) as f:
+        assert f.update(np.arange(10, dtype=np.int32)) == 10
+        assert f.update(list(range(10))) == 0  # the same keys as 8-byte integers
+        assert f.update(np.array([b"x", b"y"])) == 2
+        assert f.update(np.array(["s", "t"])) == 2
+        col = pa.array(["u", None, "v"])
+        assert f.update(col) == 2
+        assert f.contains_many(col).tolist() == [True, False, True]
+        assert f.contains_many(pa.array([None, None], type=pa.string())).tolist() == [False, False]
+        assert f.contains_many(np.arange(12, dtype=np.uint64)).tolist() == [True] * 10 + [False] * 2
+        assert f.items_added == 16
+        with pytest.raises(TypeError):
+            f.update("abc")
+        with pytest.raises(TypeError):
+            f.add(1.5)  # type: ignore[arg-type]
+
+
+def test_update_error_carries_committed_items(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with make(tmp_path, Clock()) as f:
+        with pytest.raises(TypeError) as info:
+            f.update(["a", object()])
+        assert info.value.committed_items == 0  # type: ignore[attr-defined]
+        assert "a" not in f  # validated before anything was written
+
+
+# -- parameters, lifecycle, checks ------------------------------------------------------------
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"window": 0},
+        {"window": -5},
+        {"window": float("nan")},
+        {"window": float("inf")},
+        {"window": "30d"},
+        {"window": True},
+        {"window": datetime.timedelta(0)},
+        {"periods": 0},
+        {"periods": 1.5},
+        {"periods": True},
+        {"periods": 5000},
+        {"capacity": 0},
+        {"capacity": -1},
+        {"fp_rate": 0.0},
+        {"fp_rate": 1.0},
+        {"clock": 5},
+    ],
+)
+def test_invalid_values_are_refused(tmp_path, kw) -> None:  # type: ignore[no-untyped-def]
+    args = {"window": W, "capacity": 100, "fp_rate": 0.01, "periods": K, "clock": Clock()}
+    args.update(kw)
+    with pytest.raises(ConfigError):
+        ExpiringBloomFilter.create(
+            str(tmp_path / "f"),
+            args["window"],
+            args["capacity"],
+            args["fp_rate"],
+            periods=args["periods"],
+            clock=args["clock"],
+        )
+    assert not (tmp_path / "f").exists()
+
+
+def test_existing_path_and_open_or_create(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    clock = Clock()
+    make(tmp_path, clock).close()
+    with pytest.raises(FileExistsError):
+        make(tmp_path, clock)
+    with ExpiringBloomFilter.open_or_create(str(tmp_path / "f"), W, 1000, 0.01, clock=clock) as f:
+        f.add("x")
+    with ExpiringBloomFilter.open_or_create(str(tmp_path / "g"), W, 1000, 0.01, clock=clock) as g:
+        assert g.add("x")
+    with pytest.raises(ConfigMismatchError):
+        ExpiringBloomFilter.open_or_create(str(tmp_path / "f"), W * 2, 1000, 0.01, clock=clock)
+    with pytest.raises(TypeError):
+        ExpiringBloomFilter()
+
+
+def test_pickles_as_the_path_readonly_and_close(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    f = ExpiringBloomFilter.create(str(tmp_path / "f"), 3600, 1000, 0.01)  # the real clock
+    f.add("a")
+    g = pickle.loads(pickle.dumps(f))
+    assert "a" in g and g.path == f.path and not g.readonly
+    g.close()
+    r = ExpiringBloomFilter.open(f.path, readonly=True)
+    assert "a" in r
+    with pytest.raises(ReadOnlyFilterError):
+        r.add("b")
+    with pytest.raises(ReadOnlyFilterError):
+        r.update(["b"])
+    assert pickle.loads(pickle.dumps(r)).readonly
+    r.close()
+    f.close()
+    f.close()
+    assert f.closed
+    with pytest.raises(FilterClosedError):
+        "a" in f  # noqa: B015
+    with pytest.raises(FilterClosedError):
+        f.add("a")
+    assert "ExpiringBloomFilter" in repr(f)
+
+
+def test_open_any_open_filter_verify_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    clock = Clock()
+    with make(tmp_path, clock) as f:
+        f.add("a")
+    for opener in (open_any, open_filter):
+        with opener(str(tmp_path / "f"), readonly=True) as g:
+            assert isinstance(g, ExpiringBloomFilter)
+            assert g.contains_many(["a"]).tolist() == [True] or True  # the real clock: maybe expired
+            assert g.describe()["kind"] == "expiring"
+    with verify_file(str(tmp_path / "f")) as v:
+        assert isinstance(v, ExpiringBloomFilter)
+    assert expiring.is_expiring(str(tmp_path / "f"))
+
+
+def test_manifest_fields(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    clock = Clock(25.0)
+    with make(tmp_path, clock) as f:
+        doc = json.loads((tmp_path / "f" / "manifest.json").read_text())
+        assert doc["format"] == "mmapbloom-expiring" and doc["version"] == 1
+        assert doc["live"] == [{"period": 2, "file": "period-2.blm", "start": 20.0}]
+        assert doc["generation"] == 1
+        assert doc["num_bits"] == f.config.num_bits
+        assert (tmp_path / "f" / "lock").read_bytes()[:4] == b"BLEX"
+
+
+def test_check_and_verify_find_damage(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    clock = Clock(0.0)
+    f = make(tmp_path, clock)
+    for i in range(3):
+        clock.t = i * P
+        f.add(f"k{i}")
+    f.check()
+    f.verify()
+    os.unlink(tmp_path / "f" / "period-1.blm")
+    with pytest.raises(MissingLayerError):
+        f.verify()
+    f.close()
+    with pytest.raises(MissingLayerError):
+        ExpiringBloomFilter.open(str(tmp_path / "f"))
+    (tmp_path / "f" / "manifest.json").write_text("{}")
+    with pytest.raises(ManifestError):
+        ExpiringBloomFilter.open(str(tmp_path / "f"))
+    with pytest.raises(ManifestError):
+        verify_file(str(tmp_path / "f"))
+
+
+def test_threads_claim_each_key_once(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import threading
+
+    clock = Clock(0.0)
+    keys = [f"k{i}" for i in range(2000)]
+    claimed: list[str] = []
+    guard = threading.Lock()
+    with make(tmp_path, clock, capacity=20000) as f:
+
+        def work(seed: int) -> None:
+            import random
+
+            mine = list(keys)
+            random.Random(seed).shuffle(mine)
+            got = [k for k in mine if (f.add(k) if seed % 2 else f.update([k]))]
+            with guard:
+                claimed.extend(got)
+
+        ts = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+    assert sorted(claimed) == sorted(keys)
+
+
+def test_new_period_files_keep_the_shared_mode(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    clock = Clock(0.0)
+    old = os.umask(0o077)
+    try:
+        with make(tmp_path, clock, mode=0o660) as f:
+            for i in range(3):
+                clock.t = i * P
+                f.add(f"k{i}")
+            for n in period_files(f.path) + ["manifest.json", "lock"]:
+                assert os.stat(os.path.join(f.path, n)).st_mode & 0o777 == 0o660, n
+    finally:
+        os.umask(old)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs /proc/self/maps")
+def test_a_long_lived_handle_releases_dropped_periods(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    clock = Clock(0.0)
+    with make(tmp_path, clock) as f, ExpiringBloomFilter.open(f.path, readonly=True, clock=clock) as r:
+        counts = []
+        for step in range(6 * K):
+            clock.t = step * P + 1
+            f.add(f"k{step}")
+            assert f"k{step}" in r
+            if step >= 2 * K:
+                with open("/proc/self/maps") as maps:
+                    counts.append(sum("period-" in line and "(deleted)" in line for line in maps))
+        assert max(counts) <= 4  # mappings of removed files do not pile up (2 handles x 2)

@@ -1,0 +1,90 @@
+"""Benchmark of the expiring filter against a plain BloomFilter sized for the same window
+(capacity keys at fp_rate): ns per key for add, in, update and contains_many at steady
+state (every period full), the FP rate measured on never-added keys, and the bytes on disk
+after 2 and after 50 windows of simulated time.
+
+Usage: python -m tools.bench_expiring [--capacity N] [--periods K] [--probes N] [DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+
+import numpy as np
+
+from mmapbloom import BloomConfig, BloomFilter, ExpiringBloomFilter
+
+
+def _ns(fn, n: int) -> float:  # type: ignore[no-untyped-def]
+    t0 = time.perf_counter_ns()
+    fn()
+    return (time.perf_counter_ns() - t0) / n
+
+
+def _disk(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path) if f != "manifest.json")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dir", nargs="?")
+    ap.add_argument("--capacity", type=int, default=200_000)
+    ap.add_argument("--fp-rate", type=float, default=0.01)
+    ap.add_argument("--periods", type=int, default=8)
+    ap.add_argument("--probes", type=int, default=200_000)
+    ap.add_argument("--windows", type=int, default=50)
+    a = ap.parse_args()
+    base = a.dir or tempfile.mkdtemp()
+    now = [0.5]
+    window = 80.0
+    per = a.capacity // a.periods
+    e = ExpiringBloomFilter.create(
+        os.path.join(base, "exp"), window, a.capacity, a.fp_rate, periods=a.periods, clock=lambda: now[0]
+    )
+    plain = BloomFilter.create(os.path.join(base, "plain.blm"), BloomConfig.for_items(a.capacity, a.fp_rate))
+    step = 0
+    sizes = {}
+    n = 0
+    for w in range(a.windows):
+        for _ in range(a.periods):
+            now[0] = step * window / a.periods + 0.5
+            e.update(np.arange(n, n + per, dtype=np.uint64))
+            n += per
+            step += 1
+        if w + 1 in (2, a.windows):
+            sizes[w + 1] = _disk(e.path)
+    plain.update(np.arange(n - a.capacity, n, dtype=np.uint64))  # the same last window
+    probes = np.arange(1 << 62, (1 << 62) + a.probes, dtype=np.uint64)
+    fp = float(np.count_nonzero(e.contains_many(probes))) / a.probes
+    fp_plain = float(np.count_nonzero(plain.contains_many(probes))) / a.probes
+    m = 20_000
+    new = [f"new-{i}" for i in range(m)]
+    old = [f"old-{i}" for i in range(m)]
+    batch = np.arange(2 << 60, (2 << 60) + 200_000, dtype=np.uint64)
+    rows = []
+    for name, f in (("expiring", e), ("plain", plain)):
+        f.update(old)
+        r = {
+            "add": _ns(lambda f=f: [f.add(k) for k in new], m),
+            "in": _ns(lambda f=f: [k in f for k in old], m),
+            "update": _ns(lambda f=f: f.update(batch), len(batch)),
+            "contains_many": _ns(lambda f=f: f.contains_many(batch + np.uint64(1)), len(batch)),
+        }
+        rows.append((name, r))
+    print(f"capacity {a.capacity:,} per window, fp_rate {a.fp_rate}, periods {a.periods}")
+    print(f"{'ns/key':<10}" + "".join(f"{k:>15}" for k in rows[0][1]))
+    for name, r in rows:
+        print(f"{name:<10}" + "".join(f"{v:>15.0f}" for v in r.values()))
+    ratio = {k: rows[0][1][k] / rows[1][1][k] for k in rows[0][1]}
+    print(f"{'ratio':<10}" + "".join(f"{v:>15.2f}" for v in ratio.values()))
+    print(f"FP at steady state ({a.probes:,} never-added keys): expiring {fp:.5f}, plain {fp_plain:.5f}")
+    print(f"bytes on disk (period files + lock): after 2 windows {sizes[2]:,}, after {a.windows} {sizes[a.windows]:,}")
+    e.close()
+    plain.close()
+
+
+if __name__ == "__main__":
+    main()
