@@ -155,7 +155,9 @@ class CuckooFilter(Lifecycle):
         bucket_size: int = 4,
         max_kicks: int = DEFAULT_MAX_KICKS,
     ):
-        geometry = plan(capacity, fp_rate, fingerprint_bits=fingerprint_bits, bucket_size=bucket_size, max_kicks=max_kicks)
+        geometry = plan(
+            capacity, fp_rate, fingerprint_bits=fingerprint_bits, bucket_size=bucket_size, max_kicks=max_kicks
+        )
         header = _header(geometry)
         image = bytearray(header.total_size)
         image[: header.header_size] = fmt.pack_cuckoo_header(header)
@@ -170,7 +172,9 @@ class CuckooFilter(Lifecycle):
         self._h = CuckooPyHandle(storage, geometry)
 
     @classmethod
-    def _from_storage(cls: type[C], storage: Storage, geometry: Geometry, capacity: Any = None, fp_rate: Any = None) -> C:
+    def _from_storage(
+        cls: type[C], storage: Storage, geometry: Geometry, capacity: Any = None, fp_rate: Any = None
+    ) -> C:
         self = cls.__new__(cls)
         try:
             self._attach(storage, geometry, capacity, fp_rate)
@@ -202,7 +206,9 @@ class CuckooFilter(Lifecycle):
             wanted, capacity, fp_rate = config
             for field in Geometry._fields:
                 if getattr(wanted, field) != getattr(geometry, field):
-                    raise ConfigMismatchError(storage.path or "", field, getattr(wanted, field), getattr(geometry, field))
+                    raise ConfigMismatchError(
+                        storage.path or "", field, getattr(wanted, field), getattr(geometry, field)
+                    )
         return cls._from_storage(storage, geometry, capacity, fp_rate)
 
     @classmethod
@@ -229,7 +235,9 @@ class CuckooFilter(Lifecycle):
             FileExistsError: ``path`` exists (unless ``overwrite``); it is left untouched.
             ConfigError: invalid sizing. OSError: as ``BloomFilter.create`` (ENOSPC ...).
         """
-        geometry = plan(capacity, fp_rate, fingerprint_bits=fingerprint_bits, bucket_size=bucket_size, max_kicks=max_kicks)
+        geometry = plan(
+            capacity, fp_rate, fingerprint_bits=fingerprint_bits, bucket_size=bucket_size, max_kicks=max_kicks
+        )
         header = _header(geometry)
         fd, apath = create_file(
             path,
@@ -271,7 +279,9 @@ class CuckooFilter(Lifecycle):
         """Open ``path`` if it exists (its geometry must be :func:`plan`'s for these
         arguments: ConfigMismatchError names the field), else create it; safe when many
         processes race on the same new path."""
-        geometry = plan(capacity, fp_rate, fingerprint_bits=fingerprint_bits, bucket_size=bucket_size, max_kicks=max_kicks)
+        geometry = plan(
+            capacity, fp_rate, fingerprint_bits=fingerprint_bits, bucket_size=bucket_size, max_kicks=max_kicks
+        )
 
         def make() -> C:
             return cls.create(
@@ -426,7 +436,13 @@ class CuckooFilter(Lifecycle):
     def add_many(self, items: Iterable[Any]) -> npt.NDArray[np.bool_]:
         """As :meth:`update`, returning a ``bool`` array: True where the key was inserted."""
         try:
-            batch = list(items) if not isinstance(items, (np.ndarray, list)) and not hasattr(items, "__arrow_c_stream__") and not hasattr(items, "__arrow_c_array__") else items
+            batch = (
+                list(items)
+                if not isinstance(items, (np.ndarray, list))
+                and not hasattr(items, "__arrow_c_stream__")
+                and not hasattr(items, "__arrow_c_array__")
+                else items
+            )
             n = len(batch)  # type: ignore[arg-type]
         except TypeError:
             batch, n = items, None

@@ -145,19 +145,18 @@ class CuckooCells:
     def __init__(self, image: Any, geometry: Geometry):
         self.n, self.b, self.f, self.kicks = geometry
         self._mask = (1 << self.f) - 1
-        view = memoryview(image)
-        if view.readonly:
-            view = memoryview(image)  # lookups only
+        view = memoryview(image)  # read-only for a read-only mapping: lookups only
         self._body = view[fmt.CUCKOO_HEADER_SIZE :]
         self._vfp = view[fmt.CUCKOO_VICTIM_FP_OFFSET : fmt.CUCKOO_VICTIM_FP_OFFSET + 4].cast("I")
         self._vidx = view[fmt.CUCKOO_VICTIM_INDEX_OFFSET : fmt.CUCKOO_VICTIM_INDEX_OFFSET + 8].cast("Q")
         self._words: Optional[memoryview] = None
         if _LITTLE and self.f in (8, 16, 32):
-            self._words = self._body.cast({8: "B", 16: "H", 32: "I"}[self.f])
+            code: Any = {8: "B", 16: "H", 32: "I"}[self.f]
+            self._words = self._body.cast(code)
             words = self._words
 
             def get(j: int) -> int:
-                return words[j]  # type: ignore[no-any-return]
+                return int(words[j])
 
             def set_(j: int, v: int) -> None:
                 words[j] = v  # one aligned store
@@ -458,7 +457,7 @@ class CuckooPyHandle:
                 self._bump(1)
             return got
 
-        got = self._locked(op)
+        got: int = self._locked(op)
         if got < 0:
             raise self._full()
         return got > 0

@@ -137,7 +137,17 @@ def test_golden_file_bytes() -> None:
     )
     magic, strat, n, f, b, r16, items, kicks, vfp, vidx, res = fmt.CUCKOO_HEADER.unpack_from(data)
     assert (magic, strat, n, f, b, r16, items, kicks, vfp, vidx, res) == (
-        b"CKF1", b"M3C1", 3, 12, 4, 0, 13, 8, 0x750, 1, bytes(8)
+        b"CKF1",
+        b"M3C1",
+        3,
+        12,
+        4,
+        0,
+        13,
+        8,
+        0x750,
+        1,
+        bytes(8),
     )
     g = CuckooFilter.from_bytes(GOLDEN.read_bytes())
     assert all(f"k{i}" in g for i in range(13)) and g.items_added == 13
@@ -338,7 +348,7 @@ def test_no_false_negatives_and_count_matches_the_model(ops: list, shape: tuple)
         elif ident(key) in present and present[ident(key)] == key:
             f.remove(key)
             del present[ident(key)]
-        for ide, k in present.items():
+        for k in present.values():
             assert k in f
         for k in range(0, 301, 17):
             assert f.count(k) == (1 if ident(k) in present else 0)

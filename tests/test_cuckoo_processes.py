@@ -68,7 +68,9 @@ def test_reader_never_misses_while_writers_fill_to_95_percent(tmp_path: Path) ->
     stop = str(tmp_path / "stop")
     ready = CTX.Event()
     queue = CTX.Queue()
-    reader = CTX.Process(target=workers.run_and_report, args=(queue, 0, cuckoo_workers.hammer, path, present, stop, ready))
+    reader = CTX.Process(
+        target=workers.run_and_report, args=(queue, 0, cuckoo_workers.hammer, path, present, stop, ready)
+    )
     reader.start()
     assert ready.wait(60)
     barrier = CTX.Barrier(2)
