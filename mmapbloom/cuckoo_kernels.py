@@ -501,9 +501,9 @@ class CuckooPyHandle:
             if out is not None and len(out) != len(keys):
                 raise ValueError(f"out has {len(out)} entries, expected {len(keys)}")
             cells = self._cells
-            hashes = [None if k is None else cells.hash(k) for k in keys]
-            for start in range(0, len(hashes), CHUNK_KEYS):
-                chunk = hashes[start : start + CHUNK_KEYS]
+            for start in range(0, len(keys), CHUNK_KEYS):
+                # each chunk hashed outside the lock, then tested-and-set under it
+                chunk = [None if k is None else cells.hash(k) for k in keys[start : start + CHUNK_KEYS]]
                 flags: list[bool] = []
 
                 def op(chunk: list[Any] = chunk, flags: list[bool] = flags) -> bool:
