@@ -342,7 +342,44 @@ def _create_scalable(args: argparse.Namespace) -> int:
     return 0
 
 
+def _create_cuckoo(args: argparse.Namespace) -> int:
+    """``create --cuckoo``: a CuckooFilter sized from -n and -p (mmapbloom.cuckoo.plan)."""
+    from .cuckoo import CuckooFilter
+
+    if args.n is None or args.p is None or args.bits is not None or args.hashes is not None:
+        args.parser.error("--cuckoo needs -n (capacity) and -p (false-positive rate), not --bits/--hashes")
+    if args.counting or args.scalable or args.counter_bits is not None:
+        args.parser.error("--cuckoo cannot be combined with --counting, --counter-bits or --scalable")
+    try:
+        f = CuckooFilter.create(
+            args.file,
+            args.n,
+            args.p,
+            fingerprint_bits=args.fingerprint_bits,
+            mode=args.mode,
+            sparse=args.sparse,
+            overwrite=args.force,
+        )
+    except FileExistsError as exc:
+        raise _use_force(exc, args.file) from None
+    with f:
+        if args.mode is not None:
+            os.chmod(f.path or args.file, args.mode)
+        if not args.quiet:
+            print(
+                f"created {args.file}: cuckoo filter, {f.num_buckets:,} buckets of {f.bucket_size}, "
+                f"{f.fingerprint_bits}-bit fingerprints, capacity {f.capacity:,}, "
+                f"{f.size_bytes:,} bytes ({format_bytes(f.size_bytes)})",
+                file=sys.stderr,
+            )
+    return 0
+
+
 def _create(args: argparse.Namespace) -> int:
+    if getattr(args, "cuckoo", False):
+        return _create_cuckoo(args)
+    if getattr(args, "fingerprint_bits", None) is not None:
+        args.parser.error("--fingerprint-bits needs --cuckoo")
     if args.scalable:
         return _create_scalable(args)
     if args.growth is not None or args.tightening is not None:
@@ -476,6 +513,17 @@ def _info_lines(record: dict[str, Any]) -> list[tuple[str, str]]:
     file's ``num_bits`` and the scan's ``fill_ratio``)."""
     layered = "layers" in record
     rows = [("path", str(record["path"])), ("kind", _kind_text(record)), ("strategy", record["strategy"])]
+    if "num_buckets" in record:  # a cuckoo filter
+        rows += [
+            ("buckets", f"{record['num_buckets']:,} of {record['bucket_size']} slots"),
+            ("fingerprint bits", str(record["fingerprint_bits"])),
+            ("file size", f"{record['size_bytes']:,} bytes ({format_bytes(record['size_bytes'])})"),
+            ("items added", f"{record['items_added']:,}"),
+            ("load factor", f"{record['load_factor']:.4f}"),
+            ("expected fp rate", f"{record['expected_fp_rate']:.4g} (from the load)"),
+            ("victim slot", "taken (the filter is full)" if record["victim"] else "free"),
+        ]
+        return rows
     if "capacity" in record:
         rows.append(
             ("sized for", f"{record['capacity']:,} items in the first layer, compound fp rate {record['fp_rate']:g}")
@@ -544,6 +592,8 @@ def _shape(record: dict[str, Any]) -> str:
     """The one-line shape of ``mmapbloom verify``'s OK line, from ``describe(scan=False)``."""
     if "num_bits" in record:
         lead = f"m={record['num_bits']:,}, k={record['num_hashes']}"
+    elif "num_buckets" in record:
+        lead = f"cuckoo, {record['num_buckets']:,} buckets of {record['bucket_size']}, f={record['fingerprint_bits']}"
     else:
         lead = f"{record['kind']}, {format_count(record['num_layers'], 'layer')}"
     return f"{lead}, strategy {record['strategy']}, {record['size_bytes']:,} bytes"
@@ -794,6 +844,17 @@ def build_parser() -> argparse.ArgumentParser:
         choices=(4, 8),
         default=None,
         help="counter width of a --counting filter (default 4)",
+    )
+    p.add_argument(
+        "--cuckoo",
+        action="store_true",
+        help="create a cuckoo filter (CKF1: supports removal at about Bloom size; needs -n and -p)",
+    )
+    p.add_argument(
+        "--fingerprint-bits",
+        type=int,
+        default=None,
+        help="fingerprint width of a --cuckoo filter, 4..32 (default: the smallest meeting -p)",
     )
     p.add_argument(
         "--mode",
