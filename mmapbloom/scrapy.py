@@ -33,8 +33,21 @@ Settings (read by :meth:`BloomDupeFilter.from_crawler`; docs/SCRAPY.md has the t
 ``MMAPBLOOM_DUPEFILTER_STRATEGY``
     Name of the hash strategy (see :func:`mmapbloom.get_strategy`), default the package's
     default strategy.
+``MMAPBLOOM_DUPEFILTER_KIND``
+    ``"bloom"`` (default, a :class:`~mmapbloom.BloomFilter`) or ``"cuckoo"`` (a
+    :class:`~mmapbloom.CuckooFilter`, ``JOBDIR/requests.ckf`` by default): about the same
+    size, and a request can be forgotten with :meth:`BloomDupeFilter.forget`, so that a
+    request whose download failed is scheduled again (the retry recipe in docs/SCRAPY.md).
 ``DUPEFILTER_DEBUG``
     As for Scrapy's default filter: log every filtered request, not only the first.
+
+Retry recipe (cuckoo kind): forget a request whose download failed, in an errback, so
+that this crawl (yield it again) or a later one schedules it again::
+
+    def errback(self, failure):
+        df = self.crawler.engine.slot.scheduler.df   # the BloomDupeFilter
+        df.forget(failure.request)                     # True if it was remembered
+        # yield failure.request.replace()  # to retry now: it is no longer a duplicate
 """
 
 from __future__ import annotations
@@ -64,7 +77,9 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_CAPACITY",
     "DEFAULT_FP_RATE",
+    "JOBDIR_CUCKOO_FILE_NAME",
     "JOBDIR_FILE_NAME",
+    "KINDS",
     "BloomDupeFilter",
 ]
 
@@ -83,6 +98,10 @@ DEFAULT_FP_RATE = 1e-6
 #: File name of the filter inside ``JOBDIR`` (next to Scrapy's own ``requests.seen``,
 #: which this filter does not write).
 JOBDIR_FILE_NAME = "requests.blm"
+#: The same for ``MMAPBLOOM_DUPEFILTER_KIND = "cuckoo"``.
+JOBDIR_CUCKOO_FILE_NAME = "requests.ckf"
+#: The values of ``MMAPBLOOM_DUPEFILTER_KIND``.
+KINDS = ("bloom", "cuckoo")
 
 logger = logging.getLogger(__name__)
 
@@ -180,7 +199,13 @@ class BloomDupeFilter(BaseDupeFilter):
         fp_rate: float = DEFAULT_FP_RATE,
         reuse: bool = True,
         strategy: Optional[str] = None,
+        kind: str = "bloom",
     ) -> None:
+        if kind not in KINDS:
+            raise ConfigError(f"MMAPBLOOM_DUPEFILTER_KIND must be one of {KINDS}, got {kind!r}")
+        if kind == "cuckoo" and strategy:
+            raise ConfigError("MMAPBLOOM_DUPEFILTER_STRATEGY applies to the bloom kind only")
+        self.kind = kind
         self.fingerprinter: RequestFingerprinterProtocol = fingerprinter or RequestFingerprinter()
         self.debug = debug
         self.logdupes = True
@@ -198,9 +223,16 @@ class BloomDupeFilter(BaseDupeFilter):
             self._tempdir = tempfile.mkdtemp(prefix="mmapbloom-scrapy-")
             # Removed by close(), or at garbage collection / interpreter exit if never closed.
             self._cleanup = weakref.finalize(self, shutil.rmtree, self._tempdir, True)
-            path = os.path.join(self._tempdir, JOBDIR_FILE_NAME)
+            path = os.path.join(self._tempdir, JOBDIR_CUCKOO_FILE_NAME if kind == "cuckoo" else JOBDIR_FILE_NAME)
         try:
-            if reuse:
+            if kind == "cuckoo":
+                from .cuckoo import CuckooFilter
+
+                if reuse:
+                    self.filter: Any = CuckooFilter.open_or_create(path, int(capacity), fp_rate)
+                else:
+                    self.filter = CuckooFilter.create(path, int(capacity), fp_rate, overwrite=True)
+            elif reuse:
                 self.filter = BloomFilter.open_or_create(path, config)
             else:
                 self.filter = BloomFilter.create(path, config, overwrite=True)
@@ -227,6 +259,19 @@ class BloomDupeFilter(BaseDupeFilter):
             self._remove_tempdir()
             raise
         self.path = path
+        if kind == "cuckoo":
+            self.logger.info(
+                "Duplicate filter: %(path)s (cuckoo, %(mib).1f MiB, %(n)d buckets, %(f)d-bit fingerprints,"
+                " %(items)d requests already seen)",
+                {
+                    "path": path,
+                    "mib": self.filter.size_bytes / 2**20,
+                    "n": self.filter.num_buckets,
+                    "f": self.filter.fingerprint_bits,
+                    "items": self.filter.items_added,
+                },
+            )
+            return
         self.logger.info(
             "Duplicate filter: %(path)s (%(mib).1f MiB, %(m)d bits, %(k)d hashes, %(strategy)s,"
             " %(items)d requests already seen)",
@@ -250,10 +295,11 @@ class BloomDupeFilter(BaseDupeFilter):
         """
         settings = crawler.settings
         path = settings.get("MMAPBLOOM_DUPEFILTER_PATH") or None
+        kind = settings.get("MMAPBLOOM_DUPEFILTER_KIND") or "bloom"
         if path is None:
             jobdir = job_dir(settings)
             if jobdir:
-                path = os.path.join(jobdir, JOBDIR_FILE_NAME)
+                path = os.path.join(jobdir, JOBDIR_CUCKOO_FILE_NAME if kind == "cuckoo" else JOBDIR_FILE_NAME)
         return cls(
             os.fspath(path) if path is not None else None,
             settings.getbool("DUPEFILTER_DEBUG"),
@@ -262,6 +308,7 @@ class BloomDupeFilter(BaseDupeFilter):
             fp_rate=_number(settings, "MMAPBLOOM_DUPEFILTER_FP_RATE", DEFAULT_FP_RATE),
             reuse=settings.getbool("MMAPBLOOM_DUPEFILTER_REUSE", True),
             strategy=settings.get("MMAPBLOOM_DUPEFILTER_STRATEGY") or None,
+            kind=kind,
         )
 
     def request_seen(self, request: Request) -> bool:
@@ -275,6 +322,21 @@ class BloomDupeFilter(BaseDupeFilter):
             FilterClosedError: after :meth:`close`.
         """
         return not self.filter.add(self.fingerprinter.fingerprint(request))
+
+    def forget(self, request: Request) -> bool:
+        """Forget ``request`` (``MMAPBLOOM_DUPEFILTER_KIND = "cuckoo"`` only), so that it is
+        scheduled again, by this or any process sharing the file: the retry recipe for a
+        request whose download failed. Returns True if its fingerprint was removed, False if
+        it was not remembered. Only forget requests this filter has seen: forgetting one
+        never seen that is a false positive forgets another request.
+
+        Raises:
+            TypeError: the filter is a Bloom filter (it cannot remove anything).
+            FilterClosedError: after :meth:`close`.
+        """
+        if self.kind != "cuckoo":
+            raise TypeError('forget needs MMAPBLOOM_DUPEFILTER_KIND = "cuckoo" (a Bloom filter cannot remove)')
+        return bool(self.filter.discard(self.fingerprinter.fingerprint(request)))
 
     def close(self, reason: str) -> None:
         """Close the file (flushing nothing: the mapping is shared, every add is already in
