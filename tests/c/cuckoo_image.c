@@ -56,5 +56,7 @@ int main(void)
         fprintf(stderr, "%d\n", got);
     }
     fwrite(image, 1, size, stdout);
+    free(path);
+    free(aligned);
     return 0;
 }
