@@ -493,6 +493,37 @@ def _create_expiring(args: argparse.Namespace) -> int:
     return 0
 
 
+def _create_cuckoo(args: argparse.Namespace) -> int:
+    """``create --cuckoo``: a CuckooFilter sized from -n and -p (mmapbloom.cuckoo.plan)."""
+    from .cuckoo import CuckooFilter
+
+    if args.n is None or args.p is None or args.bits is not None or args.hashes is not None:
+        args.parser.error("--cuckoo needs -n (capacity) and -p (false-positive rate), not --bits/--hashes")
+    try:
+        f = CuckooFilter.create(
+            args.file,
+            args.n,
+            args.p,
+            fingerprint_bits=args.fingerprint_bits,
+            mode=args.mode,
+            sparse=args.sparse,
+            overwrite=args.force,
+        )
+    except FileExistsError as exc:
+        raise _use_force(exc, args.file) from None
+    with f:
+        if args.mode is not None:
+            os.chmod(f.path or args.file, args.mode)
+        if not args.quiet:
+            print(
+                f"created {args.file}: cuckoo filter, {f.num_buckets:,} buckets of {f.bucket_size}, "
+                f"{f.fingerprint_bits}-bit fingerprints, capacity {f.capacity:,}, "
+                f"{f.size_bytes:,} bytes ({format_bytes(f.size_bytes)})",
+                file=sys.stderr,
+            )
+    return 0
+
+
 def _create_mapped(args: argparse.Namespace) -> int:
     """``create`` of a one-file kind (a Bloom filter, or with --counting a counting filter)."""
     cfg = _config_from_args(args, args.parser)
@@ -593,6 +624,15 @@ def _counting_arguments(p: argparse.ArgumentParser) -> None:
 
 
 #: The kinds ``create`` makes: the first whose flag is given, else the default (flag None).
+def _cuckoo_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--fingerprint-bits",
+        type=int,
+        default=None,
+        help="fingerprint width of a --cuckoo filter, 4..32 (default: the smallest meeting -p)",
+    )
+
+
 def _expiring_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--periods",
@@ -623,6 +663,15 @@ CREATE_KINDS: list[CreateKind] = [
         why="",
         make=_create_mapped,
         arguments=_counting_arguments,
+    ),
+    CreateKind(
+        flag="--cuckoo",
+        help="create a cuckoo filter (CKF1: supports removal at about Bloom size; needs -n and -p)",
+        options={"fingerprint_bits": "--fingerprint-bits"},
+        refuses={},
+        why="a cuckoo filter stores fingerprints in buckets, not bits or counters",
+        make=_create_cuckoo,
+        arguments=_cuckoo_arguments,
     ),
     CreateKind(
         flag="--window",
@@ -742,12 +791,12 @@ def _check(args: argparse.Namespace) -> int:
 
 def _removable(f: Any, path: str) -> Callable[[Any], bool]:
     """The filter's ``discard`` (remove if it might be present; whether it was removed):
-    the one capability ``remove`` needs, so any kind that has it (a counting filter today)
+    the one capability ``remove`` needs, so any kind that has it (counting and cuckoo filters)
     works here without a branch per kind. A kind without it is refused, naming it."""
     discard = getattr(f, "discard", None)
     if not callable(discard):
         raise MmapBloomError(
-            f"{path}: a {type(f).__name__} does not support removal (create a counting filter: "
+            f"{path}: a {type(f).__name__} does not support removal (create a counting or cuckoo filter: "
             "mmapbloom create FILE --counting ...)"
         )
     return discard  # type: ignore[no-any-return]
@@ -811,6 +860,17 @@ def _info_lines(record: dict[str, Any]) -> list[tuple[str, str]]:
     file's ``num_bits`` and the scan's ``fill_ratio``)."""
     layered = "layers" in record
     rows = [("path", str(record["path"])), ("kind", _kind_text(record)), ("strategy", record["strategy"])]
+    if "num_buckets" in record:  # a cuckoo filter
+        rows += [
+            ("buckets", f"{record['num_buckets']:,} of {record['bucket_size']} slots"),
+            ("fingerprint bits", str(record["fingerprint_bits"])),
+            ("file size", f"{record['size_bytes']:,} bytes ({format_bytes(record['size_bytes'])})"),
+            ("items added", f"{record['items_added']:,}"),
+            ("load factor", f"{record['load_factor']:.4f}"),
+            ("expected fp rate", f"{record['expected_fp_rate']:.4g} (from the load)"),
+            ("victim slot", "taken (the filter is full)" if record["victim"] else "free"),
+        ]
+        return rows
     if record["kind"] == "expiring":
         rows.append(
             (
@@ -887,6 +947,8 @@ def _shape(record: dict[str, Any]) -> str:
     """The one-line shape of ``mmapbloom verify``'s OK line, from ``describe(scan=False)``."""
     if "num_bits" in record:
         lead = f"m={record['num_bits']:,}, k={record['num_hashes']}"
+    elif "num_buckets" in record:
+        lead = f"cuckoo, {record['num_buckets']:,} buckets of {record['bucket_size']}, f={record['fingerprint_bits']}"
     else:
         lead = f"{record['kind']}, {format_count(record['num_layers'], 'layer')}"
     return f"{lead}, strategy {record['strategy']}, {record['size_bytes']:,} bytes"

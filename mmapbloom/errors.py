@@ -20,6 +20,7 @@ and also from the matching built-in, so callers may catch either::
     ├── FilterClosedError(ValueError)        use of a filter after close()
     ├── ReadOnlyFilterError(PermissionError) a write on a filter opened read-only
     ├── NoSpaceError(OSError)                errno ENOSPC: a filter that cannot fit (path, needed, available)
+    ├── FilterFullError(RuntimeError)        a cuckoo filter found no slot for a new fingerprint
     ├── LockTimeout(TimeoutError)            write_lock(timeout=...) expired before the lock was free
     └── SelfDeadlockError(RuntimeError)      a write through a second handle while this thread
                                              holds the same file's lock through another
@@ -45,6 +46,7 @@ __all__ = [
     "ConfigError",
     "ConfigMismatchError",
     "FilterClosedError",
+    "FilterFullError",
     "FormatError",
     "IncompatibleFiltersError",
     "LayerMismatchError",
@@ -240,6 +242,24 @@ class NoSpaceError(MmapBloomError, OSError):
 
     def __str__(self) -> str:
         return self.strerror
+
+
+class FilterFullError(MmapBloomError, RuntimeError):
+    """A :class:`~mmapbloom.cuckoo.CuckooFilter` insert found no slot for a new
+    fingerprint: both of the key's buckets are full, and either the victim slot is taken
+    or a kick path of at most ``max_kicks`` moves found no empty slot. Nothing was changed
+    by the failed insert (every key present before it is still found). Raised by a batch,
+    it carries ``committed_items`` (how many leading keys were committed).
+
+    Attributes:
+        path: the filter file, or ``None`` in memory.
+        items: the filter's item count when it was raised.
+    """
+
+    def __init__(self, message: str, *, path: Any = None, items: Any = None):
+        super().__init__(message)
+        self.path = path
+        self.items = items
 
 
 class LockTimeout(MmapBloomError, TimeoutError):

@@ -48,7 +48,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Union
 
-from .errors import BadHeaderError, BadMagicError, LengthMismatchError, PaddingError
+from .errors import BadHeaderError, BadMagicError, LengthMismatchError, PaddingError, UnknownStrategyError
 from .hashing import HashStrategy, get_strategy
 from .sizing import MAX_NUM_HASHES
 
@@ -56,6 +56,10 @@ __all__ = [
     "COUNTER_WIDTHS",
     "COUNTING_HEADER_SIZE",
     "COUNTING_MAGIC",
+    "CUCKOO_HEADER_SIZE",
+    "CUCKOO_MAGIC",
+    "CUCKOO_STRATEGY",
+    "CuckooHeader",
     "HEADER",
     "HEADER_SIZE",
     "ITEMS_OFFSET",
@@ -71,17 +75,20 @@ __all__ = [
     "items_word",
     "load_items",
     "pack_counting_header",
+    "pack_cuckoo_header",
+    "parse_cuckoo_header",
     "pack_header",
     "padding_mask",
     "parse_header",
     "store_items",
+    "validate_cuckoo_image",
     "validate_image",
 ]
 
 MAGIC = b"BLM1"
 COUNTING_MAGIC = b"BLC1"
 #: Magic -> human name of every kind of filter, for "wrong kind" messages.
-KINDS = {MAGIC: "Bloom filter", COUNTING_MAGIC: "counting Bloom filter"}
+KINDS = {MAGIC: "Bloom filter", COUNTING_MAGIC: "counting Bloom filter", b"CKF1": "cuckoo filter"}
 #: magic, strategy, num_bits, num_hashes, items added.
 HEADER = struct.Struct("<4s4sQII")
 HEADER_SIZE = HEADER.size  # 24
@@ -333,4 +340,161 @@ def validate_image(read: Reader, size: int, *, source: str = "<bytes>", magic: b
     if not last:  # the image shrank after its size was taken
         check_length(header.total_size, size - 1, source=source)
     check_padding(last[0], header.num_bits, source=source, cell_bits=header.cell_bits)
+    return header
+
+
+# -- CKF1: the cuckoo filter (Fan, Andersen, Kaminsky, Mitzenmacher, CoNEXT 2014) --------------
+
+CUCKOO_MAGIC = b"CKF1"
+#: The one cuckoo hashing scheme (index, fingerprint, alternate index and kick choices, see
+#: :mod:`mmapbloom.cuckoo_kernels` and docs/FORMAT.md). Another name is UnknownStrategyError.
+CUCKOO_STRATEGY = "M3C1"
+#: magic, strategy, num_buckets, fingerprint_bits, bucket_size, reserved u16, items,
+#: max_kicks, victim fingerprint, victim bucket index, 8 reserved bytes.
+CUCKOO_HEADER = struct.Struct("<4s4sQBBHIIIQ8s")
+CUCKOO_HEADER_SIZE = CUCKOO_HEADER.size  # 48
+#: Byte offsets of the victim slot's two fields (each one aligned store).
+CUCKOO_VICTIM_FP_OFFSET = 28
+CUCKOO_VICTIM_INDEX_OFFSET = 32
+#: Supported fingerprint widths in bits (inclusive) and bucket sizes.
+CUCKOO_MIN_FP_BITS = 4
+CUCKOO_MAX_FP_BITS = 32
+CUCKOO_BUCKET_SIZES = (1, 2, 4, 8)
+#: Largest max_kicks a header may hold (a forged value must not make an insert take minutes).
+CUCKOO_MAX_KICKS = 1 << 16
+#: Largest bucket count: num_buckets * bucket_size slots must fit 2**56 (so slot bit
+#: offsets fit 64 bits at any width).
+CUCKOO_MAX_BUCKETS = 1 << 53
+
+assert CUCKOO_HEADER_SIZE == 48 and ITEMS_OFFSET == 20
+
+
+@dataclass(frozen=True)
+class CuckooHeader:
+    """A decoded, validated CKF1 header (see docs/FORMAT.md). ``header_size`` and
+    ``total_size`` are what :class:`~mmapbloom.storage.FileStorage` needs of any header."""
+
+    num_buckets: int
+    fingerprint_bits: int
+    bucket_size: int
+    max_kicks: int
+    items_added: int = 0
+    victim_fp: int = 0
+    victim_index: int = 0
+    magic: bytes = CUCKOO_MAGIC
+    strategy_name: str = CUCKOO_STRATEGY
+    header_size: int = CUCKOO_HEADER_SIZE
+
+    @property
+    def num_slots(self) -> int:
+        """Slots in all: ``num_buckets * bucket_size``."""
+        return self.num_buckets * self.bucket_size
+
+    @property
+    def body_bytes(self) -> int:
+        """Bytes of the slot array: ``ceil(num_slots * fingerprint_bits / 8)``."""
+        return body_size(self.num_slots, self.fingerprint_bits)
+
+    @property
+    def total_size(self) -> int:
+        """Bytes of the whole image: 48 + :attr:`body_bytes`."""
+        return self.header_size + self.body_bytes
+
+
+def pack_cuckoo_header(header: CuckooHeader) -> bytes:
+    """The 48 CKF1 header bytes of ``header`` (see the module docs and docs/FORMAT.md)."""
+    return CUCKOO_HEADER.pack(
+        CUCKOO_MAGIC,
+        header.strategy_name.encode("ascii"),
+        header.num_buckets,
+        header.fingerprint_bits,
+        header.bucket_size,
+        0,
+        min(header.items_added, MAX_ITEMS),
+        header.max_kicks,
+        header.victim_fp,
+        header.victim_index,
+        bytes(8),
+    )
+
+
+def _bad(message: str, source: str, expected: object, actual: object) -> BadHeaderError:
+    return BadHeaderError(message, source=source, expected=expected, actual=actual)
+
+
+def parse_cuckoo_header(data: bytes, *, source: str = "<bytes>") -> CuckooHeader:
+    """Decode and validate a CKF1 header; each damage is refused with its own message.
+
+    Raises:
+        BadMagicError: not ``CKF1`` (a BLM1 or BLC1 file is named as such: both kinds).
+        UnknownStrategyError: a scheme name other than ``M3C1``.
+        BadHeaderError: a short header; num_buckets 0 or > 2**53; fingerprint_bits outside
+            [4, 32]; bucket_size not 1, 2, 4 or 8; max_kicks 0 or > 65536; items above the
+            slot count + 1; a victim fingerprint wider than fingerprint_bits, or a victim
+            index >= num_buckets, or an index with no victim; non-zero reserved bytes.
+        (all ``FormatError``, a ``ValueError``)
+    """
+    if len(data) < 4 or data[:4] != CUCKOO_MAGIC:
+        got = bytes(data[:4])
+        known = KINDS.get(got)
+        what = f" (a {known}, not a cuckoo filter)" if known else ""
+        raise BadMagicError(
+            f"bad magic: expected {CUCKOO_MAGIC!r} (cuckoo filter), got {got!r}{what}",
+            source=source,
+            expected=CUCKOO_MAGIC,
+            actual=got,
+        )
+    if len(data) < CUCKOO_HEADER_SIZE:
+        raise _bad(
+            f"truncated header: expected at least {CUCKOO_HEADER_SIZE} bytes, got {len(data)}",
+            source,
+            CUCKOO_HEADER_SIZE,
+            len(data),
+        )
+    _, strategy, n, f, b, reserved16, items, kicks, vfp, vindex, reserved = CUCKOO_HEADER.unpack_from(data, 0)
+    name = strategy.decode("latin-1")
+    if name != CUCKOO_STRATEGY:
+        raise UnknownStrategyError(
+            f"unknown cuckoo hashing scheme {name!r}: expected {CUCKOO_STRATEGY!r}",
+            source=source,
+            expected=CUCKOO_STRATEGY,
+            actual=name,
+        )
+    if n == 0 or n > CUCKOO_MAX_BUCKETS:
+        raise _bad(f"num_buckets is {n}: expected 1 .. 2**53", source, "1 .. 2**53", n)
+    if not CUCKOO_MIN_FP_BITS <= f <= CUCKOO_MAX_FP_BITS:
+        raise _bad(f"fingerprint_bits is {f}: expected 4 .. 32", source, "4 .. 32", f)
+    if b not in CUCKOO_BUCKET_SIZES:
+        raise _bad(f"bucket_size is {b}: expected one of {CUCKOO_BUCKET_SIZES}", source, CUCKOO_BUCKET_SIZES, b)
+    if reserved16 != 0:
+        raise _bad(f"reserved header bytes 18..19 must be 0, got {reserved16:04x}", source, "0000", f"{reserved16:04x}")
+    if kicks == 0 or kicks > CUCKOO_MAX_KICKS:
+        raise _bad(f"max_kicks is {kicks}: expected 1 .. {CUCKOO_MAX_KICKS}", source, f"1 .. {CUCKOO_MAX_KICKS}", kicks)
+    if items > n * b + 1 and items != MAX_ITEMS:
+        raise _bad(f"items {items} exceeds the {n * b} slots and the victim", source, f"<= {n * b + 1}", items)
+    if vfp >> f:
+        raise _bad(f"victim fingerprint {vfp:#x} is wider than {f} bits", source, f"< 2**{f}", vfp)
+    if vfp and vindex >= n:
+        raise _bad(f"victim bucket index {vindex} >= num_buckets {n}", source, f"< {n}", vindex)
+    if not vfp and vindex:
+        raise _bad(f"victim bucket index {vindex} without a victim fingerprint", source, 0, vindex)
+    if reserved != bytes(8):
+        raise _bad(f"reserved header bytes 40..47 must be 0, got {reserved.hex()}", source, "00" * 8, reserved.hex())
+    return CuckooHeader(n, f, b, kicks, items, vfp, vindex)
+
+
+def validate_cuckoo_image(read: Reader, size: int, *, source: str = "<bytes>") -> CuckooHeader:
+    """Validate a CKF1 image from its header, its total length and its last byte (as
+    :func:`validate_image` does for BLM1): reads two small pieces, whatever its size.
+
+    Raises:
+        As :func:`parse_cuckoo_header`; LengthMismatchError (truncated or over-long);
+        PaddingError (a bit past the last slot is set).
+    """
+    header = parse_cuckoo_header(read(0, CUCKOO_HEADER_SIZE), source=source)
+    check_length(header.total_size, size, source=source)
+    last = read(size - 1, 1)
+    if not last:
+        check_length(header.total_size, size - 1, source=source)
+    check_padding(last[0], header.num_slots, source=source, cell_bits=header.fingerprint_bits)
     return header

@@ -99,6 +99,13 @@ def adopt(kind: type[T], storage: FileStorage, config: Optional[BloomConfig], op
         TypeError: an option the kind does not take.
     """
     source = storage.path or ""
+    own = getattr(kind, "_adopt", None)  # a kind with its own shape (CuckooFilter): its hook
+    if own is not None:
+        try:
+            return own(storage, config, options)  # type: ignore[no-any-return]
+        except BaseException:
+            storage.close()
+            raise
     try:
         header = storage.header  # validated (header, length, padding) before mapping
         found = BloomConfig(num_bits=header.num_bits, num_hashes=header.num_hashes, strategy=header.strategy)

@@ -49,6 +49,14 @@ Settings (read by :meth:`BloomDupeFilter.from_crawler`; docs/SCRAPY.md has the t
     import path (default ``time.time``; for tests).
 ``DUPEFILTER_DEBUG``
     As for Scrapy's default filter: log every filtered request, not only the first.
+
+Retry recipe (cuckoo kind): forget a request whose download failed, in an errback, so
+that this crawl (yield it again) or a later one schedules it again::
+
+    def errback(self, failure):
+        df = self.crawler.engine.slot.scheduler.df   # the BloomDupeFilter
+        df.forget(failure.request)                     # True if it was remembered
+        # yield failure.request.replace()  # to retry now: it is no longer a duplicate
 """
 
 from __future__ import annotations
@@ -82,7 +90,9 @@ __all__ = [
     "DEFAULT_CAPACITY",
     "DEFAULT_FP_RATE",
     "JOBDIR_EXPIRING_NAME",
+    "JOBDIR_CUCKOO_FILE_NAME",
     "JOBDIR_FILE_NAME",
+    "KINDS",
     "BloomDupeFilter",
 ]
 
@@ -103,6 +113,10 @@ DEFAULT_FP_RATE = 1e-6
 JOBDIR_FILE_NAME = "requests.blm"
 #: Directory name of an expiring filter (``MMAPBLOOM_DUPEFILTER_WINDOW``) inside ``JOBDIR``.
 JOBDIR_EXPIRING_NAME = "requests.expiring"
+#: The same for ``MMAPBLOOM_DUPEFILTER_KIND = "cuckoo"``.
+JOBDIR_CUCKOO_FILE_NAME = "requests.ckf"
+#: The values of ``MMAPBLOOM_DUPEFILTER_KIND``.
+KINDS = ("bloom", "cuckoo")
 
 logger = logging.getLogger(__name__)
 
@@ -209,7 +223,18 @@ class BloomDupeFilter(BaseDupeFilter):
         window: Optional[float] = None,
         periods: int = DEFAULT_PERIODS,
         clock: Optional[Callable[[], float]] = None,
+        kind: str = "bloom",
     ) -> None:
+        if kind not in KINDS:
+            raise ConfigError(f"MMAPBLOOM_DUPEFILTER_KIND must be one of {KINDS}, got {kind!r}")
+        if kind == "cuckoo" and strategy:
+            raise ConfigError("MMAPBLOOM_DUPEFILTER_STRATEGY applies to the bloom kind only")
+        if kind == "cuckoo" and window is not None:
+            raise ConfigError(
+                "MMAPBLOOM_DUPEFILTER_WINDOW and MMAPBLOOM_DUPEFILTER_KIND = 'cuckoo' cannot be combined "
+                "(an expiring filter forgets by time, a cuckoo filter by forget(request))"
+            )
+        self.kind = kind
         self.fingerprinter: RequestFingerprinterProtocol = fingerprinter or RequestFingerprinter()
         self.debug = debug
         self.logdupes = True
@@ -227,7 +252,8 @@ class BloomDupeFilter(BaseDupeFilter):
             self._tempdir = tempfile.mkdtemp(prefix="mmapbloom-scrapy-")
             # Removed by close(), or at garbage collection / interpreter exit if never closed.
             self._cleanup = weakref.finalize(self, shutil.rmtree, self._tempdir, True)
-            path = os.path.join(self._tempdir, JOBDIR_FILE_NAME if window is None else JOBDIR_EXPIRING_NAME)
+            name = JOBDIR_CUCKOO_FILE_NAME if kind == "cuckoo" else JOBDIR_FILE_NAME
+            path = os.path.join(self._tempdir, name if window is None else JOBDIR_EXPIRING_NAME)
         self.filter: Any
         try:
             if window is not None:
@@ -236,6 +262,13 @@ class BloomDupeFilter(BaseDupeFilter):
                 self.filter = ExpiringBloomFilter.open_or_create(
                     path, window, config.capacity or 1, fp_rate, periods=periods, strategy=chosen, clock=clock
                 )
+            elif kind == "cuckoo":
+                from .cuckoo import CuckooFilter
+
+                if reuse:
+                    self.filter = CuckooFilter.open_or_create(path, int(capacity), fp_rate)
+                else:
+                    self.filter = CuckooFilter.create(path, int(capacity), fp_rate, overwrite=True)
             elif reuse:
                 self.filter = BloomFilter.open_or_create(path, config)
             else:
@@ -263,6 +296,19 @@ class BloomDupeFilter(BaseDupeFilter):
             self._remove_tempdir()
             raise
         self.path = path
+        if kind == "cuckoo":
+            self.logger.info(
+                "Duplicate filter: %(path)s (cuckoo, %(mib).1f MiB, %(n)d buckets, %(f)d-bit fingerprints,"
+                " %(items)d requests already seen)",
+                {
+                    "path": path,
+                    "mib": self.filter.size_bytes / 2**20,
+                    "n": self.filter.num_buckets,
+                    "f": self.filter.fingerprint_bits,
+                    "items": self.filter.items_added,
+                },
+            )
+            return
         self.logger.info(
             "Duplicate filter: %(path)s (%(mib).1f MiB, %(m)d bits, %(k)d hashes, %(strategy)s,"
             " %(items)d requests already seen)",
@@ -296,10 +342,12 @@ class BloomDupeFilter(BaseDupeFilter):
         clock = settings.get("MMAPBLOOM_DUPEFILTER_CLOCK") or None
         if isinstance(clock, str):
             clock = load_object(clock)
+        kind = settings.get("MMAPBLOOM_DUPEFILTER_KIND") or "bloom"
         if path is None:
             jobdir = job_dir(settings)
             if jobdir:
-                path = os.path.join(jobdir, JOBDIR_FILE_NAME if window is None else JOBDIR_EXPIRING_NAME)
+                name = JOBDIR_CUCKOO_FILE_NAME if kind == "cuckoo" else JOBDIR_FILE_NAME
+                path = os.path.join(jobdir, name if window is None else JOBDIR_EXPIRING_NAME)
         return cls(
             os.fspath(path) if path is not None else None,
             settings.getbool("DUPEFILTER_DEBUG"),
@@ -311,6 +359,7 @@ class BloomDupeFilter(BaseDupeFilter):
             window=window,
             periods=int(_number(settings, "MMAPBLOOM_DUPEFILTER_PERIODS", DEFAULT_PERIODS)),
             clock=clock,
+            kind=kind,
         )
 
     def request_seen(self, request: Request) -> bool:
@@ -324,6 +373,21 @@ class BloomDupeFilter(BaseDupeFilter):
             FilterClosedError: after :meth:`close`.
         """
         return not self.filter.add(self.fingerprinter.fingerprint(request))
+
+    def forget(self, request: Request) -> bool:
+        """Forget ``request`` (``MMAPBLOOM_DUPEFILTER_KIND = "cuckoo"`` only), so that it is
+        scheduled again, by this or any process sharing the file: the retry recipe for a
+        request whose download failed. Returns True if its fingerprint was removed, False if
+        it was not remembered. Only forget requests this filter has seen: forgetting one
+        never seen that is a false positive forgets another request.
+
+        Raises:
+            TypeError: the filter is a Bloom filter (it cannot remove anything).
+            FilterClosedError: after :meth:`close`.
+        """
+        if self.kind != "cuckoo":
+            raise TypeError('forget needs MMAPBLOOM_DUPEFILTER_KIND = "cuckoo" (a Bloom filter cannot remove)')
+        return bool(self.filter.discard(self.fingerprinter.fingerprint(request)))
 
     def close(self, reason: str) -> None:
         """Close the file (flushing nothing: the mapping is shared, every add is already in

@@ -12,6 +12,7 @@ import numpy.typing as npt
 from . import opening
 from .base import MappedFilter
 from .counting import CountingBloomFilter
+from .cuckoo import CuckooFilter
 from .filter import BloomFilter
 from .errors import ManifestError
 from .expiring import ExpiringBloomFilter, is_expiring
@@ -70,9 +71,9 @@ def open_filter(path: Union[str, "os.PathLike[str]"], readonly: bool = False) ->
 
 
 def open_any(path: Union[str, "os.PathLike[str]"], readonly: bool = False) -> Union[MappedFilter, ExpiringBloomFilter]:
-    """Open a filter file of either kind, chosen by its magic: a ``BloomFilter`` for BLM1,
-    a ``CountingBloomFilter`` for BLC1; or an expiring filter's directory (its lock file
-    has the magic ``BLEX``): an :class:`~mmapbloom.ExpiringBloomFilter`.
+    """Open a filter of any kind, chosen by its magic: a ``BloomFilter`` for BLM1, a
+    ``CountingBloomFilter`` for BLC1, a ``CuckooFilter`` for CKF1; or an expiring filter's
+    directory (its lock file has the magic ``BLEX``): an :class:`~mmapbloom.ExpiringBloomFilter`.
 
     The file is opened, validated and its header parsed once (the kind is chosen inside
     the validation, from the magic).
@@ -83,12 +84,13 @@ def open_any(path: Union[str, "os.PathLike[str]"], readonly: bool = False) -> Un
     """
     if is_expiring(path):
         return ExpiringBloomFilter.open(path, readonly=readonly)
-    return opening.open_any(path, readonly, (BloomFilter, CountingBloomFilter))
+    return opening.open_any(path, readonly, (BloomFilter, CountingBloomFilter, CuckooFilter))  # type: ignore[return-value, type-var]
 
 
 def verify_file(path: Union[str, "os.PathLike[str]"]) -> Union[MappedFilter, ExpiringBloomFilter]:
-    """Check that ``path`` is a sound filter file of either kind (BLM1 or BLC1, chosen by
-    its magic): a known magic, a registered strategy, m >= 1, k >= 1, a length of exactly
+    """Check that ``path`` is a sound filter of any kind (BLM1, BLC1 or CKF1, chosen by its
+    magic; for CKF1 also the items counter against the slots; or an expiring directory): a
+    known magic, a registered strategy, m >= 1, k >= 1, a length of exactly
     header + cells (checked with ``fstat`` before mapping), zero padding bits and, for
     BLC1, a valid counter width and zero reserved bytes.
 

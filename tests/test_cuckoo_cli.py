@@ -1,0 +1,34 @@
+"""The command line with a cuckoo filter: create --cuckoo, add, check, info, verify."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from mmapbloom import CuckooFilter
+from tests.conftest import ROOT
+
+
+def run(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-m", "mmapbloom", *args], input=stdin, capture_output=True, cwd=ROOT)
+
+
+def test_cuckoo_from_the_command_line(tmp_path: Path) -> None:
+    path = str(tmp_path / "c.ckf")
+    made = run("create", path, "--cuckoo", "-n", "1000", "-p", "0.001")
+    assert made.returncode == 0, made.stderr
+    assert b"cuckoo filter" in made.stderr
+    assert run("add", path, stdin=b"a\nb\nc\n").returncode == 0
+    checked = run("check", path, stdin=b"a\nzz\n")
+    assert checked.returncode == 1 and checked.stdout == b"a\n"
+    info = run("info", path, "--json")
+    record = json.loads(info.stdout)
+    assert record["kind"] == "CuckooFilter" and record["items_added"] == 3 and record["fingerprint_bits"] == 13
+    assert b"cuckoo" in run("verify", path).stdout
+    with CuckooFilter.open(path) as f:
+        assert f.contains_many(["a", "b", "c"]).all()
+    assert run("create", path, "--cuckoo", "-n", "10", "-p", "0.01").returncode == 2  # exists
+    assert run("create", str(tmp_path / "x"), "--cuckoo", "--bits", "100", "--hashes", "2").returncode == 2
+    assert run("create", str(tmp_path / "y"), "-n", "10", "-p", "0.01", "--fingerprint-bits", "8").returncode == 2
