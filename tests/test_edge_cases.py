@@ -67,7 +67,9 @@ def test_counting_queries_probe_lazily_at_the_maximum_k() -> None:
         assert f"absent-{i}" not in f and f.count(f"absent-{i}") == 0 and not f.discard(f"absent-{i}")
     # lazily: ~1 probe each; eager: 200 x 3 x 4096 probes. Not timed under a tracer (the
     # coverage run of the pure-Python path, a debugger): tracing multiplies the hashing cost.
-    assert time.perf_counter() - t0 < 5 or sys.gettrace() is not None
+    # The bound is loose (eager probing is minutes on the pure path): a loaded 2-core CI
+    # machine took 6-9 s for the lazy path, so 5 s failed there for no fault.
+    assert time.perf_counter() - t0 < 30 or sys.gettrace() is not None
     assert f.add("x") and "x" in f and f.count("x") == 1
 
 
