@@ -17,7 +17,11 @@ from mmapbloom import CuckooFilter, FilterFullError
 ROOT = Path(__file__).resolve().parent.parent
 CC = shutil.which("cc") or shutil.which("gcc")
 
-pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler")
+pytestmark = [
+    pytest.mark.skipif(CC is None, reason="no C compiler"),
+    # an unpacked sdist whose package copy was removed to test the installed wheel (.ci/run)
+    pytest.mark.skipif(not (ROOT / "mmapbloom" / "_cuckoo.c").exists(), reason="no C sources in this tree"),
+]
 
 
 @pytest.fixture(scope="module")
