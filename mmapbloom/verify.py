@@ -80,7 +80,7 @@ def open_any(path: Union[str, "os.PathLike[str]"], readonly: bool = False) -> Un
 
     Raises:
         As ``BloomFilter.open``; ``BadMagicError`` (expecting BLM1) when the magic is
-        neither kind's.
+        none of the kinds'.
     """
     if is_expiring(path):
         return ExpiringBloomFilter.open(path, readonly=readonly)
