@@ -53,7 +53,10 @@ def test_mypy_strict_accepts_keys_and_refuses_the_rest(tmp_path: Path) -> None:
     shared = Path(package_root) / ".mypy_cache"
     cache = shared if shared.is_dir() and os.access(shared, os.W_OK) else tmp_path / "cache"
     env_path = os.environ.get("MYPYPATH")
-    os.environ["MYPYPATH"] = package_root
+    # A checkout (or an editable install) is put on MYPYPATH; an installed package is found
+    # in site-packages by mypy itself, which refuses site-packages on MYPYPATH.
+    if Path(package_root).name not in ("site-packages", "dist-packages"):
+        os.environ["MYPYPATH"] = package_root
     try:
         out, err, _ = mypy_api.run(
             [
