@@ -142,11 +142,13 @@ def _holds_objects(items: Any) -> bool:
 
 
 def _pandas_objects(items: Any) -> bool:
-    """True for a pandas Series or Index of dtype object (pandas is not imported here)."""
+    """True for a pandas Series or Index of dtype object, or of any dtype where pandas
+    exports no Arrow interface (pandas < 3, the newest on Python 3.10: its missing values
+    are then found by ``isna`` as for object columns). pandas is not imported here."""
     pd = sys.modules.get("pandas")
     if pd is None or not isinstance(items, (pd.Series, pd.Index)):
         return False
-    return _holds_objects(items)
+    return _holds_objects(items) or not is_arrow(items)
 
 
 def _with_nulls(values: list[Any], missing: np.ndarray, native: Any) -> Any:

@@ -778,7 +778,11 @@ def _null_columns() -> dict[str, Any]:
 def test_null_typed_column_is_all_null(producer: str, tmp_path: Any) -> None:
     """Item 6 of issue 29: an Arrow null column adds nothing and finds nothing, on both
     backends and every kind."""
-    n = len(arrowc.read_keys(_null_columns()[producer]))
+    column = _null_columns()[producer]
+    if not (hasattr(column, "__arrow_c_stream__") or hasattr(column, "__arrow_c_array__")):
+        # pandas < 3 (the newest on Python 3.10) exports no Arrow interface from a Series
+        column = pa.array(column)
+    n = len(arrowc.read_keys(column))
     assert n >= 1
     for make in MAKERS:
         f = make()
