@@ -29,6 +29,7 @@ _UNITS = [
     "pykeys",
     "columns",
     "lock",
+    "mutex",
     "guard",
     "handle",
     "filterbase",

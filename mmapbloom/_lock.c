@@ -1,5 +1,6 @@
 /* mmapbloom/_lock.c: LockState and the flock helpers (interface in _lock.h). */
 #include "_lock.h"
+#include "_mutex.h"
 
 #include <structmember.h>
 
@@ -79,6 +80,9 @@ struct mb_lock_state {
     Py_ssize_t depth;      /* WriteLock._depth: nesting of the held write lock */
     int flock_fd;          /* WriteLock._flock_fd: the descriptor to flock, -1: none (in memory) */
     char stale, closed;    /* WriteLock._stale, WriteLock._closed */
+    char pending;          /* WriteLock._pending: the lock mode (mutex or flock) is not chosen yet */
+    PyObject *mutex;       /* WriteLock._mutex: the side file's Mutex in mutex mode (used instead of
+                            * flock_fd), NULL: flock mode */
 };
 
 static PyObject *ls_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
@@ -100,6 +104,7 @@ static PyObject *ls_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 
 static void ls_dealloc(LockState *self)
 {
+    Py_CLEAR(self->mutex);
     if (self->tlock != NULL) {
         if (self->count > 0)
             PyThread_release_lock(self->tlock);
@@ -221,11 +226,35 @@ static PyMethodDef ls_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyObject *ls_get_mutex(LockState *self, void *c)
+{
+    (void)c;
+    return Py_NewRef(self->mutex != NULL ? self->mutex : Py_None);
+}
+
+static int ls_set_mutex(LockState *self, PyObject *value, void *c)
+{
+    (void)c;
+    if (value != NULL && value != Py_None && !PyObject_TypeCheck(value, &mb_Mutex_Type)) {
+        PyErr_Format(PyExc_TypeError, "_mutex must be a Mutex or None, got %s", Py_TYPE(value)->tp_name);
+        return -1;
+    }
+    Py_XSETREF(self->mutex, value != NULL && value != Py_None ? Py_NewRef(value) : NULL);
+    return 0;
+}
+
+static PyGetSetDef ls_getset[] = {
+    {"_mutex", (getter)ls_get_mutex, (setter)ls_set_mutex,
+     "the side file's Mutex (mutex mode: the cross-process lock instead of flock), or None", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyMemberDef ls_members[] = {
     {"_depth", T_PYSSIZET, offsetof(LockState, depth), 0, "nesting of the held write lock"},
     {"_flock_fd", T_INT, offsetof(LockState, flock_fd), 0, "descriptor to flock, -1: none"},
     {"_stale", T_BOOL, offsetof(LockState, stale), 0, "reopen before locking (fork child)"},
     {"_closed", T_BOOL, offsetof(LockState, closed), 0, "refuse acquisitions"},
+    {"_pending", T_BOOL, offsetof(LockState, pending), 0, "lock mode not chosen yet (slow path)"},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -239,6 +268,7 @@ PyTypeObject mb_LockState_Type = {
               "thread lock and the fields the native handle's uncontended write path reads.",
     .tp_methods = ls_methods,
     .tp_members = ls_members,
+    .tp_getset = ls_getset,
     .tp_new = ls_new,
 };
 
@@ -253,13 +283,21 @@ int mb_lock_try(LockState *L)
     const unsigned long me = PyThread_get_thread_ident();
     if (L->count > 0 && L->owner == me)
         return L->depth > 0 ? LOCK_HELD : LOCK_SLOW;
-    if (L->closed || L->stale || L->count > 0)
+    if (L->closed || L->stale || L->pending || L->count > 0)
         return LOCK_SLOW;
     if (!PyThread_acquire_lock(L->tlock, NOWAIT_LOCK))
         return LOCK_SLOW;
     L->owner = me;
     L->count = 1;
-    if (L->flock_fd >= 0) {
+    if (L->mutex != NULL) {
+        const int r = mb_mutex_trylock(L->mutex);
+        if (r != 0) {
+            L->owner = 0;
+            L->count = 0;
+            PyThread_release_lock(L->tlock);
+            return r < 0 ? -1 : LOCK_SLOW;
+        }
+    } else if (L->flock_fd >= 0) {
 #ifndef _WIN32
         if (flock(L->flock_fd, LOCK_EX | LOCK_NB) != 0) {
             const int err = errno;
@@ -287,7 +325,11 @@ int mb_lock_try(LockState *L)
 int mb_lock_release(LockState *L)
 {
     int rc = 0;
-    if (L->depth == 1 && L->flock_fd >= 0) {
+    if (L->depth == 1 && L->mutex != NULL) {
+        if (mb_mutex_unlock(L->mutex) < 0)
+            rc = -1;
+        L->depth = 0;
+    } else if (L->depth == 1 && L->flock_fd >= 0) {
 #ifndef _WIN32
         while (flock(L->flock_fd, LOCK_UN) != 0) {
             if (errno != EINTR) {

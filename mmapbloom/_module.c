@@ -7,6 +7,7 @@
  *   _pykeys     Python keys to bytes (the encode_key rule), batches of keys
  *   _columns    key columns read in place (numpy, Arrow): Column, arrow_column(), fixed_column()
  *   _lock       the write lock's C half: LockState, flock_try(), flock_unlock()
+ *   _mutex      the robust process-shared mutex in a side file: Mutex, mutex_supported()
  *   _guard      the SIGBUS guard around touches of a mapping, the items word
  *   _handle     the native Handle (the hot API of every filter)
  *   _filterbase FilterBase, the filters' base class on the native backend
@@ -24,6 +25,7 @@
 #include "_filterbase.h"
 #include "_handle.h"
 #include "_lock.h"
+#include "_mutex.h"
 #include "_positions.h"
 #include "_scans.h"
 
@@ -36,6 +38,7 @@ static PyMethodDef kernel_methods[] = {
     {"flock_try", (PyCFunction)mb_flock_try, METH_O, mb_flock_try_doc},
     {"flock_unlock", (PyCFunction)mb_flock_unlock, METH_O, mb_flock_unlock_doc},
 #endif
+    {"mutex_supported", (PyCFunction)mb_mutex_supported, METH_O, mb_mutex_supported_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -54,7 +57,8 @@ static int add_type(PyObject *module, const char *name, PyTypeObject *type)
 static int kernel_exec(PyObject *module)
 {
     if (add_type(module, "FilterBase", &mb_FilterBase_Type) < 0 ||
-        add_type(module, "LockState", &mb_LockState_Type) < 0 || add_type(module, "Handle", &mb_Handle_Type) < 0)
+        add_type(module, "LockState", &mb_LockState_Type) < 0 ||
+        add_type(module, "Mutex", &mb_Mutex_Type) < 0 || add_type(module, "Handle", &mb_Handle_Type) < 0)
         return -1;
     if (PyModule_AddIntConstant(module, "M3KM", S_M3KM) < 0 || PyModule_AddIntConstant(module, "M3MX", S_M3MX) < 0 ||
         PyModule_AddIntConstant(module, "M3BL", S_M3BL) < 0 || PyModule_AddIntConstant(module, "M3M2", S_M3M2) < 0 ||

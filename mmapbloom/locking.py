@@ -111,13 +111,37 @@ else:
 
 _TRY_FLAGS = portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING
 
+# The robust mutex is a lock, not a kernel: it is used on the pure-Python path too (so pure
+# and native processes on one file share it), whenever the compiled extension exists.
+_mutex_kernels: Any
+try:
+    from . import _kernels as _mutex_kernels
+except ImportError:  # pragma: no cover - no compiled extension: flock only
+    _mutex_kernels = None
+_Mutex: Any = getattr(_mutex_kernels, "Mutex", None)
+
+#: The environment variable that chooses the cross-process lock: ``"flock"`` forces the file
+#: lock; unset, empty or ``"auto"`` uses the robust mutex where it can (module docstring).
+LOCK_ENV = "MMAPBLOOM_LOCK"
+#: The side file of a write lock in mutex mode: the locked file's path plus this suffix.
+SIDE_SUFFIX = ".mutex"
+
+
+def _requested_mode() -> str:
+    value = os.environ.get(LOCK_ENV, "").strip().lower()
+    if value in ("", "auto"):
+        return "auto"
+    if value == "flock":
+        return "flock"
+    raise ValueError(f"{LOCK_ENV}={value!r}: expected 'flock', 'auto' or unset")
+
 
 class _PyLockState:
     """The pure-Python twin of ``mmapbloom._kernels.LockState`` (same fields and methods):
     a re-entrant thread lock, the file-lock depth, the descriptor to flock (-1: none), the
     stale and closed flags."""
 
-    __slots__ = ("_rlock", "_depth", "_flock_fd", "_stale", "_closed")
+    __slots__ = ("_rlock", "_depth", "_flock_fd", "_stale", "_closed", "_pending", "_mutex")
 
     def __init__(self, *args: object) -> None:
         self._rlock = threading.RLock()
@@ -125,6 +149,8 @@ class _PyLockState:
         self._flock_fd = -1
         self._stale = False
         self._closed = False
+        self._pending = False
+        self._mutex: Any = None
 
     def _tacquire(self, timeout: Optional[float] = -1.0) -> bool:
         return self._rlock.acquire(timeout=-1 if timeout is None else timeout)
@@ -200,10 +226,12 @@ class WriteLock(_LockState):
     Fork-safe as described in the module docstring.
     """
 
-    __slots__ = ("_fd", "_own_fd", "_path", "_ino", "_forker_depth", "_inherited", "__weakref__")
+    __slots__ = ("_fd", "_own_fd", "_path", "_ino", "_forker_depth", "_inherited", "_mode", "__weakref__")
 
     # Fields of the base (LockState): _depth (nesting of the held lock), _flock_fd (the
-    # descriptor flocked: _own_fd, else _fd; -1 in memory), _stale, _closed.
+    # descriptor flocked: _own_fd, else _fd; -1 in memory), _stale, _closed, _pending (the
+    # mode is chosen at the first acquire: the fast path goes slow until then), _mutex (the
+    # side file's Mutex in mutex mode, else None).
 
     def __init__(self, fd: Optional[int], path: Optional[str] = None):
         super().__init__()
@@ -216,6 +244,9 @@ class WriteLock(_LockState):
         self._path = path
         self._closed = False
         self._ino: Optional[tuple[int, int]] = None
+        self._mode: Optional[str] = None  # "mutex" or "flock" once chosen (first acquire)
+        self._mutex = None
+        self._pending = fd is not None
         if fd is not None:
             st = os.fstat(fd)
             self._ino = (st.st_dev, st.st_ino)
@@ -225,6 +256,14 @@ class WriteLock(_LockState):
                 self._own_fd = None  # fall back to the storage's descriptor
         self._sync_fd()
         _LIVE.add(self)
+
+    @property
+    def mode(self) -> Optional[str]:
+        """The cross-process lock this handle uses: ``"mutex"`` (the robust mutex in the side
+        file ``path + ".mutex"``, while holding ``flock(LOCK_SH)`` on the file), ``"flock"``
+        (an exclusive ``flock`` per write), or ``None``: not chosen yet (no write lock taken
+        since open or fork) or in memory."""
+        return self._mode
 
     def owned(self) -> bool:
         """True if the calling thread holds the thread lock."""
@@ -246,6 +285,9 @@ class WriteLock(_LockState):
         # for real, waiting for the parent to leave its block.
         self._treset()
         self._depth = 0
+        self._mutex = None  # the parent's: the child chooses again, on a description of its own
+        self._mode = None
+        self._pending = self._fd is not None and not self._closed
         self._inherited = self._forker_depth
         self._forker_depth = 0
         if self._fd is None or self._closed:
@@ -339,6 +381,14 @@ class WriteLock(_LockState):
             try:
                 if self._stale:
                     self._reopen()
+                if self._pending:
+                    self._choose_mode(deadline, timeout)
+                if self._mutex is not None:
+                    mutex = self._mutex
+                    if not mutex.try_acquire():
+                        self._wait_mutex(mutex, deadline, timeout)
+                    self._depth = 1
+                    return
                 fd = self._own_fd if self._own_fd is not None else self._fd
                 if _DIRECT_FLOCK:
                     if not _try_flock(fd):
@@ -353,7 +403,9 @@ class WriteLock(_LockState):
                 # other thread of this process holds this description's flock: unlocking
                 # unconditionally is safe, and never leaves the file locked.
                 self._depth = 0
-                if fd is not None:
+                if self._mutex is not None:
+                    self._release_mutex_if_ours()
+                elif fd is not None:
                     with contextlib.suppress(OSError):
                         _unlock_flock(fd) if _DIRECT_FLOCK else portalocker.unlock(fd)
                 self._trelease()
@@ -392,6 +444,181 @@ class WriteLock(_LockState):
                 raise self._timeout_error(timeout)
             time.sleep(min(delay, left))
             delay = min(delay * 2, 0.05)
+
+    # -- the mode: mutex or flock (module docstring, "The robust mutex") ---------------
+    def _mutex_unusable(self) -> str:
+        """Why this lock cannot use the mutex ("" if it can)."""
+        if _requested_mode() == "flock":
+            return f"{LOCK_ENV}=flock"
+        if _Mutex is None or not _DIRECT_FLOCK:
+            return "no robust mutex in this build"
+        if self._path is None or self._own_fd is None:
+            return "no path or no description of its own"
+        return str(_mutex_kernels.mutex_supported(self._own_fd))
+
+    def _choose_mode(self, deadline: Optional[float], timeout: Optional[float]) -> None:
+        """Choose the cross-process lock at the first acquire (under the thread lock, depth 0).
+
+        Mutex mode needs ``flock(LOCK_SH)`` on this lock's description, held until close: a
+        flock-mode writer (``LOCK_EX`` per write) then can never write at the same time. The
+        side file is created only under ``LOCK_EX`` (no mutex-mode writer exists then), and
+        used only once ``LOCK_SH`` is held and the path still names the inode mapped, so every
+        mutex-mode writer of one file uses the same mutex. A missing or invalid side file while
+        others hold ``LOCK_SH`` cannot be replaced: this waits like a blocked writer."""
+        assert self._fd is not None and self._ino is not None
+        why = self._mutex_unusable()
+        if why:
+            self._set_mode("flock")
+            return
+        assert self._own_fd is not None and self._path is not None
+        fd = self._own_fd
+        side = self._path + SIDE_SUFFIX
+        readonly = (fcntl.fcntl(self._fd, fcntl.F_GETFL) & os.O_ACCMODE) == os.O_RDONLY
+        delay = 0.001
+        try:
+            while True:
+                mutex = self._shared_mutex()  # held under LOCK_SH since it was checked: current
+                shared = mutex is not None
+                if mutex is None:
+                    mutex, why = self._open_side(side)
+                if mutex is not None:
+                    self._take_shared(fd, deadline, timeout, side)
+                    if shared or self._side_is(side, mutex):
+                        self._mutex = mutex
+                        self._set_mode("mutex")
+                        return
+                    _FLOCK(fd, _LOCK_UN)  # replaced between open and LOCK_SH: again
+                    continue
+                if readonly:  # a readonly handle never creates the side file
+                    self._set_mode("flock")
+                    return
+                if _try_flock(fd):  # no mutex-mode writer now: make (or remake) the side file
+                    try:
+                        self._create_side(side)
+                    except OSError:
+                        _FLOCK(fd, _LOCK_UN)
+                        self._set_mode("flock")  # side file impossible: LOCK_EX per write
+                        return
+                    _FLOCK(fd, _LOCK_UN)
+                    continue
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise LockTimeout(
+                        f"{self._path}: could not take the write lock within {timeout} s: its side file "
+                        f"{side} is unusable ({why}) while other writers hold the file in mutex mode; "
+                        "it is remade once they close",
+                        path=self._path,
+                        timeout=timeout,
+                    )
+                time.sleep(delay if deadline is None else min(delay, max(0.0, deadline - time.monotonic())))
+                delay = min(delay * 2, 0.05)
+        except BaseException:
+            if self._mode is None:
+                with contextlib.suppress(OSError):
+                    _FLOCK(fd, _LOCK_UN)  # no LOCK_SH / LOCK_EX left behind by a failed choice
+            raise
+
+    def _release_mutex_if_ours(self) -> None:
+        """After an exception at depth 0: unlock the mutex if this lock took it. The mutex is
+        shared by every handle of the file in this process; if another lock of this thread
+        holds it (depth > 0), this one did not take it (its acquire raised
+        SelfDeadlockError). Otherwise unlocking is safe: EPERM when this thread holds it not."""
+        if self._held_by_this_thread() is None:
+            with contextlib.suppress(OSError, ValueError):
+                self._mutex.release()
+
+    def _set_mode(self, mode: str) -> None:
+        self._mode = mode
+        self._pending = False
+
+    def _shared_mutex(self) -> Any:
+        """The Mutex of another live lock of the same inode in this process, if one is in mutex mode."""
+        for lock in list(_LIVE):
+            if lock is not self and lock._ino == self._ino and not lock._closed and lock._mutex is not None:
+                return lock._mutex
+        return None
+
+    def _open_side(self, side: str) -> tuple[Any, str]:
+        assert self._ino is not None
+        try:
+            sfd = os.open(side, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return None, "missing"
+        except OSError as exc:
+            return None, f"cannot open it: {exc}"
+        try:
+            return _Mutex(sfd, self._ino[0], self._ino[1]), ""
+        except (ValueError, OSError) as exc:
+            return None, str(exc)
+        finally:
+            os.close(sfd)
+
+    @staticmethod
+    def _side_is(side: str, mutex: Any) -> bool:
+        try:
+            return bool(os.stat(side, follow_symlinks=False).st_ino == mutex.side_ino)
+        except OSError:
+            return False
+
+    def _create_side(self, side: str) -> None:
+        """Write a new side file under a temporary name and rename it over ``side`` (the
+        caller holds ``LOCK_EX``). Its permission bits are the locked file's (``& 0o666``), so
+        every user who may write the file may open it whatever their umask."""
+        assert self._fd is not None and self._ino is not None
+        tmp = f"{side}.{os.getpid()}.{threading.get_ident()}.tmp"
+        sfd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            os.fchmod(sfd, os.fstat(self._fd).st_mode & 0o666)
+            _Mutex.create(sfd, self._ino[0], self._ino[1])
+            os.rename(tmp, side)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        finally:
+            os.close(sfd)
+
+    def _take_shared(self, fd: int, deadline: Optional[float], timeout: Optional[float], side: str) -> None:
+        try:
+            _FLOCK(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        holder = self._held_by_this_thread()
+        if holder is not None:
+            raise SelfDeadlockError(
+                f"{self._path}: this thread already holds the write lock of this file through another "
+                f"handle ({holder._path}); a write through this handle would wait for itself forever. "
+                "Write through the handle whose write_lock() is held, or leave its block first",
+                path=self._path,
+            )
+        if deadline is None:
+            _FLOCK(fd, fcntl.LOCK_SH)  # a flock-mode writer is inside its write: wait for it
+            return
+        delay = 0.001
+        while True:
+            try:
+                _FLOCK(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                pass
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self._timeout_error(timeout)
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, 0.05)
+
+    def _wait_mutex(self, mutex: Any, deadline: Optional[float], timeout: Optional[float]) -> None:
+        holder = self._held_by_this_thread()
+        if holder is not None:
+            raise SelfDeadlockError(
+                f"{self._path}: this thread already holds the write lock of this file through another "
+                f"handle ({holder._path}); a write through this handle would wait for itself forever. "
+                "Write through the handle whose write_lock() is held, or leave its block first",
+                path=self._path,
+            )
+        left = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+        if not mutex.acquire(left):
+            raise self._timeout_error(timeout)
 
     def _timeout_error(self, timeout: Optional[float]) -> LockTimeout:
         return LockTimeout(
@@ -439,7 +666,9 @@ class WriteLock(_LockState):
         if self._depth == 1 and self._fd is not None:
             fd = self._own_fd if self._own_fd is not None else self._fd
             try:
-                if _DIRECT_FLOCK:
+                if self._mutex is not None:
+                    self._mutex.release()
+                elif _DIRECT_FLOCK:
                     _unlock_flock(fd)
                 else:  # pragma: no cover - non-POSIX
                     portalocker.unlock(fd)
@@ -463,7 +692,9 @@ class WriteLock(_LockState):
         if held_before or not self.owned():
             return
         fd = self._own_fd if self._own_fd is not None else self._fd
-        if fd is not None:
+        if self._mutex is not None:
+            self._release_mutex_if_ours()
+        elif fd is not None:
             with contextlib.suppress(OSError, ValueError):
                 if _DIRECT_FLOCK:
                     _unlock_flock(fd)
@@ -494,6 +725,8 @@ class WriteLock(_LockState):
         fork, if any (idempotent). The owner calls it while holding :attr:`thread_lock`."""
         self._closed = True
         _LIVE.discard(self)
+        self._mutex = None  # closing _own_fd below drops the LOCK_SH of mutex mode
+        self._mode = None
         self._fd = None  # the owner closes it; never flock a reused descriptor number
         if self._own_fd is not None:
             fd, self._own_fd = self._own_fd, None

@@ -8,7 +8,6 @@ use a real holder process that forks a real child, take the write lock, and are 
 
 from __future__ import annotations
 
-import fcntl
 import os
 import signal
 import subprocess
@@ -18,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from mmapbloom import BloomConfig, BloomFilter, CountingBloomFilter
+from mmapbloom import BloomConfig, BloomFilter, CountingBloomFilter, LockTimeout, open_any
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")]
@@ -47,22 +46,14 @@ with f.write_lock():
 
 
 def _can_lock(path: str, seconds: float) -> bool:
-    """Whether a fresh description of ``path`` gets the exclusive flock within ``seconds``."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        deadline = time.monotonic() + seconds
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    return False
-                time.sleep(0.02)
-                continue
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            return True
-    finally:
-        os.close(fd)
+    """Whether a fresh handle of ``path`` gets the write lock within ``seconds`` (whichever
+    cross-process lock the file uses: the robust mutex or, with MMAPBLOOM_LOCK=flock, flock)."""
+    with open_any(path) as g:
+        try:
+            with g.write_lock(timeout=seconds):
+                return True
+        except LockTimeout:
+            return False
 
 
 def _kill_holder(tmp_path: Any, cls: Any, child_writes: bool) -> tuple[str, int, subprocess.Popen[bytes]]:

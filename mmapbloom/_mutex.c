@@ -1,0 +1,418 @@
+/* mmapbloom/_mutex.c: the side file's robust process-shared mutex (interface in _mutex.h). */
+#include "_mutex.h"
+
+#include <errno.h>
+#include <string.h>
+
+const char mb_mutex_supported_doc[] =
+"mutex_supported($module, fd)\n--\n\n"
+"Returns str: \"\" if the file open as fd (an int) may carry a robust process-shared mutex\n"
+"(this build has them, pthread_mutexattr_setrobust works at run time, and fstatfs names a\n"
+"local file system: ext2/3/4, xfs, btrfs, tmpfs, ramfs, f2fs, zfs, overlayfs, bcachefs),\n"
+"else the reason it may not (network and unknown file systems use flock only).";
+
+#ifdef MB_HAVE_MUTEX
+#include <stdint.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SIDE_SIZE 256
+#define MUTEX_OFF 128
+static const char MAGIC[8] = {'M', 'B', 'M', 'U', 'T', 'E', 'X', '1'};
+
+typedef struct {
+    char magic[8];
+    uint32_t version, mutex_size;
+    char libc[16];
+    uint64_t locked_dev, locked_ino, own_ino, recoveries;
+    uint32_t initialised;
+} side_header;
+
+_Static_assert(sizeof(side_header) <= MUTEX_OFF, "header fits before the mutex");
+_Static_assert(MUTEX_OFF + sizeof(pthread_mutex_t) <= SIDE_SIZE, "mutex fits the side file");
+
+static void libc_id(char out[16])
+{
+    memset(out, 0, 16);
+#ifdef __GLIBC__
+    snprintf(out, 16, "glibc %d.%d", __GLIBC__, 0);   /* the ABI of the mutex, not the minor */
+#else
+    snprintf(out, 16, "musl");
+#endif
+}
+
+typedef struct {
+    PyObject_HEAD
+    unsigned char *map;   /* SIDE_SIZE bytes, MAP_SHARED; NULL once unmapped */
+    unsigned long long side_ino;
+} MutexObject;
+
+static pthread_mutex_t *mx_of(MutexObject *m) { return (pthread_mutex_t *)(m->map + MUTEX_OFF); }
+
+static int got_lock(MutexObject *m, int rc)
+{
+    if (rc == 0)
+        return 0;
+    if (rc == EOWNERDEAD) {   /* the holder died holding it: bits before counts (as after a SIGKILL of a flock holder) */
+        side_header *h = (side_header *)m->map;
+        if ((rc = pthread_mutex_consistent(mx_of(m))) != 0) {
+            errno = rc;
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+        h->recoveries++;
+        return 0;
+    }
+    if (rc == EBUSY || rc == ETIMEDOUT)
+        return 1;
+    errno = rc;
+    PyErr_SetFromErrno(PyExc_OSError);
+    return -1;
+}
+
+int mb_mutex_trylock(PyObject *obj)
+{
+    MutexObject *m = (MutexObject *)obj;
+    if (m->map == NULL) {
+        PyErr_SetString(PyExc_ValueError, "mutex side file is unmapped");
+        return -1;
+    }
+    return got_lock(m, pthread_mutex_trylock(mx_of(m)));
+}
+
+int mb_mutex_unlock(PyObject *obj)
+{
+    MutexObject *m = (MutexObject *)obj;
+    int rc;
+    if (m->map == NULL) {
+        PyErr_SetString(PyExc_ValueError, "mutex side file is unmapped");
+        return -1;
+    }
+    if ((rc = pthread_mutex_unlock(mx_of(m))) != 0) {
+        errno = rc;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    return 0;
+}
+
+/* Check the header against what this process expects; NULL if it matches, else why not. */
+static PyObject *mismatch(const side_header *h, unsigned long long dev, unsigned long long ino,
+                          unsigned long long own)
+{
+    char libc[16];
+    libc_id(libc);
+    if (__atomic_load_n(&h->initialised, __ATOMIC_ACQUIRE) != 1)
+        return PyUnicode_FromFormat("not initialised (word %u, expected 1)", (unsigned)h->initialised);
+    if (memcmp(h->magic, MAGIC, 8) != 0)
+        return PyUnicode_FromString("bad magic (expected MBMUTEX1)");
+    if (h->version != 1)
+        return PyUnicode_FromFormat("version %u, expected 1", (unsigned)h->version);
+    if (h->mutex_size != sizeof(pthread_mutex_t))
+        return PyUnicode_FromFormat("sizeof(pthread_mutex_t) %u, expected %u", (unsigned)h->mutex_size,
+                                    (unsigned)sizeof(pthread_mutex_t));
+    if (memcmp(h->libc, libc, 16) != 0)
+        return PyUnicode_FromFormat("libc %.16s, expected %.16s", h->libc, libc);
+    if (h->locked_dev != dev || h->locked_ino != ino)
+        return PyUnicode_FromFormat("made for inode %llu:%llu, expected %llu:%llu", (unsigned long long)h->locked_dev,
+                                    (unsigned long long)h->locked_ino, dev, ino);
+    if (h->own_ino != own)
+        return PyUnicode_FromFormat("a copy: made as inode %llu, this file is inode %llu",
+                                    (unsigned long long)h->own_ino, own);
+    return NULL;
+}
+
+static int parse3(PyObject *args, int *fd, unsigned long long *dev, unsigned long long *ino)
+{
+    return PyArg_ParseTuple(args, "iKK", fd, dev, ino);
+}
+
+static PyObject *mutex_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    int fd;
+    unsigned long long dev, ino;
+    struct stat st;
+    void *map;
+    PyObject *why;
+    MutexObject *self;
+    if (kwds != NULL && PyDict_GET_SIZE(kwds) > 0) {
+        PyErr_SetString(PyExc_TypeError, "Mutex() takes no keyword arguments");
+        return NULL;
+    }
+    if (!parse3(args, &fd, &dev, &ino))
+        return NULL;
+    if (fstat(fd, &st) != 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    if (!S_ISREG(st.st_mode) || st.st_size != SIDE_SIZE)
+        return PyErr_Format(PyExc_ValueError, "mutex side file: size %lld bytes, expected %d (or not a regular file)",
+                            (long long)st.st_size, SIDE_SIZE);
+    map = mmap(NULL, SIDE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    why = mismatch((const side_header *)map, dev, ino, (unsigned long long)st.st_ino);
+    if (why != NULL) {
+        munmap(map, SIDE_SIZE);
+        PyErr_Format(PyExc_ValueError, "mutex side file: %U", why);
+        Py_DECREF(why);
+        return NULL;
+    }
+    self = (MutexObject *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        munmap(map, SIDE_SIZE);
+        return NULL;
+    }
+    self->map = map;
+    self->side_ino = (unsigned long long)st.st_ino;
+    return (PyObject *)self;
+}
+
+static void mutex_dealloc(MutexObject *self)
+{
+    if (self->map != NULL)
+        munmap(self->map, SIDE_SIZE);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+PyDoc_STRVAR(mutex_create_doc,
+"create(fd, dev, ino, /)\n--\n\n"
+"Static.  Lay out a new side file on fd (an empty regular file, open read-write, not yet\n"
+"visible at its final name): header for the locked inode dev:ino, the robust process-shared\n"
+"mutex, the initialised word last.  Returns None; OSError on failure.");
+
+static PyObject *mutex_create(PyObject *unused, PyObject *args)
+{
+    int fd, rc;
+    unsigned long long dev, ino;
+    struct stat st;
+    unsigned char *map;
+    side_header *h;
+    pthread_mutexattr_t attr;
+    (void)unused;
+    if (!parse3(args, &fd, &dev, &ino))
+        return NULL;
+    if (fstat(fd, &st) != 0 || ftruncate(fd, SIDE_SIZE) != 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    map = mmap(NULL, SIDE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    memset(map, 0, SIDE_SIZE);
+    h = (side_header *)map;
+    memcpy(h->magic, MAGIC, 8);
+    h->version = 1;
+    h->mutex_size = sizeof(pthread_mutex_t);
+    libc_id(h->libc);
+    h->locked_dev = dev;
+    h->locked_ino = ino;
+    h->own_ino = (unsigned long long)st.st_ino;
+    if ((rc = pthread_mutexattr_init(&attr)) == 0) {
+        if ((rc = pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED)) == 0 &&
+            (rc = pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST)) == 0)
+            rc = pthread_mutex_init((pthread_mutex_t *)(map + MUTEX_OFF), &attr);
+        pthread_mutexattr_destroy(&attr);
+    }
+    if (rc == 0)
+        __atomic_store_n(&h->initialised, 1u, __ATOMIC_RELEASE);
+    munmap(map, SIDE_SIZE);
+    if (rc != 0) {
+        errno = rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
+}
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+PyDoc_STRVAR(mutex_try_doc,
+"try_acquire()\n--\n\nReturns bool: True if the mutex was free and is now held by the calling thread\n"
+"(also after its holder died: EOWNERDEAD, made consistent, counted in recoveries), False if\n"
+"another thread holds it.  Keeps the GIL.  OSError otherwise (ENOTRECOVERABLE).");
+
+static PyObject *mutex_try(MutexObject *self, PyObject *unused)
+{
+    int r;
+    (void)unused;
+    if ((r = mb_mutex_trylock((PyObject *)self)) < 0)
+        return NULL;
+    return PyBool_FromLong(r == 0);
+}
+
+PyDoc_STRVAR(mutex_acquire_doc,
+"acquire(timeout=-1.0, /)\n--\n\nWait for the mutex: timeout in seconds (< 0: forever).  The wait is\n"
+"pthread_mutex_timedlock in slices of at most 50 ms with the GIL released; signal handlers\n"
+"run between slices (an exception from one ends the wait, nothing held).  Returns True\n"
+"(held; a dead holder is recovered as in try_acquire) or False (timed out).");
+
+static PyObject *mutex_acquire(MutexObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    double timeout = -1.0, deadline = 0.0;
+    int rc, r;
+    if (nargs > 1)
+        return PyErr_Format(PyExc_TypeError, "acquire() takes at most 1 argument (%zd given)", nargs);
+    if (nargs == 1 && args[0] != Py_None) {
+        timeout = PyFloat_AsDouble(args[0]);
+        if (timeout == -1.0 && PyErr_Occurred())
+            return NULL;
+    }
+    if ((r = mb_mutex_trylock((PyObject *)self)) <= 0)
+        return r < 0 ? NULL : Py_NewRef(Py_True);
+    if (timeout >= 0.0)
+        deadline = mono_now() + timeout;
+    for (;;) {
+        double slice = 0.05;
+        struct timespec abs;
+        if (timeout >= 0.0) {
+            const double left = deadline - mono_now();
+            if (left <= 0.0)
+                Py_RETURN_FALSE;
+            if (left < slice)
+                slice = left;
+        }
+        clock_gettime(CLOCK_REALTIME, &abs);
+        abs.tv_nsec += (long)(slice * 1e9);
+        abs.tv_sec += abs.tv_nsec / 1000000000L;
+        abs.tv_nsec %= 1000000000L;
+        Py_BEGIN_ALLOW_THREADS
+        rc = pthread_mutex_timedlock(mx_of(self), &abs);
+        Py_END_ALLOW_THREADS
+        if (rc == EINTR)
+            rc = ETIMEDOUT;
+        if ((r = got_lock(self, rc)) < 0)
+            return NULL;
+        if (r == 0)
+            Py_RETURN_TRUE;
+        if (PyErr_CheckSignals() < 0)
+            return NULL;
+    }
+}
+
+PyDoc_STRVAR(mutex_release_doc,
+"release()\n--\n\nUnlock (the calling thread must hold it).  OSError (EPERM) if it does not.");
+
+static PyObject *mutex_release(MutexObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (mb_mutex_unlock((PyObject *)self) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *mutex_get_recoveries(MutexObject *self, void *c)
+{
+    (void)c;
+    if (self->map == NULL)
+        return PyLong_FromLong(0);
+    return PyLong_FromUnsignedLongLong(((volatile side_header *)self->map)->recoveries);
+}
+
+static PyObject *mutex_get_side_ino(MutexObject *self, void *c)
+{
+    (void)c;
+    return PyLong_FromUnsignedLongLong(self->side_ino);
+}
+
+static PyMethodDef mutex_methods[] = {
+    {"create", (PyCFunction)mutex_create, METH_VARARGS | METH_STATIC, mutex_create_doc},
+    {"try_acquire", (PyCFunction)mutex_try, METH_NOARGS, mutex_try_doc},
+    {"acquire", (PyCFunction)(void (*)(void))mutex_acquire, METH_FASTCALL, mutex_acquire_doc},
+    {"release", (PyCFunction)mutex_release, METH_NOARGS, mutex_release_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef mutex_getset[] = {
+    {"recoveries", (getter)mutex_get_recoveries, NULL, "times a dead holder was recovered (EOWNERDEAD)", NULL},
+    {"side_ino", (getter)mutex_get_side_ino, NULL, "st_ino of the side file mapped", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject mb_Mutex_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "mmapbloom._kernels.Mutex",
+    .tp_basicsize = sizeof(MutexObject),
+    .tp_dealloc = (destructor)mutex_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Mutex(fd, dev, ino)\n--\n\nMap the side file open as fd (read-write) and check its header was made\n"
+              "for the locked inode dev:ino, in this very file (not a copy), by this libc ABI; ValueError\n"
+              "saying what differs otherwise.  The mapping lives as long as the object.  Thread- and\n"
+              "process-safe: it is the lock.",
+    .tp_methods = mutex_methods,
+    .tp_getset = mutex_getset,
+    .tp_new = mutex_new,
+};
+
+/* Local file systems (statfs f_type) whose shared mappings are coherent between processes. */
+static const unsigned long LOCAL_FS[] = {
+    0xEF53UL,      /* ext2/3/4 */
+    0x58465342UL,  /* xfs */
+    0x9123683EUL,  /* btrfs */
+    0x01021994UL,  /* tmpfs */
+    0x858458F6UL,  /* ramfs */
+    0xF2F52010UL,  /* f2fs */
+    0x2FC12FC1UL,  /* zfs */
+    0x794C7630UL,  /* overlayfs */
+    0xCA451A4EUL,  /* bcachefs */
+};
+
+PyObject *mb_mutex_supported(PyObject *module, PyObject *arg)
+{
+    int fd, rc;
+    struct statfs sf;
+    pthread_mutexattr_t attr;
+    size_t i;
+    (void)module;
+    if ((fd = PyObject_AsFileDescriptor(arg)) < 0)
+        return NULL;
+    if ((rc = pthread_mutexattr_init(&attr)) == 0) {
+        rc = pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+        if (rc == 0)
+            rc = pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+        pthread_mutexattr_destroy(&attr);
+    }
+    if (rc != 0)
+        return PyUnicode_FromFormat("robust process-shared mutexes unavailable at run time (error %d)", rc);
+    if (fstatfs(fd, &sf) != 0)
+        return PyUnicode_FromFormat("fstatfs failed (errno %d)", errno);
+    for (i = 0; i < sizeof(LOCAL_FS) / sizeof(LOCAL_FS[0]); i++)
+        if ((unsigned long)sf.f_type == LOCAL_FS[i])
+            return PyUnicode_FromString("");
+    return PyUnicode_FromFormat("file system type 0x%lx is not a known local one", (unsigned long)sf.f_type);
+}
+
+#else /* no robust process-shared mutexes in this build */
+
+PyTypeObject mb_Mutex_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "mmapbloom._kernels.Mutex",
+    .tp_basicsize = sizeof(PyObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Unavailable in this build (no robust process-shared mutexes): mutex_supported() says so.",
+};
+
+int mb_mutex_trylock(PyObject *m)
+{
+    (void)m;
+    PyErr_SetString(PyExc_OSError, "no robust mutexes in this build");
+    return -1;
+}
+
+int mb_mutex_unlock(PyObject *m)
+{
+    (void)m;
+    PyErr_SetString(PyExc_OSError, "no robust mutexes in this build");
+    return -1;
+}
+
+PyObject *mb_mutex_supported(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    (void)arg;
+    return PyUnicode_FromString("this build has no robust process-shared mutexes (Linux only)");
+}
+#endif
