@@ -109,7 +109,7 @@ from .errors import (
 from .filter import BloomFilter
 from .hashing import DEFAULT_STRATEGY, HashStrategy, encode_key, get_strategy
 from .lifecycle import Lifecycle
-from .locking import WriteLock, deferred_signals
+from .locking import SIDE_SUFFIX, WriteLock, deferred_signals
 from .storage import atomic_file
 
 __all__ = ["DEFAULT_PERIODS", "ExpiringBloomFilter", "ExpiringRule", "is_expiring", "period_name"]
@@ -796,8 +796,9 @@ class ExpiringBloomFilter(Lifecycle):
         for name in names:
             m = _PERIOD_FILE.match(name)
             if m is not None and int(m.group(1)) not in keep:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(os.path.join(self._path, name))
+                for gone in (name, name + SIDE_SUFFIX):  # and its write lock's side file (mutex mode)
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(os.path.join(self._path, gone))
 
     def _publish(self, view: _View, numbers_: list[int], mode: Optional[int]) -> int:
         generation = view.generation + 1

@@ -59,6 +59,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import signal
 import threading
 import time
@@ -125,6 +126,10 @@ _Mutex: Any = getattr(_mutex_kernels, "Mutex", None)
 LOCK_ENV = "MMAPBLOOM_LOCK"
 #: The side file of a write lock in mutex mode: the locked file's path plus this suffix.
 SIDE_SUFFIX = ".mutex"
+
+
+# storage.temporary_path's names (storage imports this module): never given a side file.
+_TEMPORARY = re.compile(r"\.mmapbloom-[0-9]{1,10}-[0-9a-f]{16}\.tmp\Z")
 
 
 def _requested_mode() -> str:
@@ -454,6 +459,8 @@ class WriteLock(_LockState):
             return "no robust mutex in this build"
         if self._path is None or self._own_fd is None:
             return "no path or no description of its own"
+        if _TEMPORARY.search(self._path):  # one builder, then renamed: a side file would be left behind
+            return "a temporary file (storage.temporary_path)"
         return str(_mutex_kernels.mutex_supported(self._own_fd))
 
     def _choose_mode(self, deadline: Optional[float], timeout: Optional[float]) -> None:

@@ -47,13 +47,17 @@ def make(tmp_path, clock, capacity=1000, fp_rate=0.01, periods=K, window=W, name
 
 
 def period_files(path: str) -> list[str]:
-    return sorted(n for n in os.listdir(path) if n.startswith("period-"))
+    return sorted(n for n in os.listdir(path) if n.startswith("period-") and not n.endswith(".mutex"))
 
 
 def disk_bytes(path: str) -> int:
     """Bytes of the period files and the lock file (the manifest's length varies only with
     the digits of the period numbers it lists)."""
-    return sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path) if n != "manifest.json")
+    return sum(
+        os.path.getsize(os.path.join(path, n))
+        for n in os.listdir(path)
+        if n != "manifest.json" and not n.endswith(".mutex")  # the write locks' side files: 256 bytes each
+    )
 
 
 # -- semantics --------------------------------------------------------------------------------
@@ -227,7 +231,7 @@ def test_update_and_contains_many_equal_per_item_calls(tmp_path) -> None:  # typ
             assert b.contains_many(probe).tolist() == [k in a for k in probe]
             assert a.contains_many(probe).tolist() == b.contains_many(probe).tolist()
         for n in sorted(os.listdir(a.path)):
-            if n.startswith("period-"):
+            if n.startswith("period-") and not n.endswith(".mutex"):
                 assert (tmp_path / "a" / n).read_bytes() == (tmp_path / "b" / n).read_bytes()
     finally:
         a.close()
@@ -428,12 +432,16 @@ def test_new_period_files_keep_the_shared_mode(tmp_path) -> None:  # type: ignor
 def test_a_long_lived_handle_releases_dropped_periods(tmp_path) -> None:  # type: ignore[no-untyped-def]
     clock = Clock(0.0)
     with make(tmp_path, clock) as f, ExpiringBloomFilter.open(f.path, readonly=True, clock=clock) as r:
-        counts = []
+        counts: list[int] = []
+        side_counts: list[int] = []
         for step in range(6 * K):
             clock.t = step * P + 1
             f.add(f"k{step}")
             assert f"k{step}" in r
             if step >= 2 * K:
                 with open("/proc/self/maps") as maps:
-                    counts.append(sum("period-" in line and "(deleted)" in line for line in maps))
+                    lines = [line for line in maps if "period-" in line and "(deleted)" in line]
+                counts.append(sum(".mutex" not in line for line in lines))
+                side_counts.append(sum(".mutex" in line for line in lines))
         assert max(counts) <= 4  # mappings of removed files do not pile up (2 handles x 2)
+        assert max(side_counts) <= 2  # nor the writer's side files of those (mutex mode)
