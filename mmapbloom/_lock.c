@@ -274,6 +274,16 @@ PyTypeObject mb_LockState_Type = {
 
 /* ---- taking the lock from C ------------------------------------------------------------ */
 
+#define MB_LOCK_SPINS 64
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 /* The uncontended path: LOCK_TAKEN (this call took the thread lock and the flock: leave
  * with lock_release), LOCK_HELD (this thread is inside its own write_lock(): the file lock
  * is held, nothing to take), LOCK_SLOW (taking it needs a wait, a reopen or the closed
@@ -290,7 +300,13 @@ int mb_lock_try(LockState *L)
     L->owner = me;
     L->count = 1;
     if (L->mutex != NULL) {
-        const int r = mb_mutex_trylock(L->mutex);
+        /* Another process's write holds it for about 100 ns: spin a little (a bounded number
+         * of tries, about 2 us) before the slow path's futex wait, which costs microseconds. */
+        int r = mb_mutex_trylock(L->mutex), spins;
+        for (spins = 0; r == 1 && spins < MB_LOCK_SPINS; spins++) {
+            cpu_relax();
+            r = mb_mutex_trylock(L->mutex);
+        }
         if (r != 0) {
             L->owner = 0;
             L->count = 0;

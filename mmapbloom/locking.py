@@ -1,7 +1,42 @@
 """Locking: the one place that takes a filter's write lock.
 
 A write lock is a re-entrant thread lock (``threading.RLock``) plus, for file-backed
-filters, an exclusive ``flock`` on the filter file, taken through portalocker's protocol.
+filters, a cross-process lock: the robust mutex of the file's side file (mutex mode, below)
+where it can be used, else an exclusive ``flock`` on the filter file, taken through
+portalocker's protocol (flock mode; what every version before had).
+
+The robust mutex (mutex mode). A ``pthread_mutex_t`` with ``PTHREAD_PROCESS_SHARED`` and
+``PTHREAD_MUTEX_ROBUST`` in a 256-byte side file ``PATH + ".mutex"`` mapped ``MAP_SHARED``
+(``mmapbloom/_mutex.c``: layout, header checks, EOWNERDEAD recovery). Next to the file, not
+in ``/dev/shm``: two containers that share a volume have different ``/dev/shm`` and would
+get two mutexes. Its header names the locked file's st_dev/st_ino, the side file's own
+st_ino (a copy is refused), the libc and ``sizeof(pthread_mutex_t)``, with an initialised
+word written last; a side file that does not match is never used. Used when the compiled
+extension is there (also on the pure backend), the file system is a known local one
+(``mutex_supported``), ``MMAPBLOOM_LOCK`` is not ``flock`` and the path is not a
+``storage`` temporary. An uncontended lock+unlock costs tens of ns instead of a ``flock``
+pair's hundreds; a holder killed at any point leaves ``EOWNERDEAD`` to the next locker,
+which makes the mutex consistent (counted in the header) and goes on: as after a SIGKILL
+of a flock holder, the adds it acknowledged are in the bits, and ``items_added`` may lag
+by the killed add (bits are set before the count).
+
+Mixed locks are impossible, not unlikely. A lock in mutex mode holds ``flock(LOCK_SH)`` on
+its own description of the file from its first acquire until close; a lock in flock mode
+(forced, unsupported, side file impossible, an older mmapbloom) takes ``LOCK_EX`` per write.
+SH and EX exclude each other, so no flock-mode write happens while a mutex-mode writer has
+the file open, and the reverse. The side file is created (temporary name, the file's
+permission bits, rename) only while this lock holds ``LOCK_EX``, when no mutex-mode writer
+exists; it is used only once ``LOCK_SH`` is held and its path still names the inode mapped,
+so every mutex-mode writer of a file uses the same mutex. A side file that is missing or
+invalid while others hold ``LOCK_SH`` (deleted or replaced under running writers) cannot
+be remade: the newcomer waits like a blocked writer (``LockTimeout`` naming the side file
+when it has a timeout), never takes a second mutex. The mode is chosen lazily, at the
+first acquire (the fast path goes slow until then: ``_pending``), so readonly opens and
+readers never touch the side file; a readonly handle uses an existing side file and never
+creates one. Handles of one inode in one process share one ``Mutex`` (mapping): a write
+through a second handle inside the first's ``write_lock()`` raises SelfDeadlockError as
+with flock. In a fork child the lock forgets its mode and mutex (the inherited ``LOCK_SH``
+goes with the replaced description, below) and chooses again at its first write.
 
 Why ``flock``: it is what portalocker uses on POSIX (``portalocker.LOCKER`` is
 ``fcntl.flock``), it is released by the kernel when a process dies (a SIGKILLed writer

@@ -1,0 +1,156 @@
+"""The write lock's two cross-process modes, measured in one run: ``python -m tools.bench_locks``.
+
+Rows (medians of ``--rounds`` rounds, ns; every ratio is mutex / flock from this same run):
+
+* ``add locked``: per-item ``add`` with the lock taken per call (the crawler's call);
+* ``add held``: the same inside ``write_lock()`` (no lock per call: the floor);
+* ``lock pair``: ``add locked - add held``, the cost of one lock+unlock pair on the C path;
+* ``4 writers / 1``: wall time of 4 writer processes adding ``--keys`` distinct keys between
+  them (a quarter each, lock per call) over one writer adding them all, per mode; the
+  bits are checked against the single writer's file (0 lost bits) and the new-key counts
+  must sum to ``--keys`` (exact-once ``add``).
+
+The mode is chosen per handle at its first write (``MMAPBLOOM_LOCK=flock`` forces flock), so
+both modes run in this one process and its children. Needs the compiled extension and a
+local file system for the mutex rows (else they are flock too, and the ratios say 1.0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import statistics
+import sys
+import tempfile
+import time
+from typing import Callable, Optional, Sequence
+
+if __package__ in (None, ""):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from mmapbloom import BloomConfig, BloomFilter  # noqa: E402
+from mmapbloom.locking import LOCK_ENV  # noqa: E402
+
+MODES = ("mutex", "flock")
+
+
+def _set_mode(mode: str) -> None:
+    if mode == "flock":
+        os.environ[LOCK_ENV] = "flock"
+    else:
+        os.environ.pop(LOCK_ENV, None)
+
+
+def _keys(n: int, prefix: str = "k") -> list[str]:
+    return [f"https://{prefix}{i}.example/p" for i in range(n)]
+
+
+def _per_item(path: str, cfg: BloomConfig, keys: list[str], mode: str, held: bool) -> tuple[float, str]:
+    _set_mode(mode)
+    if os.path.exists(path):
+        os.unlink(path)
+    with BloomFilter.create(path, cfg) as f:
+        f.add("warm")  # chooses the mode
+        got = f._storage.lock.mode or "?"
+        add = f.add
+        t0 = time.perf_counter()
+        if held:
+            with f.write_lock():
+                for k in keys:
+                    add(k)
+        else:
+            for k in keys:
+                add(k)
+        return (time.perf_counter() - t0) / len(keys) * 1e9, got
+
+
+def _writer(
+    path: str, keys: list[str], mode: str, start: "multiprocessing.synchronize.Event", out: "multiprocessing.Queue[int]"
+) -> None:
+    _set_mode(mode)
+    with BloomFilter.open(path) as f:
+        f.add("warm")
+        start.wait()
+        new = sum(1 for k in keys if f.add(k))
+    out.put(new)
+
+
+def _wall(path: str, cfg: BloomConfig, keys: list[str], mode: str, writers: int) -> tuple[float, int, bytes]:
+    if os.path.exists(path):
+        os.unlink(path)
+    with BloomFilter.create(path, cfg) as f:
+        f.add("warm")
+    ctx = multiprocessing.get_context("fork")
+    start, out = ctx.Event(), ctx.Queue()
+    parts = [keys[i::writers] for i in range(writers)]
+    procs = [ctx.Process(target=_writer, args=(path, part, mode, start, out)) for part in parts]
+    for p in procs:
+        p.start()
+    time.sleep(0.3)  # every writer opened and warmed
+    t0 = time.perf_counter()
+    start.set()
+    news = [out.get(timeout=300) for _ in procs]
+    for p in procs:
+        p.join(60)
+    seconds = time.perf_counter() - t0
+    with open(path, "rb") as fh:
+        image = fh.read()
+    return seconds, sum(news), image
+
+
+def _median(f: Callable[[], float], rounds: int) -> float:
+    return statistics.median(f() for _ in range(rounds))
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--keys", type=int, default=200_000, help="keys per measurement (default 200,000)")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds per row, medians (default 5)")
+    args = ap.parse_args(argv)
+    cfg = BloomConfig.for_items(args.keys + 10, 1e-9)  # no false positive: every key is new once
+    keys = _keys(args.keys)
+    with tempfile.TemporaryDirectory(prefix="bench-locks-") as d:
+        path = os.path.join(d, "f.blm")
+        used: dict[str, str] = {}
+        ns: dict[tuple[str, str], float] = {}
+        for row, held in (("add locked", False), ("add held", True)):
+            samples: dict[str, list[float]] = {m: [] for m in MODES}
+            for _ in range(args.rounds):  # interleaved: both modes see the same machine load
+                for mode in MODES:
+                    t, used[mode] = _per_item(path, cfg, keys, mode, held)
+                    samples[mode].append(t)
+            for mode in MODES:
+                ns[(row, mode)] = statistics.median(samples[mode])
+        for mode in MODES:
+            ns[("lock pair", mode)] = ns[("add locked", mode)] - ns[("add held", mode)]
+        walls: dict[tuple[int, str], list[float]] = {}
+        reference: Optional[bytes] = None
+        lost = 0
+        for _ in range(args.rounds):
+            for mode in MODES:
+                for writers in (1, 4):
+                    seconds, new, image = _wall(path, cfg, keys, mode, writers)
+                    if new != len(keys):
+                        raise SystemExit(f"exact-once add broken: {new} new keys, expected {len(keys)} ({mode})")
+                    if reference is None:
+                        reference = image
+                    ref, got = int.from_bytes(reference[24:], "little"), int.from_bytes(image[24:], "little")
+                    lost += bin(ref & ~got).count("1")  # bits one writer set that these writers did not
+                    if image[24:] != reference[24:]:
+                        raise SystemExit(f"{mode}, {writers} writers: the bits differ from one writer's")
+                    walls.setdefault((writers, mode), []).append(seconds)
+    print(f"lock modes used: {used} (ns per key, medians of {args.rounds}; ratio = mutex / flock)")
+    print(f"{'row':28} {'mutex':>10} {'flock':>10} {'ratio':>8}")
+    for row in ("add locked", "add held", "lock pair"):
+        a, b = ns[(row, "mutex")], ns[(row, "flock")]
+        print(f"{row:28} {a:10.1f} {b:10.1f} {a / b if b > 0 else float('nan'):8.3f}")
+    for mode in MODES:
+        one, four = statistics.median(walls[(1, mode)]), statistics.median(walls[(4, mode)])
+        print(f"{'4 writers / 1 (' + mode + ')':28} {four:10.3f} {one:10.3f} {four / one:8.3f}  (s, s, 4/1)")
+    print(f"lost bits: {lost}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
