@@ -284,7 +284,8 @@ static inline void cpu_relax(void)
 #endif
 }
 
-/* The uncontended path: LOCK_TAKEN (this call took the thread lock and the flock: leave
+/* The uncontended path (and, in mutex mode, a wait for another process's hold, in C with
+ * the GIL released): LOCK_TAKEN (this call took the thread lock and the flock: leave
  * with lock_release), LOCK_HELD (this thread is inside its own write_lock(): the file lock
  * is held, nothing to take), LOCK_SLOW (taking it needs a wait, a reopen or the closed
  * check: WriteLock.acquire decides), -1 (OSError set). */
@@ -307,6 +308,9 @@ int mb_lock_try(LockState *L)
             cpu_relax();
             r = mb_mutex_trylock(L->mutex);
         }
+        if (r == 1)   /* another process's: wait here (this thread holds L's thread lock, so
+                       * L cannot be closed meanwhile); held in this process: slow path */
+            r = mb_mutex_wait_other(L->mutex);
         if (r != 0) {
             L->owner = 0;
             L->count = 0;

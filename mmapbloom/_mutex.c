@@ -47,6 +47,7 @@ static void libc_id(char out[16])
 typedef struct {
     PyObject_HEAD
     unsigned char *map;   /* SIDE_SIZE bytes, MAP_SHARED; NULL once unmapped */
+    long held_here;       /* holds by threads of this process (changed with the GIL held) */
     unsigned long long side_ino;
 } MutexObject;
 
@@ -54,8 +55,10 @@ static pthread_mutex_t *mx_of(MutexObject *m) { return (pthread_mutex_t *)(m->ma
 
 static int got_lock(MutexObject *m, int rc)
 {
-    if (rc == 0)
+    if (rc == 0) {
+        m->held_here++;
         return 0;
+    }
     if (rc == EOWNERDEAD) {   /* the holder died holding it: bits before counts (as after a SIGKILL of a flock holder) */
         side_header *h = (side_header *)m->map;
         if ((rc = pthread_mutex_consistent(mx_of(m))) != 0) {
@@ -64,6 +67,7 @@ static int got_lock(MutexObject *m, int rc)
             return -1;
         }
         h->recoveries++;
+        m->held_here++;
         return 0;
     }
     if (rc == EBUSY || rc == ETIMEDOUT)
@@ -96,7 +100,33 @@ int mb_mutex_unlock(PyObject *obj)
         PyErr_SetFromErrno(PyExc_OSError);
         return -1;
     }
+    m->held_here--;
     return 0;
+}
+
+int mb_mutex_wait_other(PyObject *obj)
+{
+    MutexObject *m = (MutexObject *)obj;
+    int r;
+    if (m->map == NULL || m->held_here > 0)
+        return 1;
+    for (;;) {
+        struct timespec abs;
+        int rc;
+        clock_gettime(CLOCK_REALTIME, &abs);
+        abs.tv_nsec += 50000000L;
+        abs.tv_sec += abs.tv_nsec / 1000000000L;
+        abs.tv_nsec %= 1000000000L;
+        Py_BEGIN_ALLOW_THREADS
+        rc = pthread_mutex_timedlock(mx_of(m), &abs);
+        Py_END_ALLOW_THREADS
+        if (rc == EINTR)
+            rc = ETIMEDOUT;
+        if ((r = got_lock(m, rc)) <= 0)
+            return r;
+        if (PyErr_CheckSignals() < 0)
+            return -1;
+    }
 }
 
 /* Check the header against what this process expects; NULL if it matches, else why not. */
@@ -407,6 +437,12 @@ int mb_mutex_unlock(PyObject *m)
     (void)m;
     PyErr_SetString(PyExc_OSError, "no robust mutexes in this build");
     return -1;
+}
+
+int mb_mutex_wait_other(PyObject *m)
+{
+    (void)m;
+    return 1;
 }
 
 PyObject *mb_mutex_supported(PyObject *module, PyObject *arg)

@@ -40,5 +40,10 @@ extern const char mb_mutex_supported_doc[];
 int mb_mutex_trylock(PyObject *m);
 /* 0 released, -1 OSError set (EPERM: not the owner). */
 int mb_mutex_unlock(PyObject *m);
+/* When no thread of this process holds m (so the holder is another process, and this wait
+ * can be neither a self-deadlock nor wait for a thread that needs the GIL): wait for it with
+ * the GIL released, in 50 ms slices with signal handlers run between them.  0 taken, 1 not
+ * waited (held in this process: take the slow path), -1 exception set. */
+int mb_mutex_wait_other(PyObject *m);
 
 #endif /* MMAPBLOOM_MUTEX_H */

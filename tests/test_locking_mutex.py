@@ -392,3 +392,47 @@ def test_fork_with_lock_held_by_another_thread(tmp_path: Any, mutex_mode: None) 
     t.join(10)
     assert "from-child" in f and "from-thread" in f
     f.close()
+
+
+INTERRUPTED = r"""
+import os, signal, sys, threading, time
+sys.path.insert(0, {root!r})
+from mmapbloom import BloomFilter
+f = BloomFilter.open({path!r})
+threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+t0 = time.monotonic()
+try:
+    f.add("waits")  # another process holds the mutex: the C path waits, GIL released
+except KeyboardInterrupt:
+    print("interrupted", round(time.monotonic() - t0, 1), f._storage.lock.mode, flush=True)
+sys.stdin.read()  # the holder lets go meanwhile
+print("added", f.add("after-interrupt"), flush=True)
+"""
+
+
+def test_a_wait_for_another_process_is_interruptible(tmp_path: Any, mutex_mode: None) -> None:
+    path = str(tmp_path / "f.blm")
+    BloomFilter.create(path, CFG).close()
+    holder = BloomFilter.open(path)
+    lock = holder.write_lock()
+    lock.__enter__()
+    try:
+        p = subprocess.Popen(
+            [sys.executable, "-c", INTERRUPTED.format(root=ROOT, path=path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=_env("auto"),
+        )
+        assert p.stdout is not None
+        if not select.select([p.stdout], [], [], 10)[0]:
+            p.kill()
+            pytest.fail("the waiting add was not interrupted by SIGINT")
+        line = p.stdout.readline().split()
+        assert line[0] == "interrupted" and float(line[1]) < 2 and line[2] == "mutex", line
+    finally:
+        lock.__exit__(None, None, None)
+    out, _ = p.communicate("", timeout=30)
+    assert out.strip() == "added True"
+    assert "waits" not in holder and "after-interrupt" in holder
+    holder.close()
