@@ -6,10 +6,11 @@
  * to flock (-1 in memory) and the stale / closed flags.  WriteLock (Python) keeps the rest
  * of the protocol: waiting, SelfDeadlockError, LockTimeout, fork handling, recovery.
  *
- * The cross-process lock is flock(2) on the file's descriptor (none in memory).  Everything
- * that knows which cross-process lock a file uses is in _lock.c, behind the three calls
- * below (try without waiting, release one level, wait through Python's WriteLock.acquire):
- * another lock (a robust process-shared mutex) plugs in there, not in the handle. */
+ * The cross-process lock is the robust process-shared mutex of the file's side file
+ * (_mutex.h; mutex mode, chosen by WriteLock at the first acquire) or flock(2) on the file's
+ * descriptor (flock mode; none in memory).  Everything that knows which cross-process lock a
+ * file uses is in _lock.c, behind the three calls below (try without waiting, release one
+ * level, wait through Python's WriteLock.acquire); the handle does not know which. */
 #ifndef MMAPBLOOM_LOCK_H
 #define MMAPBLOOM_LOCK_H
 
@@ -22,7 +23,8 @@ extern PyTypeObject mb_LockState_Type;
 
 enum { LOCK_HELD = 0, LOCK_TAKEN = 1, LOCK_SLOW = 2 };
 
-/* The uncontended path, with the GIL and no Python call: LOCK_TAKEN (this call took the
+/* The uncontended path, with the GIL and no Python call (in mutex mode it also waits for a
+ * hold of another process, GIL released, signal handlers run): LOCK_TAKEN (this call took the
  * thread lock and the file lock: leave with mb_lock_release), LOCK_HELD (this thread is
  * inside its own write_lock(): nothing to take or release), LOCK_SLOW (a wait, a reopen or
  * the closed check is needed: call mb_lock_wait), -1 (OSError set). */

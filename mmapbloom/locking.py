@@ -84,8 +84,12 @@ The state the uncontended write path needs (the re-entrant thread lock, the dept
 descriptor to flock, the stale and closed flags) lives in the compiled
 ``mmapbloom._kernels.LockState``, WriteLock's base class, so that the native handle
 (:mod:`mmapbloom.handle`) takes and releases a free lock in C, with the GIL held: thread
-lock, ``flock(LOCK_EX | LOCK_NB)``, the write, unlock. Only a real wait (or a reopen after
-fork, or a closed lock) calls :meth:`WriteLock.acquire`, the one slow path, here. On the
+lock, ``flock(LOCK_EX | LOCK_NB)`` (mutex mode: ``pthread_mutex_trylock``), the write, unlock.
+Only a real wait (or a reopen after fork, the mode's first choice, or a closed lock) calls
+:meth:`WriteLock.acquire`, the one slow path, here; except that in mutex mode a mutex held
+by another *process* is waited for in C (a short spin, then ``pthread_mutex_timedlock`` in
+50 ms slices with the GIL released and signal handlers run between them), since that wait
+can be neither a self-deadlock nor a wait for a thread of this process. On the
 pure path ``_PyLockState`` below holds the same fields around a ``threading.RLock``.
 """
 
