@@ -14,5 +14,12 @@ def test_bench_locks_runs_tiny() -> None:
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = {line[:28].strip(): line.split() for line in proc.stdout.splitlines()[1:]}
-    assert {"add locked", "add held", "lock pair", "4 writers / 1 (mutex)", "4 writers / 1 (flock)"} <= set(rows)
+    assert {
+        "add locked",
+        "add held",
+        "lock pair",
+        "bare pair",
+        "4 writers / 1 (mutex)",
+        "4 writers / 1 (flock)",
+    } <= set(rows)
     assert "lost bits: 0" in proc.stdout

@@ -4,7 +4,10 @@ Rows (medians of ``--rounds`` rounds, ns; every ratio is mutex / flock from this
 
 * ``add locked``: per-item ``add`` with the lock taken per call (the crawler's call);
 * ``add held``: the same inside ``write_lock()`` (no lock per call: the floor);
-* ``lock pair``: ``add locked - add held``, the cost of one lock+unlock pair on the C path;
+* ``lock pair``: ``add locked - add held``, the cost of one lock+unlock pair on the C path
+  (thread lock included);
+* ``bare pair``: the cross-process lock alone, lock+unlock from Python minus the same loop
+  of two bare C calls (``Mutex.try_acquire/release`` against ``flock_try/flock_unlock``);
 * ``4 writers / 1``: wall time of 4 writer processes adding ``--keys`` distinct keys between
   them (a quarter each, lock per call) over one writer adding them all, per mode; the
   bits are checked against the single writer's file (0 lost bits) and the new-key counts
@@ -24,7 +27,7 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -99,8 +102,54 @@ def _wall(path: str, cfg: BloomConfig, keys: list[str], mode: str, writers: int)
     return seconds, sum(news), image
 
 
-def _median(f: Callable[[], float], rounds: int) -> float:
-    return statistics.median(f() for _ in range(rounds))
+def _bare_pairs(d: str, n: int) -> dict[str, float]:
+    """ns per lock+unlock pair from Python, minus a loop of two bare C method calls: the
+    side file's Mutex (try_acquire, release) against flock (flock_try, flock_unlock, the
+    GIL-keeping calls the lock uses), on one file."""
+    from mmapbloom import _kernels
+
+    path = os.path.join(d, "bare.lock")
+    open(path, "wb").close()
+    fd = os.open(path, os.O_RDWR)
+    sfd = os.open(path + ".mutex", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        st = os.fstat(fd)
+        _kernels.Mutex.create(sfd, st.st_dev, st.st_ino)
+        m = _kernels.Mutex(sfd, st.st_dev, st.st_ino)
+        lock, unlock = m.try_acquire, m.release
+        ftry, fun = _kernels.flock_try, _kernels.flock_unlock
+        z = (0).bit_length
+
+        def base() -> float:
+            t0 = time.perf_counter()
+            for _ in range(n):
+                z()
+                z()
+            return time.perf_counter() - t0
+
+        def mutex() -> float:
+            t0 = time.perf_counter()
+            for _ in range(n):
+                lock()
+                unlock()
+            return time.perf_counter() - t0
+
+        def flock() -> float:
+            t0 = time.perf_counter()
+            for _ in range(n):
+                ftry(fd)
+                fun(fd)
+            return time.perf_counter() - t0
+
+        got: dict[str, list[float]] = {"base": [], "mutex": [], "flock": []}
+        for _ in range(5):
+            for name, f in (("base", base), ("mutex", mutex), ("flock", flock)):
+                got[name].append(f() / n * 1e9)
+        b = statistics.median(got["base"])
+        return {k: statistics.median(v) - b for k, v in got.items() if k != "base"}
+    finally:
+        os.close(sfd)
+        os.close(fd)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -111,6 +160,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cfg = BloomConfig.for_items(args.keys + 10, 1e-9)  # no false positive: every key is new once
     keys = _keys(args.keys)
     with tempfile.TemporaryDirectory(prefix="bench-locks-") as d:
+        bare = _bare_pairs(d, args.keys)
         path = os.path.join(d, "f.blm")
         used: dict[str, str] = {}
         ns: dict[tuple[str, str], float] = {}
@@ -142,7 +192,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     walls.setdefault((writers, mode), []).append(seconds)
     print(f"lock modes used: {used} (ns per key, medians of {args.rounds}; ratio = mutex / flock)")
     print(f"{'row':28} {'mutex':>10} {'flock':>10} {'ratio':>8}")
-    for row in ("add locked", "add held", "lock pair"):
+    ns[("bare pair", "mutex")], ns[("bare pair", "flock")] = bare["mutex"], bare["flock"]
+    for row in ("add locked", "add held", "lock pair", "bare pair"):
         a, b = ns[(row, "mutex")], ns[(row, "flock")]
         print(f"{row:28} {a:10.1f} {b:10.1f} {a / b if b > 0 else float('nan'):8.3f}")
     for mode in MODES:
