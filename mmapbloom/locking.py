@@ -33,7 +33,9 @@ be remade: the newcomer waits like a blocked writer (``LockTimeout`` naming the 
 when it has a timeout), never takes a second mutex. The mode is chosen lazily, at the
 first acquire (the fast path goes slow until then: ``_pending``), so readonly opens and
 readers never touch the side file; a readonly handle uses an existing side file and never
-creates one. Handles of one inode in one process share one ``Mutex`` (mapping): a write
+creates one (until it finds one, it chooses again at each acquire; one that cannot open the
+side file read-write snapshots with ``LOCK_EX``, so it waits while mutex-mode writers have
+the file open). Handles of one inode in one process share one ``Mutex`` (mapping): a write
 through a second handle inside the first's ``write_lock()`` raises SelfDeadlockError as
 with flock. In a fork child the lock forgets its mode and mutex (the inherited ``LOCK_SH``
 goes with the replaced description, below) and chooses again at its first write.
@@ -535,9 +537,9 @@ class WriteLock(_LockState):
                         return
                     _FLOCK(fd, _LOCK_UN)  # replaced between open and LOCK_SH: again
                     continue
-                if readonly:  # a readonly handle never creates the side file
-                    self._set_mode("flock")
-                    return
+                if readonly:  # a readonly handle never creates the side file; it looks again next
+                    self._mode = "flock"  # time (_pending stays set), so once a writer made one
+                    return  # it joins the mutex instead of waiting with LOCK_EX for writers to close
                 if _try_flock(fd):  # no mutex-mode writer now: make (or remake) the side file
                     try:
                         self._create_side(side)
@@ -558,7 +560,7 @@ class WriteLock(_LockState):
                 time.sleep(delay if deadline is None else min(delay, max(0.0, deadline - time.monotonic())))
                 delay = min(delay * 2, 0.05)
         except BaseException:
-            if self._mode is None:
+            if self._mutex is None:
                 with contextlib.suppress(OSError):
                     _FLOCK(fd, _LOCK_UN)  # no LOCK_SH / LOCK_EX left behind by a failed choice
             raise

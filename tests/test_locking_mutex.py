@@ -45,6 +45,16 @@ def mutex_mode(tmp_path: Any, monkeypatch: Any) -> None:
         pytest.skip("no robust process-shared mutex on this platform / file system")
 
 
+def within_seconds(seconds: float, fn: Any) -> Any:
+    """fn() run in a thread; fails the test if it has not returned within ``seconds``."""
+    out: list[Any] = []
+    t = threading.Thread(target=lambda: out.append(fn()), daemon=True)
+    t.start()
+    t.join(seconds)
+    assert out, f"{fn} did not return within {seconds} s"
+    return out[0]
+
+
 def _lock(f: Any) -> WriteLock:
     lock = f._storage.lock
     assert isinstance(lock, WriteLock)
@@ -335,6 +345,15 @@ def test_readonly_open_creates_nothing(tmp_path: Any, mutex_mode: None) -> None:
     with BloomFilter.open(path) as h:
         assert "x" not in h  # readers never lock either
     assert not os.path.exists(path + SIDE_SUFFIX)
+    # Once a writer made the side file, a readonly handle's snapshot joins the mutex instead
+    # of waiting (LOCK_EX) for the writer to close.
+    with BloomFilter.open(path, readonly=True) as g, BloomFilter.open(path) as w:
+        g.to_bytes()
+        assert _lock(g).mode == "flock"
+        w.add("x")
+        assert _lock(w).mode == "mutex"
+        assert b"" != within_seconds(5, g.to_bytes)
+        assert _lock(g).mode == "mutex"
 
 
 def test_two_handles_one_process_share_the_mutex(tmp_path: Any, mutex_mode: None) -> None:
