@@ -15,8 +15,6 @@ import math
 import os
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, NoReturn, Optional, TypeVar, Union
 
-import numpy as np
-import numpy.typing as npt
 
 from . import format as fmt
 from . import kernels, opening, scans
@@ -43,6 +41,12 @@ from .sizing import (
 )
 from .storage import DEFAULT_FILE_MODE, FileStorage, MemoryStorage, Storage, create_file
 from .keys import Key, Keys, PathLike
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+else:
+    from ._lazy import np, npt
 
 __all__ = [
     "CHUNK_BYTES",
@@ -485,6 +489,19 @@ class MappedFilter(FilterBase, Lifecycle):
         batch = as_batch(items, self._native(), query=True)  # type: ignore[arg-type]  # checked at run time
         out = np.zeros(len(batch), dtype=np.bool_)
         self._storage.check_size()  # a truncated file: LengthMismatchError, not SIGBUS; FilterClosedError
+        self._h.contains_many(batch, out)
+        return out
+
+    def _contains_flags(self, items: list[Any]) -> bytearray:
+        """:meth:`contains_many` of a list, as a ``bytearray`` of 0 / 1 (one per item), for
+        the package's own list paths (a scalable filter's older layers): on the native
+        backend numpy is not imported for it. Same checks and errors."""
+        if self._native() is None:  # the pure kernels answer in numpy arrays
+            return bytearray(self.contains_many(items).tobytes())
+        self._check_open()
+        batch = as_batch(items, self._native(), query=True)
+        out = bytearray(len(batch))
+        self._storage.check_size()
         self._h.contains_many(batch, out)
         return out
 

@@ -72,10 +72,8 @@ import re
 import stat
 import threading
 import weakref
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Union
 
-import numpy as np
-import numpy.typing as npt
 
 from .batches import encoded_keys
 from .config import BloomConfig, config_at_most
@@ -111,6 +109,13 @@ from .hashing import DEFAULT_STRATEGY, HashStrategy, encode_key, get_strategy
 from .lifecycle import Lifecycle
 from .locking import WriteLock, deferred_signals
 from .storage import atomic_file
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+else:
+    from ._lazy import np, npt
+from ._lazy import is_ndarray
 
 __all__ = ["DEFAULT_PERIODS", "ExpiringBloomFilter", "ExpiringRule", "is_expiring", "period_name"]
 
@@ -349,7 +354,7 @@ def _read_manifest(directory: str) -> tuple[ExpiringRule, HashStrategy, int, lis
 def _is_array(items: object) -> bool:
     """A 1-dimensional numpy array without Python objects: its subsets are taken with
     numpy indexing and read in place by each period's kernels."""
-    return isinstance(items, np.ndarray) and items.ndim == 1 and items.dtype.kind in "iuSU"
+    return is_ndarray(items) and items.ndim == 1 and items.dtype.kind in "iuSU"
 
 
 def _take(keys: Any, idx: npt.NDArray[np.intp]) -> Any:

@@ -36,10 +36,14 @@ from __future__ import annotations
 import errno
 import os
 import sys
-from typing import Any, Callable, Iterator, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Union
 
-import numpy as np
-import numpy.typing as npt
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+else:
+    from ._lazy import np, npt
+
 
 __all__ = [
     "BUFFER_BYTES",

@@ -28,8 +28,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, NoReturn, Optional, Sequence
 
-import numpy as np
-import numpy.typing as npt
 
 from . import format as fmt
 from . import kernels
@@ -38,6 +36,12 @@ from .batches import KeysWithNulls
 from .hashing import kernel_keys
 from .items import ItemsCounter
 from .locking import WriteLock, deferred_signals
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+else:
+    from ._lazy import np, npt
 
 __all__ = ["CHUNK_KEYS", "FilterBase", "Geometry", "Hooks", "Layout", "PyFilterBase", "PyHandle", "attach"]
 

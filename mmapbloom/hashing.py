@@ -79,14 +79,18 @@ import abc
 import operator
 import threading
 import warnings
-from typing import Any, ClassVar, Iterable, Optional, Protocol, Sequence, Union, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Optional, Protocol, Sequence, Union, runtime_checkable
 
 import mmh3
-import numpy as np
-import numpy.typing as npt
 
 from . import sizing as _sizing
 from .errors import UnknownSchemeError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+else:
+    from ._lazy import np, npt
 
 __all__ = [
     "BLOCK_BITS",

@@ -55,10 +55,8 @@ import os
 import stat
 import time
 import warnings
-from typing import Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 
-import numpy as np
-import numpy.typing as npt
 
 from . import format as fmt
 from . import scans
@@ -71,6 +69,12 @@ from .config import BloomConfig
 from .scalable import is_scalable
 from .storage import DEFAULT_FILE_MODE, absolute_path, atomic_file, reserve_space
 from .keys import PathLike
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+else:
+    from ._lazy import np, npt
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",

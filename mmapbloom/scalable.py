@@ -51,10 +51,8 @@ import os
 import stat
 import threading
 import weakref
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Union
 
-import numpy as np
-import numpy.typing as npt
 
 from .base import deferred_signals
 from .errors import (
@@ -92,6 +90,12 @@ from .scalable_format import (
 from .directory import apply_shared_mode, build_directory, check_file_mode, shared_mode, strip_path
 from .storage import atomic_file
 from .keys import Item, PathLike
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+else:
+    from ._lazy import np, npt
 
 __all__ = [
     "DEFAULT_GROWTH",
@@ -704,7 +708,7 @@ class ScalableBloomFilter(Lifecycle):
             room = self._params.layer_limit(last) - newest.items_added
             part, todo = todo[:room], todo[room:]
             try:
-                new += int(np.count_nonzero(newest.add_many([keys[i] for i in part])))
+                new += newest.update([keys[i] for i in part])
             except BaseException as exc:
                 done = getattr(exc, "committed_items", 0)
                 progress[0] = part[done] if done < len(part) else (todo[0] if todo else len(keys))
@@ -718,8 +722,8 @@ class ScalableBloomFilter(Lifecycle):
         for layer in layers:
             if not todo:
                 break
-            hit = layer.contains_many([keys[i] for i in todo])
-            todo = [i for i, h in zip(todo, hit.tolist(), strict=True) if not h]
+            hit = layer._contains_flags([keys[i] for i in todo])
+            todo = [i for i, h in zip(todo, hit, strict=True) if not h]
         return todo
 
     def write_lock(self) -> WriteLock:

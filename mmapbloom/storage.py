@@ -57,14 +57,18 @@ import shutil
 import stat
 import sys
 import warnings
-from typing import Callable, Iterator, Optional, Union
+from typing import TYPE_CHECKING, Callable, Iterator, Optional, Union
 
-import numpy as np
-import numpy.typing as npt
 
 from .errors import FilterClosedError, LengthMismatchError, NoSpaceError, SparseFileWarning
 from .format import Header, Reader
 from .locking import WriteLock
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+else:
+    from ._lazy import np, npt
 
 #: ``validate(read, file_size, source) -> Header``: see :meth:`FileStorage.open`.
 Validator = Callable[[Reader, int, str], Header]

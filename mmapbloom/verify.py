@@ -4,10 +4,8 @@ header (like ``zip -T``)."""
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable, Protocol, Union
+from typing import TYPE_CHECKING, Any, Iterable, Protocol, Union
 
-import numpy as np
-import numpy.typing as npt
 
 from . import opening
 from .base import MappedFilter
@@ -17,6 +15,12 @@ from .filter import BloomFilter
 from .errors import ManifestError
 from .expiring import ExpiringBloomFilter, is_expiring
 from .scalable import LOCK_NAME, MANIFEST_NAME, ScalableBloomFilter
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+else:
+    from ._lazy import np, npt
 
 __all__ = ["AnyFilter", "open_any", "open_filter", "verify_file"]
 
