@@ -935,6 +935,8 @@ class ExpiringBloomFilter(Lifecycle):
     def _update_locked(self, keys: Any, done: list[int]) -> int:
         view, now = self._locked_view()
         newest = self._writable_newest(view)
+        if type(keys) is list:
+            return self._update_list_locked(keys, done, view, now, newest)
         todo = np.arange(len(keys))
         sub = keys
         for f in self._live(view, now):
@@ -953,6 +955,32 @@ class ExpiringBloomFilter(Lifecycle):
         except BaseException as exc:
             got = getattr(exc, "committed_items", 0)
             done[0] = int(todo[got]) if got < todo.size else len(keys)
+            raise
+        done[0] = len(keys)
+        return new
+
+    def _update_list_locked(self, keys: list[Any], done: list[int], view: _View, now: int, newest: BloomFilter) -> int:
+        """:meth:`_update_locked` of a list of keys, with lists of indices where the array
+        form uses numpy indexing (the same keys, layers and counts), so that ``update``
+        of a list does not import numpy on the native backend."""
+        todo = list(range(len(keys)))
+        sub = keys
+        for f in self._live(view, now):
+            if f is view.filters[-1] or f is newest:
+                continue
+            if not todo:
+                break
+            hit = f._contains_flags(sub)
+            todo = [i for i, h in zip(todo, hit, strict=True) if not h]
+            sub = [keys[i] for i in todo]
+        if not todo:
+            done[0] = len(keys)
+            return 0
+        try:
+            new = int(newest.update(sub))
+        except BaseException as exc:
+            got = getattr(exc, "committed_items", 0)
+            done[0] = todo[got] if got < len(todo) else len(keys)
             raise
         done[0] = len(keys)
         return new
