@@ -67,7 +67,6 @@ from .units import (
     progress_bar,
 )
 from .termination import TerminationSignal, exit_status, run_main
-from .scalable import ScalableBloomFilter
 from .verify import open_filter
 from .kernels import BACKEND
 from .hashing import DEFAULT_STRATEGY, get_strategy, registered_strategies
@@ -453,6 +452,8 @@ def _create_scalable(args: argparse.Namespace) -> int:
         options["growth"] = args.growth
     if args.tightening is not None:
         options["tightening"] = args.tightening
+    from .scalable import ScalableBloomFilter  # imported by the commands that use it (start-up)
+
     try:
         f = ScalableBloomFilter.create(
             args.file, args.n, args.p, strategy=_strategy(args.strategy), mode=args.mode, **options

@@ -52,7 +52,6 @@ import errno
 import mmap
 import os
 import re
-import secrets
 import shutil
 import stat
 import sys
@@ -523,7 +522,8 @@ def absolute_path(path: Union[str, "os.PathLike[str]"]) -> str:
 def _temp_name(directory: str) -> str:
     # Short, so that any legal destination name works (NAME_MAX); the writer's pid makes a
     # leftover recognisable as stale once that process is gone (remove_stale_temporaries).
-    return os.path.join(directory, f".mmapbloom-{os.getpid()}-{secrets.token_hex(8)}.tmp")
+    # os.urandom is what secrets.token_hex reads (without importing hashlib and hmac).
+    return os.path.join(directory, f".mmapbloom-{os.getpid()}-{os.urandom(8).hex()}.tmp")
 
 
 def temporary_path(directory: str) -> str:
