@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
     import numpy
 
-__all__ = ["LazyModule", "is_ndarray", "np", "npt"]
+__all__ = ["LazyModule", "is_ndarray", "np", "npt", "numpy_attr", "numpy_loaded"]
 
 
 class LazyModule(types.ModuleType):
@@ -64,11 +64,25 @@ np = LazyModule("numpy")
 npt = LazyModule("numpy.typing")
 
 
+def numpy_attr(name: str) -> Any:
+    """``numpy.<name>`` if numpy is imported in this process, else None (numpy is not
+    imported for it). While another thread is importing numpy, waits for that import to
+    finish (the import system's module lock), so a partly initialised numpy is never
+    read."""
+    numpy = sys.modules.get("numpy")
+    if numpy is None:
+        return None
+    value = getattr(numpy, name, None)
+    if value is None:  # partly initialised: another thread is importing it
+        value = getattr(importlib.import_module("numpy"), name)
+    return value
+
+
 def is_ndarray(value: object) -> TypeGuard[numpy.ndarray[Any, Any]]:
     """Whether ``value`` is a ``numpy.ndarray`` (or a subclass), without importing numpy
     when it is not imported yet (then no array can exist)."""
-    numpy = sys.modules.get("numpy")
-    return numpy is not None and isinstance(value, numpy.ndarray)
+    ndarray = numpy_attr("ndarray")
+    return ndarray is not None and isinstance(value, ndarray)
 
 
 def numpy_loaded() -> bool:

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     import numpy as np
 else:
     from ._lazy import np
-from ._lazy import is_ndarray
+from ._lazy import is_ndarray, numpy_attr
 
 __all__ = ["KeysWithNulls", "as_batch", "encoded_keys", "is_arrow"]
 
@@ -143,8 +143,8 @@ def as_batch(items: Iterable[Any], native: Any, *, query: bool = False) -> Any:
 
 def _holds_objects(items: Any) -> bool:
     dtype = getattr(items, "dtype", None)
-    numpy = sys.modules.get("numpy")  # no numpy dtype exists before numpy is imported
-    return numpy is not None and isinstance(dtype, numpy.dtype) and dtype.kind == "O"
+    np_dtype = numpy_attr("dtype")  # no numpy dtype exists before numpy is imported
+    return np_dtype is not None and isinstance(dtype, np_dtype) and dtype.kind == "O"
 
 
 def _pandas_objects(items: Any) -> bool:
