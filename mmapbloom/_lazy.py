@@ -81,8 +81,10 @@ def numpy_attr(name: str) -> Any:
 def is_ndarray(value: object) -> TypeGuard[numpy.ndarray[Any, Any]]:
     """Whether ``value`` is a ``numpy.ndarray`` (or a subclass), without importing numpy
     when it is not imported yet (then no array can exist)."""
-    ndarray = numpy_attr("ndarray")
-    return ndarray is not None and isinstance(value, ndarray)
+    numpy = sys.modules.get("numpy")
+    if numpy is None:
+        return False
+    return isinstance(value, getattr(numpy, "ndarray", None) or numpy_attr("ndarray"))
 
 
 def numpy_loaded() -> bool:

@@ -108,7 +108,7 @@ def as_batch(items: Iterable[Any], native: Any, *, query: bool = False) -> Any:
             with the same messages, when it is given the batch).
     """
     _check_not_scalar(items)
-    if is_ndarray(items):
+    if type(items) is not list and type(items) is not tuple and is_ndarray(items):  # lists: the common case
         return _numpy_batch(items, native, query)
     if _pandas_objects(items):
         # a pandas Series / Index of dtype object: its items are Python objects already,
