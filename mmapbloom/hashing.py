@@ -86,6 +86,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import sizing as _sizing
+from ._warn import user_stacklevel
 from .errors import UnknownSchemeError
 
 __all__ = [
@@ -371,7 +372,7 @@ class M3KM(HashStrategy):
                 f"M3KM cannot deliver fp_rate {fp_rate:g} at m = {m}: its positions put a floor of about "
                 f"{M3KM_FP_FLOOR / m:.2g} ({M3KM_FP_FLOOR:g}/m) under the rate; use the default strategy M3M2",
                 UserWarning,
-                stacklevel=4,
+                stacklevel=user_stacklevel(),
             )
         return m, k
 
