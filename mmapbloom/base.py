@@ -368,18 +368,17 @@ class MappedFilter(FilterBase, Lifecycle):
         return self._storage.body()
 
     # -- for the package's own modules (merge): the items counter under the lock ---------
-    def _add_items(self, delta: int, stacklevel: int = 2) -> int:
+    def _add_items(self, delta: int) -> int:
         """Add ``delta`` to the items counter under the write lock, by the one rule
         (:meth:`ItemsCounter.bump`: saturating, the over-capacity check), then emit the
-        OverCapacityWarning (once per handle) after releasing the lock, with
-        ``stacklevel`` as if the caller called ``warnings.warn`` (2: the caller's caller).
+        OverCapacityWarning (once per handle, at the user's frame) after releasing the lock.
         Returns the stored count. For writers outside the class (``merge_into``)."""
         self._check_writable()
         with self._storage.lock, deferred_signals():  # wait interruptibly; hold signals while committing
             self._storage.check_size()
             self._counter.bump(delta)
             count = self._counter.load()
-        self._counter.flush(stacklevel=stacklevel + 1)
+        self._counter.flush()
         return count
 
     def _items_loader(self) -> Callable[[], int]:

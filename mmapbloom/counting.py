@@ -249,7 +249,7 @@ class CountingBloomFilter(MappedFilter):
                     self._storage, start, other._storage.buf, ostart, stop - start, op, src_storage=other._storage
                 )
             self._counter.set(self.items_added + other.items_added)
-        self._counter.flush(stacklevel=2)
+        self._counter.flush()
         return self
 
     def __ior__(self, other: "CountingBloomFilter") -> "CountingBloomFilter":

@@ -76,7 +76,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Union
 
 
 from .batches import encoded_keys
-from .config import BloomConfig, config_at_most
+from .config import BloomConfig, StrategyChoice, config_at_most, resolve_strategy
 from .directory import (
     LOCK_NAME,
     LOCK_SIZE,
@@ -105,7 +105,7 @@ from .errors import (
     ReadOnlyFilterError,
 )
 from .filter import BloomFilter
-from .hashing import DEFAULT_STRATEGY, HashStrategy, encode_key, get_strategy
+from .hashing import HashStrategy, encode_key, get_strategy
 from .lifecycle import Lifecycle
 from .locking import WriteLock, deferred_signals
 from .storage import atomic_file
@@ -464,7 +464,7 @@ class ExpiringBloomFilter(Lifecycle):
         fp_rate: float,
         *,
         periods: int = DEFAULT_PERIODS,
-        strategy: Optional[HashStrategy] = None,
+        strategy: StrategyChoice = None,
         clock: Optional[Callable[[], float]] = None,
         mode: Optional[int] = None,
     ) -> "ExpiringBloomFilter":
@@ -481,7 +481,9 @@ class ExpiringBloomFilter(Lifecycle):
             periods: periods per window (1 to 4096, default 8): a key is forgotten at
                 most ``window / periods`` seconds after its window; more periods forget
                 sooner but ask more files per query.
-            strategy: hash strategy of every period file (default: the package default).
+            strategy: hash strategy of every period file: a registered strategy or its
+                name (``"M3B2"``), default the package default; UnknownSchemeError for an
+                unknown name.
             clock: zero-argument callable returning seconds (default ``time.time``).
                 Not stored: each handle uses its own.
             mode: exact permission bits for every file (not masked by the umask; the
@@ -494,7 +496,7 @@ class ExpiringBloomFilter(Lifecycle):
             FileExistsError: ``path`` exists.
             NoSpaceError, OSError: from the OS, naming ``path``.
         """
-        strat = DEFAULT_STRATEGY if strategy is None else strategy
+        strat = resolve_strategy(strategy)
         rule = ExpiringRule.checked(window, capacity, fp_rate, periods, strat.name)
         cfg = rule.config(strat)
         tick = _check_clock(clock)
@@ -590,7 +592,7 @@ class ExpiringBloomFilter(Lifecycle):
         fp_rate: float,
         *,
         periods: int = DEFAULT_PERIODS,
-        strategy: Optional[HashStrategy] = None,
+        strategy: StrategyChoice = None,
         clock: Optional[Callable[[], float]] = None,
         mode: Optional[int] = None,
     ) -> "ExpiringBloomFilter":
@@ -602,7 +604,7 @@ class ExpiringBloomFilter(Lifecycle):
                 or strategy differ (the message names the field and both values).
             And whatever :meth:`open` and :meth:`create` raise.
         """
-        strat = DEFAULT_STRATEGY if strategy is None else strategy
+        strat = resolve_strategy(strategy)
         want = ExpiringRule.checked(window, capacity, fp_rate, periods, strat.name)
         for _ in range(100):
             try:

@@ -97,7 +97,7 @@ class BloomFilter(MappedFilter):
             )
             a, b = self.items_added, other.items_added
             self._counter.set(a + b if union else min(a, b))
-        self._counter.flush(stacklevel=3)
+        self._counter.flush()
         return self
 
     def union(self, other: "BloomFilter") -> "BloomFilter":

@@ -84,6 +84,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Optional, Protocol, S
 import mmh3
 
 from . import sizing as _sizing
+from ._warn import user_stacklevel
 from .errors import UnknownSchemeError
 
 if TYPE_CHECKING:
@@ -375,7 +376,7 @@ class M3KM(HashStrategy):
                 f"M3KM cannot deliver fp_rate {fp_rate:g} at m = {m}: its positions put a floor of about "
                 f"{M3KM_FP_FLOOR / m:.2g} ({M3KM_FP_FLOOR:g}/m) under the rate; use the default strategy M3M2",
                 UserWarning,
-                stacklevel=4,
+                stacklevel=user_stacklevel(),
             )
         return m, k
 

@@ -63,9 +63,10 @@ from .errors import (
     MissingLayerError,
     ReadOnlyFilterError,
 )
+from .config import StrategyChoice, resolve_strategy
 from .filter import BloomFilter
 from .batches import encoded_keys
-from .hashing import DEFAULT_STRATEGY, HashStrategy, encode_key
+from .hashing import HashStrategy, encode_key
 from .lifecycle import Lifecycle
 from .locking import WriteLock
 from .scalable_format import (
@@ -271,7 +272,7 @@ class ScalableBloomFilter(Lifecycle):
         *,
         growth: Union[int, float] = DEFAULT_GROWTH,
         tightening: float = DEFAULT_TIGHTENING,
-        strategy: Optional[HashStrategy] = None,
+        strategy: StrategyChoice = None,
         mode: Optional[int] = None,
     ) -> "ScalableBloomFilter":
         """Create a new scalable filter directory with its first layer, and open it read-write.
@@ -290,8 +291,9 @@ class ScalableBloomFilter(Lifecycle):
             growth: s > 1, each layer holds s times the items of the previous (default 2).
             tightening: r in (0, 1), each layer's error target is r times the previous
                 (default 0.5).
-            strategy: hash strategy of every layer (default: the package default; the
-                blocked strategies work too). Stored by name in the manifest and in every
+            strategy: hash strategy of every layer: a registered strategy or its name
+                (``"M3B2"``), default the package default; the blocked strategies work too.
+                An unknown name raises UnknownSchemeError. Stored by name in the manifest and in every
                 layer header.
             mode: exact permission bits (e.g. ``0o664``) for every file of the directory,
                 not masked by the umask; the directory gets them plus ``x`` where ``r``
@@ -311,7 +313,7 @@ class ScalableBloomFilter(Lifecycle):
         """
         n0, p, s, r = check_params(capacity, fp_rate, growth, tightening)
         file_mode = _file_mode(mode)
-        strat = DEFAULT_STRATEGY if strategy is None else strategy
+        strat = resolve_strategy(strategy)
         params = GrowthRule(n0, p, s, r, strat.name)
         params.check_growth(strat)  # ConfigError (also an unregistered strategy) before any file
 
@@ -401,7 +403,7 @@ class ScalableBloomFilter(Lifecycle):
         *,
         growth: Union[int, float] = DEFAULT_GROWTH,
         tightening: float = DEFAULT_TIGHTENING,
-        strategy: Optional[HashStrategy] = None,
+        strategy: StrategyChoice = None,
         mode: Optional[int] = None,
     ) -> "ScalableBloomFilter":
         """Open ``path`` if it exists, else create it with these parameters (``mode`` as in
@@ -414,7 +416,7 @@ class ScalableBloomFilter(Lifecycle):
             And whatever :meth:`open` and :meth:`create` raise.
         """
         n0, p, s, r = check_params(capacity, fp_rate, growth, tightening)
-        strategy_name = (DEFAULT_STRATEGY if strategy is None else strategy).name
+        strategy_name = resolve_strategy(strategy).name
         for _ in range(100):
             try:
                 f = cls.open(path)
