@@ -57,17 +57,21 @@ Lookup: present if fp is in a slot of i1 or i2 or is the victim of i1 or i2.
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Iterable, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Optional
 
 import mmh3
-import numpy as np
-import numpy.typing as npt
 
 from . import format as fmt
 from .batches import KeysWithNulls, as_batch
 from .errors import FilterClosedError, FilterFullError, ReadOnlyFilterError
 from .hashing import encode_key, fmix64
 from .locking import WriteLock, deferred_signals
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+else:
+    from ._lazy import np, npt
 
 __all__ = [
     "CHUNK_KEYS",

@@ -100,18 +100,22 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import re
 import signal
+import sys
 import threading
 import time
 import weakref
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
-import portalocker
-
+from ._lazy import LazyModule
 from .errors import FilterClosedError, LockTimeout, SelfDeadlockError
 from .kernels import native_module
+
+if TYPE_CHECKING:
+    import portalocker
+else:  # imported by the slow paths that call it (a timed wait, non-POSIX), not at import
+    portalocker = LazyModule("portalocker")
 
 try:  # POSIX
     import fcntl
@@ -120,7 +124,8 @@ try:  # POSIX
     _LOCK_EX = fcntl.LOCK_EX
     _LOCK_EX_NB = fcntl.LOCK_EX | fcntl.LOCK_NB
     _LOCK_UN = fcntl.LOCK_UN
-    _DIRECT_FLOCK = getattr(portalocker.portalocker, "LOCKER", None) is fcntl.flock
+    # portalocker's POSIX LOCKER is fcntl.flock unless a program already importing it changed it
+    _DIRECT_FLOCK = getattr(getattr(sys.modules.get("portalocker"), "portalocker", None), "LOCKER", _FLOCK) is _FLOCK
 except ImportError:  # pragma: no cover - Windows
     _DIRECT_FLOCK = False
 
@@ -151,8 +156,6 @@ else:
     _try_flock = _try_flock_gil_released
     _unlock_flock = _unlock_flock_gil_released
 
-_TRY_FLAGS = portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING
-
 # The robust mutex is a lock, not a kernel: it is used on the pure-Python path too (so pure
 # and native processes on one file share it), whenever the compiled extension exists.
 _mutex_kernels: Any
@@ -169,8 +172,11 @@ LOCK_ENV = "MMAPBLOOM_LOCK"
 SIDE_SUFFIX = ".mutex"
 
 
-# storage.temporary_path's names (storage imports this module): never given a side file.
-_TEMPORARY = re.compile(r"\.mmapbloom-[0-9]{1,10}-[0-9a-f]{16}\.tmp\Z")
+def _is_temporary(path: str) -> bool:
+    """A name of storage.temporary_path (``.mmapbloom-<pid>-<random>.tmp``; storage imports
+    this module): never given a side file."""
+    name = os.path.basename(path)
+    return name.startswith(".mmapbloom-") and name.endswith(".tmp")
 
 
 def _requested_mode() -> str:
@@ -463,7 +469,7 @@ class WriteLock(_LockState):
     @staticmethod
     def _try_lock(fd: int) -> bool:
         try:
-            portalocker.lock(fd, _TRY_FLAGS)
+            portalocker.lock(fd, portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING)
         except portalocker.AlreadyLocked:
             return False
         return True
@@ -500,7 +506,7 @@ class WriteLock(_LockState):
             return "no robust mutex in this build"
         if self._path is None or self._own_fd is None:
             return "no path or no description of its own"
-        if _TEMPORARY.search(self._path):  # one builder, then renamed: a side file would be left behind
+        if _is_temporary(self._path):  # one builder, then renamed: a side file would be left behind
             return "a temporary file (storage.temporary_path)"
         return str(_mutex_kernels.mutex_supported(self._own_fd))
 
