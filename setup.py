@@ -31,6 +31,8 @@ _UNITS = [
     "lock",
     "guard",
     "handle",
+    "cuckoo",
+    "cuckoo_handle",
     "filterbase",
     "murmur3",
 ]

@@ -9,6 +9,8 @@
  *   _lock       the write lock's C half: LockState, flock_try(), flock_unlock()
  *   _guard      the SIGBUS guard around touches of a mapping, the items word
  *   _handle     the native Handle (the hot API of every filter)
+ *   _cuckoo     the cuckoo filter's cells (CKF1, M3C1), plain C
+ *   _cuckoo_handle  the native CuckooHandle (the cuckoo filter's hot API) over _cuckoo
  *   _filterbase FilterBase, the filters' base class on the native backend
  *   _murmur3    MurmurHash3_x64_128
  *
@@ -21,6 +23,7 @@
 #include <Python.h>
 
 #include "_columns.h"
+#include "_cuckoo_handle.h"
 #include "_filterbase.h"
 #include "_handle.h"
 #include "_lock.h"
@@ -54,7 +57,8 @@ static int add_type(PyObject *module, const char *name, PyTypeObject *type)
 static int kernel_exec(PyObject *module)
 {
     if (add_type(module, "FilterBase", &mb_FilterBase_Type) < 0 ||
-        add_type(module, "LockState", &mb_LockState_Type) < 0 || add_type(module, "Handle", &mb_Handle_Type) < 0)
+        add_type(module, "LockState", &mb_LockState_Type) < 0 || add_type(module, "Handle", &mb_Handle_Type) < 0 ||
+        add_type(module, "CuckooHandle", &mb_CuckooHandle_Type) < 0)
         return -1;
     if (PyModule_AddIntConstant(module, "M3KM", S_M3KM) < 0 || PyModule_AddIntConstant(module, "M3MX", S_M3MX) < 0 ||
         PyModule_AddIntConstant(module, "M3BL", S_M3BL) < 0 || PyModule_AddIntConstant(module, "M3M2", S_M3M2) < 0 ||

@@ -15,8 +15,10 @@ slot before the old slot is overwritten. A writer SIGKILLed mid-path leaves at w
 fingerprint twice in its own pair of buckets and the items counter behind;
 ``check(repair=True)`` clears the copies and restores the counter.
 
-This phase runs the pure reference (:class:`~mmapbloom.cuckoo_kernels.CuckooPyHandle`) on
-both backends; the C unit ``_cuckoo.c`` writes the same bytes and is wired in next.
+The hot operations run in C (``mmapbloom._kernels.CuckooHandle`` over ``_cuckoo.c``:
+:class:`~mmapbloom.cuckoo_kernels.CuckooNativeHandle`) when the compiled module is in use,
+else on the pure reference (:class:`~mmapbloom.cuckoo_kernels.CuckooPyHandle`,
+``MMAPBLOOM_PURE=1``); both write byte-identical files.
 """
 
 from __future__ import annotations
@@ -169,7 +171,7 @@ class CuckooFilter(Lifecycle):
         n, b, f, _ = geometry
         self._capacity = capacity if capacity is not None else int(n * b * LOAD_FACTORS[b])
         self._fp_rate = fp_rate if fp_rate is not None else 2 * b / 2**f
-        self._h = CuckooPyHandle(storage, geometry)
+        self._h = CuckooPyHandle.attach(storage, geometry)
 
     @classmethod
     def _from_storage(

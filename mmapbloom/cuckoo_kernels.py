@@ -74,6 +74,7 @@ __all__ = [
     "LCG_ADD",
     "LCG_MUL",
     "CuckooCells",
+    "CuckooNativeHandle",
     "CuckooPyHandle",
     "Geometry",
     "alt_index",
@@ -390,6 +391,23 @@ class CuckooPyHandle:
         self._writable = not storage.readonly
         self.closed = False
 
+    @staticmethod
+    def attach(storage: Any, geometry: Geometry, *, pure: bool = False) -> "CuckooPyHandle":
+        """The handle of a cuckoo filter over ``storage``: :class:`CuckooNativeHandle` when
+        the compiled module is in use (``mmapbloom.kernels.native_module()``: built, and
+        ``MMAPBLOOM_PURE`` unset) and the image is 8-byte aligned, else this pure handle.
+        ``pure``: the pure handle even where the native one is available (tests). Both write
+        byte-identical images (tests/test_cuckoo_native.py)."""
+        from .kernels import native_module  # here, not at import: kernels' import order
+
+        native = None if pure else native_module()
+        if native is not None and hasattr(native, "CuckooHandle"):
+            try:
+                return CuckooNativeHandle(storage, geometry, native)
+            except _Unaligned:  # pragma: no cover - buffers from mmap / bytearray are aligned
+                pass
+        return CuckooPyHandle(storage, geometry)
+
     @property
     def cells(self) -> CuckooCells:
         """The reference operations over this handle's image (for statistics and checks)."""
@@ -573,6 +591,117 @@ class CuckooPyHandle:
             self._items.release()
         except BufferError:  # pragma: no cover
             pass
+
+
+class _Unaligned(Exception):
+    """The image is not 8-byte aligned: the native handle refuses it (the pure one runs)."""
+
+
+class _NativeHooks:
+    """What the native handle calls to raise the filter's errors (each raises)."""
+
+    __slots__ = ("_h",)
+
+    def __init__(self, handle: "CuckooNativeHandle"):
+        self._h = handle
+
+    def closed(self) -> None:
+        raise FilterClosedError(f"{self._h._where()}: filter is closed")
+
+    def readonly(self) -> None:
+        raise ReadOnlyFilterError(f"{self._h._where()}: filter was opened read-only; writes are refused")
+
+    def faulted(self) -> None:
+        from .scans import raise_faulted  # here, not at import: scans imports the storage
+
+        raise_faulted(self._h._storage)
+
+    def full(self) -> None:
+        raise self._h._full()
+
+
+class CuckooNativeHandle(CuckooPyHandle):
+    """The native handle of a cuckoo filter: ``mmapbloom._kernels.CuckooHandle`` (C, over
+    ``_cuckoo.c``'s cells: the same bytes as :class:`CuckooCells`) for the hot operations,
+    with the pure handle's views kept for statistics, ``check`` and ``union``. The same
+    guarantees as :class:`CuckooPyHandle`: writes under the write lock (taken in C when
+    free), lock-free lookups that never miss a key during a kick, ``committed_items`` on
+    every exception leaving a batch, FilterFullError with every earlier key present.
+    Every touch of the mapping runs under the SIGBUS guard: a file truncated under the
+    handle raises LengthMismatchError."""
+
+    __slots__ = ("_c",)
+
+    backend = "native"
+
+    def __init__(self, storage: Any, geometry: Geometry, native: Any):
+        super().__init__(storage, geometry)
+        try:
+            self._c = native.CuckooHandle(
+                storage.buf, tuple(geometry), storage.lock, _NativeHooks(self), not storage.readonly
+            )
+        except ValueError as exc:
+            if "aligned" in str(exc):  # pragma: no cover
+                super().close()
+                raise _Unaligned(str(exc)) from exc
+            raise
+
+    def add(self, item: Any) -> bool:
+        """As :meth:`CuckooPyHandle.add`, in C."""
+        return bool(self._c.add(item))
+
+    def contains(self, item: Any) -> bool:
+        """As :meth:`CuckooPyHandle.contains`, in C (no lock)."""
+        return bool(self._c.contains(item))
+
+    def count(self, item: Any) -> int:
+        """As :meth:`CuckooPyHandle.count`, in C (no lock)."""
+        return int(self._c.count(item))
+
+    def remove(self, item: Any) -> bool:
+        """As :meth:`CuckooPyHandle.remove`, in C."""
+        return bool(self._c.remove(item))
+
+    def _native_batch(self, items: Iterable[Any], query: bool) -> Any:
+        from .kernels import native_module
+
+        return as_batch(items, native_module(), query=query)
+
+    def add_many(self, items: Iterable[Any], out: Optional[npt.NDArray[np.bool_]] = None) -> int:
+        """As :meth:`CuckooPyHandle.add_many`, in C (keys hashed without the GIL)."""
+        try:
+            batch = self._native_batch(items, query=False)
+            if out is not None and len(out) != len(batch):
+                raise ValueError(f"out has {len(out)} entries, expected {len(batch)}")
+        except BaseException as exc:
+            exc.committed_items = 0  # type: ignore[attr-defined]
+            raise
+        return int(self._c.add_many(batch, out))
+
+    def remove_many(self, items: Iterable[Any]) -> int:
+        """As :meth:`CuckooPyHandle.remove_many`, in C."""
+        try:
+            batch = self._native_batch(items, query=False)
+        except BaseException as exc:
+            exc.committed_items = 0  # type: ignore[attr-defined]
+            raise
+        return int(self._c.remove_many(batch))
+
+    def contains_many(self, items: Iterable[Any]) -> npt.NDArray[np.bool_]:
+        """As :meth:`CuckooPyHandle.contains_many`, in C (no lock, GIL released)."""
+        if self.closed:
+            raise FilterClosedError(f"{self._where()}: filter is closed")
+        batch = self._native_batch(items, query=True)
+        out = np.zeros(len(batch), dtype=np.bool_)
+        self._c.contains_many(batch, out)
+        return out
+
+    def close(self) -> None:
+        """Close the C handle, then release the views (idempotent)."""
+        c = getattr(self, "_c", None)
+        if c is not None:
+            c.close()
+        super().close()
 
 
 _ = KeysWithNulls  # the pure batch form (a list with None for a null), read above
