@@ -15,6 +15,7 @@
  *      into its other bucket before its old slot is overwritten), so lock-free readers
  *      never miss.  -> 1.
  *   6. no path: victim = (fp, i1), index stored before the fingerprint -> 1.
+ * lookup: i1, i2, the victim; a miss is confirmed by a second pass (see mb_ck_lookup).
  * remove: first match in i1, else i2 (lowest slot), cleared; else a matching victim is
  * cleared (fingerprint before index).  After a slot was cleared, a victim moves to the
  * lowest empty slot of its bucket, else of its other bucket (slot first, then cleared). */
@@ -124,7 +125,7 @@ static int64_t find(const mb_ck_geom *g, uint64_t i, uint32_t fp)
     return -1;
 }
 
-int mb_ck_lookup(const mb_ck_geom *g, uint64_t i1, uint32_t fp)
+static int lookup_once(const mb_ck_geom *g, uint64_t i1, uint32_t fp)
 {
     if (find(g, i1, fp) >= 0)
         return 1;
@@ -133,6 +134,17 @@ int mb_ck_lookup(const mb_ck_geom *g, uint64_t i1, uint32_t fp)
         return 1;
     uint32_t vfp = mb_ck_victim(g, &vidx);
     return vfp == fp && (vidx == i1 || vidx == i2);
+}
+
+/* A miss is confirmed by a second pass: a move between two reads of the first (a kick
+ * copying fp from i2 into i1, a victim re-homed) is seen by it, the copy having been
+ * written before the old place was cleared (cuckoo_kernels.py's docstring, "Lookup"). */
+int mb_ck_lookup(const mb_ck_geom *g, uint64_t i1, uint32_t fp)
+{
+    if (lookup_once(g, i1, fp))
+        return 1;
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    return lookup_once(g, i1, fp);
 }
 
 int mb_ck_count(const mb_ck_geom *g, uint64_t i1, uint32_t fp)
@@ -159,7 +171,7 @@ static int on_path(const uint64_t *path, uint32_t len, uint64_t j)
 int mb_ck_insert(const mb_ck_geom *g, uint64_t i1, uint32_t fp, uint64_t r, uint64_t *path)
 {
     uint64_t b = g->bucket_size, i2 = mb_ck_alt(g, i1, fp), vidx;
-    if (mb_ck_lookup(g, i1, fp))
+    if (lookup_once(g, i1, fp)) /* under the lock: nothing moves, one pass */
         return 0;
     int64_t e = find(g, i1, 0);
     if (e < 0 && i2 != i1)

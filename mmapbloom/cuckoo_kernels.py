@@ -51,7 +51,13 @@ Remove: clear the first slot holding fp in i1 (lowest slot), else i2, else the v
 (fingerprint cleared before index); then a victim, if any, moves to the lowest empty slot
 of its two buckets (slot written first, victim cleared after). Count: the matching slots
 of i1 and i2 (each bucket once when i1 == i2), plus the victim if it matches.
-Lookup: present if fp is in a slot of i1 or i2 or is the victim of i1 or i2.
+Lookup: present if fp is in a slot of i1 or i2 or is the victim of i1 or i2. A lock-free
+reader reads i1, then i2, then the victim, so a move made between two of its reads (a kick
+copying fp from i2 into i1, a remove re-homing the victim into a bucket) can hide fp from
+that pass even though fp was in one of its places at every moment; a miss is therefore
+confirmed by a second pass, which sees the copy (it was written before the old place was
+cleared). Only a fingerprint moved twice within one lookup can still be missed (two kick
+paths through it while the reader reads 2b slots twice); writes are unaffected.
 """
 
 from __future__ import annotations
@@ -234,7 +240,11 @@ class CuckooCells:
         return first_index(lo, self.n), fingerprint(hi, self.f), lo ^ hi
 
     def lookup(self, i1: int, fp: int) -> bool:
-        """True if ``fp`` is in bucket i1, in bucket ``alt(i1, fp)`` or is their victim."""
+        """True if ``fp`` is in bucket i1, in bucket ``alt(i1, fp)`` or is their victim. A
+        miss is confirmed by a second pass (see the module docstring, "Lookup")."""
+        return self._lookup_once(i1, fp) or self._lookup_once(i1, fp)
+
+    def _lookup_once(self, i1: int, fp: int) -> bool:
         if self._find(i1, fp) >= 0:
             return True
         i2 = alt_index(i1, fp, self.n)
@@ -258,7 +268,7 @@ class CuckooCells:
         1 inserted, -1 full (nothing changed). The caller holds the write lock."""
         n, b, get, set_ = self.n, self.b, self.get, self.set
         i2 = alt_index(i1, fp, n)
-        if self.lookup(i1, fp):
+        if self._lookup_once(i1, fp):  # under the lock: nothing moves, one pass
             return 0
         e = self._empty(i1)
         if e < 0 and i2 != i1:
