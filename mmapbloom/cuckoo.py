@@ -46,7 +46,7 @@ from .lifecycle import Lifecycle
 from .locking import WriteLock
 from .storage import DEFAULT_FILE_MODE, FileStorage, MemoryStorage, Storage, create_file
 
-__all__ = ["DEFAULT_MAX_KICKS", "LOAD_FACTORS", "CuckooFilter", "plan"]
+__all__ = ["DEFAULT_MAX_KICKS", "LOAD_FACTORS", "CuckooFilter", "expected_fp_rate", "plan"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 C = TypeVar("C", bound="CuckooFilter")
@@ -535,9 +535,7 @@ class CuckooFilter(Lifecycle):
         ``1 - (1 - 1/(2^f - 1))^(2 N / n)`` for N items in n buckets: a lookup compares the
         about ``2 N / n`` fingerprints of its two buckets, each equal with probability
         ``1/(2^f - 1)`` (Fan et al. 2014, section 4, eq. 6 at load ``N / (n b)``)."""
-        items = self.items_added
-        f = self.fingerprint_bits
-        return float(-math.expm1(2 * items / self.num_buckets * math.log1p(-1 / (2**f - 1))))
+        return expected_fp_rate(self._geometry, self.items_added)
 
     def describe(self, *, scan: bool = True, progress: Any = False) -> dict[str, Any]:
         """A JSON-ready record (``mmapbloom info``): kind, path, size_bytes, items_added,
@@ -668,6 +666,14 @@ class CuckooFilter(Lifecycle):
     def _check_open(self) -> None:
         if self._storage.closed:
             raise FilterClosedError(f"{self._describe()}: filter is closed")
+
+
+def expected_fp_rate(geometry: Geometry, items: int) -> float:
+    """The expected false-positive rate of a table of ``geometry`` holding ``items`` keys,
+    in [0, 1): ``1 - (1 - 1/(2^f - 1))^(2 N / n)`` (see
+    :meth:`CuckooFilter.expected_fp_rate`; ``mmapbloom plan --cuckoo`` prints it at N = n)."""
+    f = geometry.fingerprint_bits
+    return float(-math.expm1(2 * items / geometry.num_buckets * math.log1p(-1 / (2**f - 1))))
 
 
 def _header(geometry: Geometry) -> fmt.CuckooHeader:
