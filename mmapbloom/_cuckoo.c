@@ -70,9 +70,17 @@ uint32_t mb_ck_get(const mb_ck_geom *g, uint64_t j)
     case 16: return __atomic_load_n((uint16_t *)(b + 2 * j), __ATOMIC_RELAXED);
     case 32: return __atomic_load_n((uint32_t *)(b + 4 * j), __ATOMIC_RELAXED);
     default: {
-        uint64_t o = j * g->fp_bits;
+        uint64_t o = j * g->fp_bits, w;
         unsigned shift = (unsigned)(o & 7), nbytes = (shift + g->fp_bits + 7) >> 3;
-        return (uint32_t)((load_le(b + (o >> 3), nbytes) >> shift) & ((1ULL << g->fp_bits) - 1));
+        if ((o >> 3) + 8 <= g->body_bytes) { /* one unaligned load (the bytes a slot spans, and more) */
+            memcpy(&w, b + (o >> 3), 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+            w = __builtin_bswap64(w);
+#endif
+        } else {
+            w = load_le(b + (o >> 3), nbytes);
+        }
+        return (uint32_t)((w >> shift) & ((1ULL << g->fp_bits) - 1));
     }
     }
 }

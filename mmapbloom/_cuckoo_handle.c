@@ -133,6 +133,7 @@ static PyObject *ck_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     h->g.bucket_size = b;
     h->g.fp_bits = f;
     h->g.max_kicks = kicks;
+    h->g.body_bytes = need - MB_CK_HEADER_SIZE;
     h->items = (uint8_t *)h->image.buf + MB_CK_ITEMS_OFFSET;
     h->writable = writable;
     Py_INCREF(lock);

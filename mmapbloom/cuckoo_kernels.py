@@ -640,14 +640,17 @@ class CuckooNativeHandle(CuckooPyHandle):
     Every touch of the mapping runs under the SIGBUS guard: a file truncated under the
     handle raises LengthMismatchError."""
 
-    __slots__ = ("_c",)
+    # add, contains, count and remove are the C handle's bound methods themselves (instance
+    # slots shadowing the pure methods: a call costs no Python frame here); they answer as
+    # CuckooPyHandle's (bool, bool, int, bool).
+    __slots__ = ("_c", "add", "contains", "count", "remove")
 
     backend = "native"
 
     def __init__(self, storage: Any, geometry: Geometry, native: Any):
         super().__init__(storage, geometry)
         try:
-            self._c = native.CuckooHandle(
+            c = native.CuckooHandle(
                 storage.buf, tuple(geometry), storage.lock, _NativeHooks(self), not storage.readonly
             )
         except ValueError as exc:
@@ -655,22 +658,11 @@ class CuckooNativeHandle(CuckooPyHandle):
                 super().close()
                 raise _Unaligned(str(exc)) from exc
             raise
-
-    def add(self, item: Any) -> bool:
-        """As :meth:`CuckooPyHandle.add`, in C."""
-        return bool(self._c.add(item))
-
-    def contains(self, item: Any) -> bool:
-        """As :meth:`CuckooPyHandle.contains`, in C (no lock)."""
-        return bool(self._c.contains(item))
-
-    def count(self, item: Any) -> int:
-        """As :meth:`CuckooPyHandle.count`, in C (no lock)."""
-        return int(self._c.count(item))
-
-    def remove(self, item: Any) -> bool:
-        """As :meth:`CuckooPyHandle.remove`, in C."""
-        return bool(self._c.remove(item))
+        self._c = c
+        self.add = c.add  # type: ignore[method-assign]
+        self.contains = c.contains  # type: ignore[method-assign]
+        self.count = c.count  # type: ignore[method-assign]
+        self.remove = c.remove  # type: ignore[method-assign]
 
     def _native_batch(self, items: Iterable[Any], query: bool) -> Any:
         from .kernels import native_module
