@@ -127,6 +127,22 @@ static void set_victim(const mb_ck_geom *g, uint32_t fp, uint64_t index)
 static int64_t find(const mb_ck_geom *g, uint64_t i, uint32_t fp)
 {
     uint64_t base = i * g->bucket_size;
+    const unsigned f = g->fp_bits, b = g->bucket_size;
+    if ((f & 7) != 0 && b * f <= 57) { /* a packed bucket within one 8-byte load */
+        uint64_t o = base * f, w;
+        if ((o >> 3) + 8 <= g->body_bytes) {
+            const uint64_t mask = (1ULL << f) - 1;
+            memcpy(&w, body(g) + (o >> 3), 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+            w = __builtin_bswap64(w);
+#endif
+            w >>= (o & 7);
+            for (unsigned s = 0; s < b; s++, w >>= f)
+                if ((w & mask) == fp)
+                    return (int64_t)(base + s);
+            return -1;
+        }
+    }
     for (uint64_t j = base; j < base + g->bucket_size; j++)
         if (mb_ck_get(g, j) == fp)
             return (int64_t)j;
