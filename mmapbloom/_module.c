@@ -76,10 +76,10 @@ static PyModuleDef_Slot kernel_slots[] = {
 PyDoc_STRVAR(module_doc,
 "Compiled kernels of mmapbloom: MurmurHash3_x64_128, the M3KM / M3MX / M3BL / M3M2 / M3B2\n"
 "position strategies (ids 1 to 5), the native Handle over Bloom and counting (4-/8-bit)\n"
-"bodies, guarded scans and a GIL-keeping flock.  Results are identical to the pure-Python\n"
-"reference path.  The first Handle installs a process-wide SIGBUS handler (chained to the\n"
-"previous one) that turns a fault of a handle's mapping (a file truncated under it) into\n"
-"LengthMismatchError.");
+"bodies, the CuckooHandle over CKF1 tables, guarded scans and a GIL-keeping flock.  Results\n"
+"are identical to the pure-Python reference path.  The first Handle (or CuckooHandle)\n"
+"installs a process-wide SIGBUS handler (chained to the previous one) that turns a fault of\n"
+"a handle's mapping (a file truncated under it) into LengthMismatchError.");
 
 static struct PyModuleDef kernel_module = {
     PyModuleDef_HEAD_INIT,
