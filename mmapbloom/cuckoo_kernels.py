@@ -608,26 +608,36 @@ class _Unaligned(Exception):
 
 
 class _NativeHooks:
-    """What the native handle calls to raise the filter's errors (each raises)."""
+    """What the native handle calls to raise the filter's errors (each raises). It holds a
+    weak reference to its handle: no reference cycle, so a filter dropped without
+    ``close()`` is unmapped at once, as on the pure path."""
 
-    __slots__ = ("_h",)
+    __slots__ = ("_ref",)
 
     def __init__(self, handle: "CuckooNativeHandle"):
-        self._h = handle
+        import weakref  # here: the import lines of this module are left to the pure path's needs
+
+        self._ref = weakref.ref(handle)
+
+    def _h(self) -> "CuckooNativeHandle":
+        handle: Optional[CuckooNativeHandle] = self._ref()
+        if handle is None:  # pragma: no cover - the C handle lives only as long as it
+            raise FilterClosedError("<gone>: filter is closed")
+        return handle
 
     def closed(self) -> None:
-        raise FilterClosedError(f"{self._h._where()}: filter is closed")
+        raise FilterClosedError(f"{self._h()._where()}: filter is closed")
 
     def readonly(self) -> None:
-        raise ReadOnlyFilterError(f"{self._h._where()}: filter was opened read-only; writes are refused")
+        raise ReadOnlyFilterError(f"{self._h()._where()}: filter was opened read-only; writes are refused")
 
     def faulted(self) -> None:
         from .scans import raise_faulted  # here, not at import: scans imports the storage
 
-        raise_faulted(self._h._storage)
+        raise_faulted(self._h()._storage)
 
     def full(self) -> None:
-        raise self._h._full()
+        raise self._h()._full()
 
 
 class CuckooNativeHandle(CuckooPyHandle):
@@ -643,7 +653,7 @@ class CuckooNativeHandle(CuckooPyHandle):
     # add, contains, count and remove are the C handle's bound methods themselves (instance
     # slots shadowing the pure methods: a call costs no Python frame here); they answer as
     # CuckooPyHandle's (bool, bool, int, bool).
-    __slots__ = ("_c", "add", "contains", "count", "remove")
+    __slots__ = ("_c", "add", "contains", "count", "remove", "__weakref__")
 
     backend = "native"
 

@@ -171,3 +171,22 @@ def test_truncated_file_native_guard(tmp_path: Path) -> None:
             faults += 1
     assert faults > 150
     f.close()
+
+
+def test_native_filter_dropped_without_close_is_freed(tmp_path: Path) -> None:
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        f = CuckooFilter.create(tmp_path / "d.ckf", 1000, 0.01)
+        f.add("k")
+        handle = weakref.ref(f._h)
+        del f
+        assert handle() is None  # no reference cycle through the C handle's hooks
+    finally:
+        gc.enable()
+    with pytest.raises(FilterFullError) as info:  # the hooks still raise the filter's errors
+        g = CuckooFilter(10, 0.01, max_kicks=1)
+        g.update([str(i) for i in range(1000)])
+    assert info.value.committed_items > 0  # type: ignore[attr-defined]
