@@ -190,3 +190,45 @@ def test_native_filter_dropped_without_close_is_freed(tmp_path: Path) -> None:
         g = CuckooFilter(10, 0.01, max_kicks=1)
         g.update([str(i) for i in range(1000)])
     assert info.value.committed_items > 0  # type: ignore[attr-defined]
+
+
+def test_close_while_other_threads_run_batches(tmp_path: Path) -> None:
+    import threading
+
+    f = CuckooFilter.create(tmp_path / "t.ckf", 200_000, 0.01)
+    keys = [f"k{i}" for i in range(100_000)]
+    f.update(keys[:50_000])
+    errors: list[BaseException] = []
+    started = threading.Barrier(3)
+
+    def query() -> None:
+        started.wait()
+        try:
+            for _ in range(50):
+                assert f.contains_many(keys[:50_000]).all()
+        except FilterClosedError:
+            pass
+        except BaseException as exc:  # pragma: no cover - the failure being tested for
+            errors.append(exc)
+
+    def write() -> None:
+        started.wait()
+        try:
+            for start in range(50_000, 100_000, 5_000):
+                f.update(keys[start : start + 5_000])
+        except FilterClosedError:
+            pass
+        except BaseException as exc:  # pragma: no cover
+            errors.append(exc)
+
+    threads = [threading.Thread(target=query), threading.Thread(target=write)]
+    for t in threads:
+        t.start()
+    started.wait()
+    f.close()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    with CuckooFilter.open(tmp_path / "t.ckf") as g:
+        assert g.contains_many(keys[:50_000]).all()
+        g.check()
