@@ -21,9 +21,13 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from ._lazy import np
+
 
 __all__ = ["KeyColumn", "read_keys"]
 

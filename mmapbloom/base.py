@@ -15,8 +15,6 @@ import math
 import os
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, NoReturn, Optional, TypeVar, Union
 
-import numpy as np
-import numpy.typing as npt
 
 from . import format as fmt
 from . import kernels, opening, scans
@@ -43,6 +41,12 @@ from .sizing import (
 )
 from .storage import DEFAULT_FILE_MODE, FileStorage, MemoryStorage, Storage, create_file
 from .keys import Key, Keys, PathLike
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+else:
+    from ._lazy import np, npt
 
 __all__ = [
     "CHUNK_BYTES",
@@ -364,18 +368,17 @@ class MappedFilter(FilterBase, Lifecycle):
         return self._storage.body()
 
     # -- for the package's own modules (merge): the items counter under the lock ---------
-    def _add_items(self, delta: int, stacklevel: int = 2) -> int:
+    def _add_items(self, delta: int) -> int:
         """Add ``delta`` to the items counter under the write lock, by the one rule
         (:meth:`ItemsCounter.bump`: saturating, the over-capacity check), then emit the
-        OverCapacityWarning (once per handle) after releasing the lock, with
-        ``stacklevel`` as if the caller called ``warnings.warn`` (2: the caller's caller).
+        OverCapacityWarning (once per handle, at the user's frame) after releasing the lock.
         Returns the stored count. For writers outside the class (``merge_into``)."""
         self._check_writable()
         with self._storage.lock, deferred_signals():  # wait interruptibly; hold signals while committing
             self._storage.check_size()
             self._counter.bump(delta)
             count = self._counter.load()
-        self._counter.flush(stacklevel=stacklevel + 1)
+        self._counter.flush()
         return count
 
     def _items_loader(self) -> Callable[[], int]:
@@ -485,6 +488,19 @@ class MappedFilter(FilterBase, Lifecycle):
         batch = as_batch(items, self._native(), query=True)  # type: ignore[arg-type]  # checked at run time
         out = np.zeros(len(batch), dtype=np.bool_)
         self._storage.check_size()  # a truncated file: LengthMismatchError, not SIGBUS; FilterClosedError
+        self._h.contains_many(batch, out)
+        return out
+
+    def _contains_flags(self, items: list[Any]) -> bytearray:
+        """:meth:`contains_many` of a list, as a ``bytearray`` of 0 / 1 (one per item), for
+        the package's own list paths (a scalable filter's older layers): on the native
+        backend numpy is not imported for it. Same checks and errors."""
+        if self._native() is None:  # the pure kernels answer in numpy arrays
+            return bytearray(self.contains_many(items).tobytes())
+        self._check_open()
+        batch = as_batch(items, self._native(), query=True)
+        out = bytearray(len(batch))
+        self._storage.check_size()
         self._h.contains_many(batch, out)
         return out
 

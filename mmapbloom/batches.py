@@ -43,11 +43,16 @@ Answers and bits are the same either way.
 from __future__ import annotations
 
 import sys
-from typing import Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
-import numpy as np
 
 from .hashing import encode_keys, kernel_keys, type_name
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from ._lazy import np
+from ._lazy import is_ndarray, numpy_attr
 
 __all__ = ["KeysWithNulls", "as_batch", "encoded_keys", "is_arrow"]
 
@@ -103,7 +108,7 @@ def as_batch(items: Iterable[Any], native: Any, *, query: bool = False) -> Any:
             with the same messages, when it is given the batch).
     """
     _check_not_scalar(items)
-    if isinstance(items, np.ndarray):
+    if type(items) is not list and type(items) is not tuple and is_ndarray(items):  # lists: the common case
         return _numpy_batch(items, native, query)
     if _pandas_objects(items):
         # a pandas Series / Index of dtype object: its items are Python objects already,
@@ -138,7 +143,8 @@ def as_batch(items: Iterable[Any], native: Any, *, query: bool = False) -> Any:
 
 def _holds_objects(items: Any) -> bool:
     dtype = getattr(items, "dtype", None)
-    return isinstance(dtype, np.dtype) and dtype.kind == "O"
+    np_dtype = numpy_attr("dtype")  # no numpy dtype exists before numpy is imported
+    return np_dtype is not None and isinstance(dtype, np_dtype) and dtype.kind == "O"
 
 
 def _pandas_objects(items: Any) -> bool:

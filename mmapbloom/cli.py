@@ -53,6 +53,7 @@ from typing import Any, BinaryIO, Callable, Iterator, NoReturn, Optional, Sequen
 from . import format as fmt
 from .base import MappedFilter
 from .counting import CountingBloomFilter
+from ._lazy import numpy_loaded
 from .errors import MmapBloomError
 from .filter import BloomFilter
 from .units import (
@@ -66,7 +67,6 @@ from .units import (
     progress_bar,
 )
 from .termination import TerminationSignal, exit_status, run_main
-from .scalable import ScalableBloomFilter
 from .verify import open_filter
 from .kernels import BACKEND
 from .hashing import DEFAULT_STRATEGY, get_strategy, registered_strategies
@@ -510,6 +510,8 @@ def _create_scalable(args: argparse.Namespace) -> int:
         options["growth"] = args.growth
     if args.tightening is not None:
         options["tightening"] = args.tightening
+    from .scalable import ScalableBloomFilter  # imported by the commands that use it (start-up)
+
     try:
         f = ScalableBloomFilter.create(
             args.file, args.n, args.p, strategy=_strategy(args.strategy), mode=args.mode, **options
@@ -815,6 +817,19 @@ def _add(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Up to this many items, ``check`` asks one at a time (``in``) unless numpy is loaded: a
+#: ``check --key K`` then never imports numpy (about 300 M instructions) for its answer.
+_FEW_ITEMS = 64
+
+
+def _answers(f: Any, chunk: list[bytes]) -> list[bool]:
+    """``f``'s answer for each item of ``chunk`` (the same as ``contains_many``, which
+    gives exactly the per-item answers); a few items without numpy."""
+    if len(chunk) <= _FEW_ITEMS and not numpy_loaded():
+        return [item in f for item in chunk]
+    return f.contains_many(chunk).tolist()  # type: ignore[no-any-return]
+
+
 def _check(args: argparse.Namespace) -> int:
     present = absent = 0
     sep = b"\0" if args.null else b"\n"
@@ -824,13 +839,12 @@ def _check(args: argparse.Namespace) -> int:
         bar = _progress_bar(args, "check")
         try:
             for chunk in _item_chunks(args, bar):
-                hits = f.contains_many(chunk)
-                n_hits = int(hits.sum())
+                hits = _answers(f, chunk)
+                n_hits = sum(hits)
                 present += n_hits
                 absent += len(chunk) - n_hits
                 if show:
-                    wanted = ~hits if args.absent else hits
-                    selected = [item for item, keep in zip(chunk, wanted.tolist(), strict=True) if keep]
+                    selected = [item for item, hit in zip(chunk, hits, strict=True) if hit != args.absent]
                     if selected:
                         _write_stdout(sep.join(selected) + sep)
         finally:

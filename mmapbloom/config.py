@@ -16,14 +16,14 @@ from .errors import ConfigError, IncompatibleFiltersError
 from .hashing import DEFAULT_STRATEGY, HashStrategy, Strategy, get_strategy, registered_as, registered_strategies
 from .sizing import MAX_NUM_BITS, MAX_NUM_HASHES, _show
 
-__all__ = ["BloomConfig", "StrategyChoice", "config_at_most"]
+__all__ = ["BloomConfig", "StrategyChoice", "config_at_most", "resolve_strategy"]
 
 #: How a caller names a strategy: a registered :class:`HashStrategy`, an instance of a
 #: registered protocol-only class, its registered name (``"M3B2"``), or None (the default).
 StrategyChoice = Union[HashStrategy, Strategy, str, None]
 
 
-def _resolve(strategy: object) -> HashStrategy:
+def resolve_strategy(strategy: object) -> HashStrategy:
     """The registered :class:`HashStrategy` a caller's choice stands for.
 
     Raises:
@@ -125,7 +125,7 @@ class BloomConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "num_bits", _check_int("num_bits", self.num_bits, 1, MAX_NUM_BITS))
         object.__setattr__(self, "num_hashes", _check_int("num_hashes", self.num_hashes, 1, MAX_NUM_HASHES))
-        object.__setattr__(self, "strategy", _resolve(self.strategy))
+        object.__setattr__(self, "strategy", resolve_strategy(self.strategy))
         try:
             self.strategy.check_num_bits(self.num_bits)
         except ValueError as exc:
@@ -161,7 +161,7 @@ class BloomConfig:
         """
         n = _check_capacity(capacity)
         p = _check_fp_rate(fp_rate)
-        chosen = _resolve(strategy)
+        chosen = resolve_strategy(strategy)
         m, k = chosen.size_for(n, p)
         if k > MAX_NUM_HASHES:
             raise ConfigError(f"capacity {n} at fp_rate {p} needs {k} hashes, more than the maximum {MAX_NUM_HASHES}")

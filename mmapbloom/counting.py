@@ -28,10 +28,8 @@ atomic across threads and processes; readers take no lock.
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import numpy.typing as npt
 
 from . import extents, scans
 from ._warn import user_stacklevel
@@ -42,6 +40,12 @@ from .errors import ConfigError, ConfigMismatchError, SaturationWarning
 from .filter import BloomFilter
 from .config import BloomConfig
 from .keys import Item
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+else:
+    from ._lazy import np, npt
 
 __all__ = ["CountingBloomFilter"]
 
@@ -245,7 +249,7 @@ class CountingBloomFilter(MappedFilter):
                     self._storage, start, other._storage.buf, ostart, stop - start, op, src_storage=other._storage
                 )
             self._counter.set(self.items_added + other.items_added)
-        self._counter.flush(stacklevel=2)
+        self._counter.flush()
         return self
 
     def __ior__(self, other: "CountingBloomFilter") -> "CountingBloomFilter":

@@ -25,10 +25,8 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, ClassVar, Iterable, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Optional, TypeVar, Union
 
-import numpy as np
-import numpy.typing as npt
 
 from . import format as fmt
 from . import opening, scans
@@ -45,6 +43,12 @@ from .errors import (
 from .lifecycle import Lifecycle
 from .locking import WriteLock
 from .storage import DEFAULT_FILE_MODE, FileStorage, MemoryStorage, Storage, create_file
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+else:
+    from ._lazy import np, npt
 
 __all__ = ["DEFAULT_MAX_KICKS", "LOAD_FACTORS", "CuckooFilter", "expected_fp_rate", "plan"]
 

@@ -63,17 +63,21 @@ paths through it while the reader reads 2b slots twice); writes are unaffected.
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Iterable, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Optional
 
 import mmh3
-import numpy as np
-import numpy.typing as npt
 
 from . import format as fmt
 from .batches import KeysWithNulls, as_batch
 from .errors import FilterClosedError, FilterFullError, ReadOnlyFilterError
 from .hashing import encode_key, fmix64
 from .locking import WriteLock, deferred_signals
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+else:
+    from ._lazy import np, npt
 
 __all__ = [
     "CHUNK_KEYS",

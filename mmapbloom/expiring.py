@@ -72,13 +72,11 @@ import re
 import stat
 import threading
 import weakref
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Union
 
-import numpy as np
-import numpy.typing as npt
 
 from .batches import encoded_keys
-from .config import BloomConfig, config_at_most
+from .config import BloomConfig, StrategyChoice, config_at_most, resolve_strategy
 from .directory import (
     LOCK_NAME,
     LOCK_SIZE,
@@ -107,10 +105,17 @@ from .errors import (
     ReadOnlyFilterError,
 )
 from .filter import BloomFilter
-from .hashing import DEFAULT_STRATEGY, HashStrategy, encode_key, get_strategy
+from .hashing import HashStrategy, encode_key, get_strategy
 from .lifecycle import Lifecycle
 from .locking import WriteLock, deferred_signals
 from .storage import atomic_file
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+else:
+    from ._lazy import np, npt
+from ._lazy import is_ndarray
 
 __all__ = ["DEFAULT_PERIODS", "ExpiringBloomFilter", "ExpiringRule", "is_expiring", "period_name"]
 
@@ -349,7 +354,7 @@ def _read_manifest(directory: str) -> tuple[ExpiringRule, HashStrategy, int, lis
 def _is_array(items: object) -> bool:
     """A 1-dimensional numpy array without Python objects: its subsets are taken with
     numpy indexing and read in place by each period's kernels."""
-    return isinstance(items, np.ndarray) and items.ndim == 1 and items.dtype.kind in "iuSU"
+    return is_ndarray(items) and items.ndim == 1 and items.dtype.kind in "iuSU"
 
 
 def _take(keys: Any, idx: npt.NDArray[np.intp]) -> Any:
@@ -459,7 +464,7 @@ class ExpiringBloomFilter(Lifecycle):
         fp_rate: float,
         *,
         periods: int = DEFAULT_PERIODS,
-        strategy: Optional[HashStrategy] = None,
+        strategy: StrategyChoice = None,
         clock: Optional[Callable[[], float]] = None,
         mode: Optional[int] = None,
     ) -> "ExpiringBloomFilter":
@@ -476,7 +481,9 @@ class ExpiringBloomFilter(Lifecycle):
             periods: periods per window (1 to 4096, default 8): a key is forgotten at
                 most ``window / periods`` seconds after its window; more periods forget
                 sooner but ask more files per query.
-            strategy: hash strategy of every period file (default: the package default).
+            strategy: hash strategy of every period file: a registered strategy or its
+                name (``"M3B2"``), default the package default; UnknownSchemeError for an
+                unknown name.
             clock: zero-argument callable returning seconds (default ``time.time``).
                 Not stored: each handle uses its own.
             mode: exact permission bits for every file (not masked by the umask; the
@@ -489,7 +496,7 @@ class ExpiringBloomFilter(Lifecycle):
             FileExistsError: ``path`` exists.
             NoSpaceError, OSError: from the OS, naming ``path``.
         """
-        strat = DEFAULT_STRATEGY if strategy is None else strategy
+        strat = resolve_strategy(strategy)
         rule = ExpiringRule.checked(window, capacity, fp_rate, periods, strat.name)
         cfg = rule.config(strat)
         tick = _check_clock(clock)
@@ -585,7 +592,7 @@ class ExpiringBloomFilter(Lifecycle):
         fp_rate: float,
         *,
         periods: int = DEFAULT_PERIODS,
-        strategy: Optional[HashStrategy] = None,
+        strategy: StrategyChoice = None,
         clock: Optional[Callable[[], float]] = None,
         mode: Optional[int] = None,
     ) -> "ExpiringBloomFilter":
@@ -597,7 +604,7 @@ class ExpiringBloomFilter(Lifecycle):
                 or strategy differ (the message names the field and both values).
             And whatever :meth:`open` and :meth:`create` raise.
         """
-        strat = DEFAULT_STRATEGY if strategy is None else strategy
+        strat = resolve_strategy(strategy)
         want = ExpiringRule.checked(window, capacity, fp_rate, periods, strat.name)
         for _ in range(100):
             try:
@@ -930,6 +937,8 @@ class ExpiringBloomFilter(Lifecycle):
     def _update_locked(self, keys: Any, done: list[int]) -> int:
         view, now = self._locked_view()
         newest = self._writable_newest(view)
+        if type(keys) is list:
+            return self._update_list_locked(keys, done, view, now, newest)
         todo = np.arange(len(keys))
         sub = keys
         for f in self._live(view, now):
@@ -948,6 +957,32 @@ class ExpiringBloomFilter(Lifecycle):
         except BaseException as exc:
             got = getattr(exc, "committed_items", 0)
             done[0] = int(todo[got]) if got < todo.size else len(keys)
+            raise
+        done[0] = len(keys)
+        return new
+
+    def _update_list_locked(self, keys: list[Any], done: list[int], view: _View, now: int, newest: BloomFilter) -> int:
+        """:meth:`_update_locked` of a list of keys, with lists of indices where the array
+        form uses numpy indexing (the same keys, layers and counts), so that ``update``
+        of a list does not import numpy on the native backend."""
+        todo = list(range(len(keys)))
+        sub = keys
+        for f in self._live(view, now):
+            if f is view.filters[-1] or f is newest:
+                continue
+            if not todo:
+                break
+            hit = f._contains_flags(sub)
+            todo = [i for i, h in zip(todo, hit, strict=True) if not h]
+            sub = [keys[i] for i in todo]
+        if not todo:
+            done[0] = len(keys)
+            return 0
+        try:
+            new = int(newest.update(sub))
+        except BaseException as exc:
+            got = getattr(exc, "committed_items", 0)
+            done[0] = todo[got] if got < len(todo) else len(keys)
             raise
         done[0] = len(keys)
         return new

@@ -36,10 +36,15 @@ from __future__ import annotations
 import errno
 import os
 import sys
-from typing import Any, Callable, Iterator, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Union
 
-import numpy as np
-import numpy.typing as npt
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+else:
+    from ._lazy import np, npt
+from ._lazy import numpy_loaded
+
 
 __all__ = [
     "BUFFER_BYTES",
@@ -55,6 +60,11 @@ __all__ = [
 #: Bytes read per step into the reused buffer (memory is about 4 times this for 4-bit
 #: counters, 1.2 times for bits).
 BUFFER_BYTES = 8 * 2**20
+#: Up to this many bytes, while numpy is not imported, :func:`count_set_bits` counts with
+#: ``int.bit_count`` (about 2.4 ms per MiB measured here) rather than import numpy (60-90 ms)
+#: for ``numpy.bitwise_count`` (0.2 ms per MiB): ``mmapbloom info`` of a filter of a few
+#: million keys then never imports numpy. Same count either way.
+SMALL_SCAN_BYTES = 16 * 2**20
 
 #: ``progress=True`` shows a bar only when more than this many bytes are allocated in the
 #: scanned range (256 MiB: about a quarter of a second to several seconds of reading).
@@ -201,8 +211,8 @@ def _scan(
     own value (extents are packed)."""
     if buffer_bytes < 1:
         raise ValueError(f"buffer_bytes must be positive, got {buffer_bytes}")
-    buf = np.empty(buffer_bytes, dtype=np.uint8)
-    view = memoryview(buf)  # type: ignore[arg-type]
+    buf: Any = bytearray(buffer_bytes) if count is _popcount_bytes else np.empty(buffer_bytes, dtype=np.uint8)
+    view = memoryview(buf)
     reporter = _Reporter(progress, fd, start, stop, desc)
     total = 0
     fill = 0
@@ -283,7 +293,14 @@ def count_set_bits(
         ValueError: a bad range or buffer size.
         OSError: a read error (EIO ...) or a bad descriptor.
     """
-    return _scan(fd, start, stop, popcount_chunk, progress, "count bits", buffer_bytes)
+    small = stop - start <= SMALL_SCAN_BYTES and not numpy_loaded()
+    count = _popcount_bytes if small else popcount_chunk
+    return _scan(fd, start, stop, count, progress, "count bits", buffer_bytes)
+
+
+def _popcount_bytes(chunk: Any) -> int:
+    """Number of set bits in a bytes-like ``chunk`` (``int.from_bytes(...).bit_count()``)."""
+    return int.from_bytes(chunk, "little").bit_count()
 
 
 def count_cells(

@@ -15,16 +15,20 @@ Concurrency model (see also the README's guarantees):
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import numpy.typing as npt
 
 from . import extents, scans
 from . import format as fmt
 from .base import CHUNK_BYTES, MappedFilter
 from .items import OVERFILL_RATIO
 from .locking import deferred_signals
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+else:
+    from ._lazy import np, npt
 
 __all__ = ["BloomFilter", "OVERFILL_RATIO", "popcount"]
 
@@ -93,7 +97,7 @@ class BloomFilter(MappedFilter):
             )
             a, b = self.items_added, other.items_added
             self._counter.set(a + b if union else min(a, b))
-        self._counter.flush(stacklevel=3)
+        self._counter.flush()
         return self
 
     def union(self, other: "BloomFilter") -> "BloomFilter":

@@ -28,16 +28,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, NoReturn, Optional, Sequence
 
-import numpy as np
-import numpy.typing as npt
 
 from . import format as fmt
 from . import kernels
-from ._warn import user_stacklevel
 from .batches import KeysWithNulls
 from .hashing import kernel_keys
 from .items import ItemsCounter
 from .locking import WriteLock, deferred_signals
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+else:
+    from ._lazy import np, npt
 
 __all__ = ["CHUNK_KEYS", "FilterBase", "Geometry", "Hooks", "Layout", "PyFilterBase", "PyHandle", "attach"]
 
@@ -251,7 +254,7 @@ class PyHandle:
 
     def _warn(self, sat: bool) -> None:
         """The warnings of a write, after the lock is released, at the user's frame."""
-        self._counter.flush(stacklevel=user_stacklevel())
+        self._counter.flush()
         if sat and self._hooks.saturated is not None:
             self._hooks.saturated()
 
@@ -314,7 +317,7 @@ class PyHandle:
                 saturated = saturated or bool(sat and sat[0])
         except ValueError as exc:
             exc.committed_items = committed  # type: ignore[attr-defined]
-            self._counter.flush_on_error(stacklevel=user_stacklevel())
+            self._counter.flush_on_error()
             if self.closed:
                 try:
                     self._refuse(False)
@@ -324,7 +327,7 @@ class PyHandle:
             raise
         except BaseException as exc:  # KeyboardInterrupt: tell the caller how far it got
             exc.committed_items = committed  # type: ignore[attr-defined]
-            self._counter.flush_on_error(stacklevel=user_stacklevel())
+            self._counter.flush_on_error()
             raise
         self._warn(saturated)
         return total

@@ -79,14 +79,19 @@ import abc
 import operator
 import threading
 import warnings
-from typing import Any, ClassVar, Iterable, Optional, Protocol, Sequence, Union, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Optional, Protocol, Sequence, Union, runtime_checkable
 
 import mmh3
-import numpy as np
-import numpy.typing as npt
 
 from . import sizing as _sizing
+from ._warn import user_stacklevel
 from .errors import UnknownSchemeError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+else:
+    from ._lazy import np, npt
 
 __all__ = [
     "BLOCK_BITS",
@@ -371,7 +376,7 @@ class M3KM(HashStrategy):
                 f"M3KM cannot deliver fp_rate {fp_rate:g} at m = {m}: its positions put a floor of about "
                 f"{M3KM_FP_FLOOR / m:.2g} ({M3KM_FP_FLOOR:g}/m) under the rate; use the default strategy M3M2",
                 UserWarning,
-                stacklevel=4,
+                stacklevel=user_stacklevel(),
             )
         return m, k
 

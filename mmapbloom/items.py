@@ -153,13 +153,12 @@ class ItemsCounter:
         if count < _MAX_ITEMS:
             self.set(count + delta)
 
-    def flush(self, stacklevel: int = 2) -> None:
-        """Emit the recorded warning, if any, as ``warnings.warn`` called by this
-        method's caller with ``stacklevel`` (2: the caller's caller). Call it after
-        releasing the lock."""
+    def flush(self) -> None:
+        """Emit the recorded warning, if any, attributed to the first frame outside the
+        package (:func:`mmapbloom._warn.user_stacklevel`). Call it after releasing the lock."""
         msg, self._pending = self._pending, None
         if msg is not None:
-            warnings.warn(msg, OverCapacityWarning, stacklevel=stacklevel + 1)
+            warnings.warn(msg, OverCapacityWarning, stacklevel=user_stacklevel())
 
     def forget_warning(self) -> None:
         """Drop a recorded, not yet emitted warning and allow a new one (a copy of a count
@@ -167,12 +166,12 @@ class ItemsCounter:
         self.warned = False
         self._pending = None
 
-    def flush_on_error(self, stacklevel: int = 2) -> None:
+    def flush_on_error(self) -> None:
         """:meth:`flush` while an exception ends a batch: the warning recorded by its
         committed chunks is emitted now (never left for the next, unrelated add), and a
         warning turned into an error (``-W error``) never replaces the exception in flight."""
         try:
-            self.flush(stacklevel + 1)
+            self.flush()
         except Warning:
             pass
 

@@ -32,13 +32,17 @@ from __future__ import annotations
 
 import os
 from types import ModuleType
-from typing import Any, Callable, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Tuple
 
-import numpy as np
-import numpy.typing as npt
 
 from .batches import KeysWithNulls
 from .hashing import HashStrategy, encode_key, encode_keys
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+else:
+    from ._lazy import np, npt
 
 __all__ = ["BACKEND", "Kernels", "bind_pure", "native_module"]
 

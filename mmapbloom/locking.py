@@ -60,16 +60,21 @@ import contextlib
 import math
 import os
 import signal
+import sys
 import threading
 import time
 import weakref
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
-import portalocker
-
+from ._lazy import LazyModule
 from .errors import FilterClosedError, LockTimeout, SelfDeadlockError
 from .kernels import native_module
+
+if TYPE_CHECKING:
+    import portalocker
+else:  # imported by the slow paths that call it (a timed wait, non-POSIX), not at import
+    portalocker = LazyModule("portalocker")
 
 try:  # POSIX
     import fcntl
@@ -78,7 +83,8 @@ try:  # POSIX
     _LOCK_EX = fcntl.LOCK_EX
     _LOCK_EX_NB = fcntl.LOCK_EX | fcntl.LOCK_NB
     _LOCK_UN = fcntl.LOCK_UN
-    _DIRECT_FLOCK = getattr(portalocker.portalocker, "LOCKER", None) is fcntl.flock
+    # portalocker's POSIX LOCKER is fcntl.flock unless a program already importing it changed it
+    _DIRECT_FLOCK = getattr(getattr(sys.modules.get("portalocker"), "portalocker", None), "LOCKER", _FLOCK) is _FLOCK
 except ImportError:  # pragma: no cover - Windows
     _DIRECT_FLOCK = False
 
@@ -108,8 +114,6 @@ if _DIRECT_FLOCK and _native_kernels is not None:
 else:
     _try_flock = _try_flock_gil_released
     _unlock_flock = _unlock_flock_gil_released
-
-_TRY_FLAGS = portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING
 
 
 class _PyLockState:
@@ -365,7 +369,7 @@ class WriteLock(_LockState):
     @staticmethod
     def _try_lock(fd: int) -> bool:
         try:
-            portalocker.lock(fd, _TRY_FLAGS)
+            portalocker.lock(fd, portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING)
         except portalocker.AlreadyLocked:
             return False
         return True

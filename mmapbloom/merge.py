@@ -54,16 +54,14 @@ import glob
 import os
 import stat
 import time
-import warnings
-from typing import Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 
-import numpy as np
-import numpy.typing as npt
 
 from . import format as fmt
 from . import scans
 from .units import progress_bar
 from .base import items_update
+from ._warn import warn_user
 from .errors import MergeError, OverCapacityWarning
 from .filter import BloomFilter
 from .hashing import get_strategy
@@ -71,6 +69,12 @@ from .config import BloomConfig
 from .scalable import is_scalable
 from .storage import DEFAULT_FILE_MODE, absolute_path, atomic_file, reserve_space
 from .keys import PathLike
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+else:
+    from ._lazy import np, npt
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
@@ -485,7 +489,7 @@ def merge_shards(
     finally:
         bar.close()
     if over is not None:
-        warnings.warn(over, OverCapacityWarning, stacklevel=2)
+        warn_user(over, OverCapacityWarning)
     return MergeResult(
         dest,
         len(infos),
@@ -580,7 +584,7 @@ def merge_into(
                     # LengthMismatchError, never SIGBUS.
                     scans.combine(storage, hs + start, part, 0, size, scans.OP_OR)
             # The one writer of the counter: saturating, OverCapacityWarning past the design point.
-            items = f._add_items(sum(s.items_added for s in infos), stacklevel=2)
+            items = f._add_items(sum(s.items_added for s in infos))
         finally:
             bar.close()
         if flush:

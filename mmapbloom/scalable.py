@@ -51,10 +51,8 @@ import os
 import stat
 import threading
 import weakref
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Union
 
-import numpy as np
-import numpy.typing as npt
 
 from .base import deferred_signals
 from .errors import (
@@ -65,9 +63,10 @@ from .errors import (
     MissingLayerError,
     ReadOnlyFilterError,
 )
+from .config import StrategyChoice, resolve_strategy
 from .filter import BloomFilter
 from .batches import encoded_keys
-from .hashing import DEFAULT_STRATEGY, HashStrategy, encode_key
+from .hashing import HashStrategy, encode_key
 from .lifecycle import Lifecycle
 from .locking import WriteLock
 from .scalable_format import (
@@ -92,6 +91,12 @@ from .scalable_format import (
 from .directory import apply_shared_mode, build_directory, check_file_mode, shared_mode, strip_path
 from .storage import atomic_file
 from .keys import Item, PathLike
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+else:
+    from ._lazy import np, npt
 
 __all__ = [
     "DEFAULT_GROWTH",
@@ -267,7 +272,7 @@ class ScalableBloomFilter(Lifecycle):
         *,
         growth: Union[int, float] = DEFAULT_GROWTH,
         tightening: float = DEFAULT_TIGHTENING,
-        strategy: Optional[HashStrategy] = None,
+        strategy: StrategyChoice = None,
         mode: Optional[int] = None,
     ) -> "ScalableBloomFilter":
         """Create a new scalable filter directory with its first layer, and open it read-write.
@@ -286,8 +291,9 @@ class ScalableBloomFilter(Lifecycle):
             growth: s > 1, each layer holds s times the items of the previous (default 2).
             tightening: r in (0, 1), each layer's error target is r times the previous
                 (default 0.5).
-            strategy: hash strategy of every layer (default: the package default; the
-                blocked strategies work too). Stored by name in the manifest and in every
+            strategy: hash strategy of every layer: a registered strategy or its name
+                (``"M3B2"``), default the package default; the blocked strategies work too.
+                An unknown name raises UnknownSchemeError. Stored by name in the manifest and in every
                 layer header.
             mode: exact permission bits (e.g. ``0o664``) for every file of the directory,
                 not masked by the umask; the directory gets them plus ``x`` where ``r``
@@ -307,7 +313,7 @@ class ScalableBloomFilter(Lifecycle):
         """
         n0, p, s, r = check_params(capacity, fp_rate, growth, tightening)
         file_mode = _file_mode(mode)
-        strat = DEFAULT_STRATEGY if strategy is None else strategy
+        strat = resolve_strategy(strategy)
         params = GrowthRule(n0, p, s, r, strat.name)
         params.check_growth(strat)  # ConfigError (also an unregistered strategy) before any file
 
@@ -397,7 +403,7 @@ class ScalableBloomFilter(Lifecycle):
         *,
         growth: Union[int, float] = DEFAULT_GROWTH,
         tightening: float = DEFAULT_TIGHTENING,
-        strategy: Optional[HashStrategy] = None,
+        strategy: StrategyChoice = None,
         mode: Optional[int] = None,
     ) -> "ScalableBloomFilter":
         """Open ``path`` if it exists, else create it with these parameters (``mode`` as in
@@ -410,7 +416,7 @@ class ScalableBloomFilter(Lifecycle):
             And whatever :meth:`open` and :meth:`create` raise.
         """
         n0, p, s, r = check_params(capacity, fp_rate, growth, tightening)
-        strategy_name = (DEFAULT_STRATEGY if strategy is None else strategy).name
+        strategy_name = resolve_strategy(strategy).name
         for _ in range(100):
             try:
                 f = cls.open(path)
@@ -704,7 +710,7 @@ class ScalableBloomFilter(Lifecycle):
             room = self._params.layer_limit(last) - newest.items_added
             part, todo = todo[:room], todo[room:]
             try:
-                new += int(np.count_nonzero(newest.add_many([keys[i] for i in part])))
+                new += newest.update([keys[i] for i in part])
             except BaseException as exc:
                 done = getattr(exc, "committed_items", 0)
                 progress[0] = part[done] if done < len(part) else (todo[0] if todo else len(keys))
@@ -718,8 +724,8 @@ class ScalableBloomFilter(Lifecycle):
         for layer in layers:
             if not todo:
                 break
-            hit = layer.contains_many([keys[i] for i in todo])
-            todo = [i for i, h in zip(todo, hit.tolist(), strict=True) if not h]
+            hit = layer._contains_flags([keys[i] for i in todo])
+            todo = [i for i, h in zip(todo, hit, strict=True) if not h]
         return todo
 
     def write_lock(self) -> WriteLock:

@@ -32,14 +32,18 @@ write); they read or write the buffers as they are at that moment.
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator, NoReturn, Optional
+from typing import TYPE_CHECKING, Any, Iterator, NoReturn, Optional
 
-import numpy as np
-import numpy.typing as npt
 
 from .errors import LengthMismatchError
 from .kernels import native_module
 from .storage import Storage
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+else:
+    from ._lazy import np, npt
 
 __all__ = [
     "CACHE_STEP",

@@ -23,8 +23,8 @@ Each strategy says which formulas it obeys (``HashStrategy.expected_fp_rate`` /
 
 from __future__ import annotations
 
-import fractions
 import math
+import sys
 import numbers
 import threading
 from typing import Callable
@@ -62,7 +62,8 @@ def _show(x: object) -> str:
     """A number for a message, also one too long for ``str`` (4,300 digits) or ``float``."""
     if isinstance(x, numbers.Integral) and abs(int(x)) >= 10**30:
         return f"about 10^{int(abs(int(x)).bit_length() * math.log10(2))}"
-    if isinstance(x, fractions.Fraction) and abs(x) >= 10**30:
+    fractions = sys.modules.get("fractions")  # not imported: x is no Fraction (saves its import)
+    if fractions is not None and isinstance(x, fractions.Fraction) and abs(x) >= 10**30:
         return f"about 10^{int(abs(x.numerator // x.denominator).bit_length() * math.log10(2))}"
     return repr(x)
 

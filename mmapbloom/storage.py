@@ -52,19 +52,22 @@ import errno
 import mmap
 import os
 import re
-import secrets
 import shutil
 import stat
-import sys
 import warnings
-from typing import Callable, Iterator, Optional, Union
+from typing import TYPE_CHECKING, Callable, Iterator, Optional, Union
 
-import numpy as np
-import numpy.typing as npt
 
+from ._warn import user_stacklevel
 from .errors import FilterClosedError, LengthMismatchError, NoSpaceError, SparseFileWarning
 from .format import Header, Reader
 from .locking import WriteLock
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+else:
+    from ._lazy import np, npt
 
 #: ``validate(read, file_size, source) -> Header``: see :meth:`FileStorage.open`.
 Validator = Callable[[Reader, int, str], Header]
@@ -386,21 +389,6 @@ def _free_bytes(fd: int) -> int:
     return vfs.f_bavail * vfs.f_frsize
 
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-
-
-def _user_stacklevel() -> int:
-    """The ``stacklevel`` for a ``warnings.warn`` in the function that calls this one that
-    points at the first frame outside the mmapbloom package: the user's call, however
-    many library frames (``open``, ``open_or_create``, ``create``, the CLI) lie between."""
-    frame = sys._getframe(1)
-    level = 1
-    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
-        frame = frame.f_back
-        level += 1
-    return level
-
-
 def check_backing(fd: int, path: str, size: int, *, readonly: bool) -> None:
     """Refuse to map a sparse file whose holes cannot be backed on a file system that
     allocates on read (:data:`ALLOCATE_ON_READ`, e.g. tmpfs): touching a hole through the
@@ -430,7 +418,7 @@ def check_backing(fd: int, path: str, size: int, *, readonly: bool) -> None:
         f"bytes are free; using it would end in SIGBUS. Copy it to a disk file system or make room"
     )
     if readonly:
-        warnings.warn(message, SparseFileWarning, stacklevel=_user_stacklevel())
+        warnings.warn(message, SparseFileWarning, stacklevel=user_stacklevel())
         return
     raise NoSpaceError(message, path=path, needed=missing, available=free)
 
@@ -474,7 +462,7 @@ def check_space(fd: int, path: str, size: int, *, sparse: bool) -> None:
         f"({_human(free)}) free on its file system: a write into a hole once the disk is full kills "
         "the writer with SIGBUS",
         SparseFileWarning,
-        stacklevel=_user_stacklevel(),
+        stacklevel=user_stacklevel(),
     )
 
 
@@ -519,7 +507,8 @@ def absolute_path(path: Union[str, "os.PathLike[str]"]) -> str:
 def _temp_name(directory: str) -> str:
     # Short, so that any legal destination name works (NAME_MAX); the writer's pid makes a
     # leftover recognisable as stale once that process is gone (remove_stale_temporaries).
-    return os.path.join(directory, f".mmapbloom-{os.getpid()}-{secrets.token_hex(8)}.tmp")
+    # os.urandom is what secrets.token_hex reads (without importing hashlib and hmac).
+    return os.path.join(directory, f".mmapbloom-{os.getpid()}-{os.urandom(8).hex()}.tmp")
 
 
 def temporary_path(directory: str) -> str:

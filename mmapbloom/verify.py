@@ -4,19 +4,22 @@ header (like ``zip -T``)."""
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable, Protocol, Union
+from typing import TYPE_CHECKING, Any, Iterable, Protocol, Union
 
-import numpy as np
-import numpy.typing as npt
 
 from . import opening
 from .base import MappedFilter
 from .counting import CountingBloomFilter
-from .cuckoo import CuckooFilter
 from .filter import BloomFilter
-from .errors import ManifestError
-from .expiring import ExpiringBloomFilter, is_expiring
-from .scalable import LOCK_NAME, MANIFEST_NAME, ScalableBloomFilter
+from . import format as fmt
+from .errors import BadMagicError, ManifestError
+
+if TYPE_CHECKING:
+    from .expiring import ExpiringBloomFilter
+    import numpy as np
+    import numpy.typing as npt
+else:
+    from ._lazy import np, npt
 
 __all__ = ["AnyFilter", "open_any", "open_filter", "verify_file"]
 
@@ -56,6 +59,10 @@ def open_filter(path: Union[str, "os.PathLike[str]"], readonly: bool = False) ->
         As :func:`open_any` for anything else (``FileNotFoundError``, ``BadMagicError``, ...).
     """
     if os.path.isdir(path):
+        # the directory kinds are imported here: opening a file loads neither
+        from .expiring import ExpiringBloomFilter, is_expiring
+        from .scalable import LOCK_NAME, MANIFEST_NAME, ScalableBloomFilter
+
         names = (MANIFEST_NAME, LOCK_NAME)
         if not any(os.path.lexists(os.path.join(path, name)) for name in names):
             raise ManifestError(
@@ -82,8 +89,19 @@ def open_any(path: Union[str, "os.PathLike[str]"], readonly: bool = False) -> Un
         As ``BloomFilter.open``; ``BadMagicError`` (expecting BLM1) when the magic is
         none of the kinds'.
     """
-    if is_expiring(path):
-        return ExpiringBloomFilter.open(path, readonly=readonly)
+    if os.path.isdir(path):  # is_expiring is False for anything else: expiring is imported only here
+        from .expiring import ExpiringBloomFilter, is_expiring
+
+        if is_expiring(path):
+            return ExpiringBloomFilter.open(path, readonly=readonly)
+    try:
+        return opening.open_any(path, readonly, (BloomFilter, CountingBloomFilter))
+    except BadMagicError as exc:
+        if exc.actual != fmt.CUCKOO_MAGIC:
+            raise
+    # a cuckoo file: its module is imported only now (opened and validated again, whole)
+    from .cuckoo import CuckooFilter
+
     return opening.open_any(path, readonly, (BloomFilter, CountingBloomFilter, CuckooFilter))  # type: ignore[return-value, type-var]
 
 
@@ -107,7 +125,7 @@ def verify_file(path: Union[str, "os.PathLike[str]"]) -> Union[MappedFilter, Exp
     """
     f = open_any(path, readonly=True)
     try:
-        if isinstance(f, ExpiringBloomFilter):
+        if type(f).__name__ == "ExpiringBloomFilter" and type(f).__module__ == "mmapbloom.expiring":
             f.verify()
         else:
             f.check()

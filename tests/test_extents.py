@@ -262,3 +262,28 @@ def test_progress_true_on_a_terminal_shows_a_bar_for_long_scans(tmp_path: Any, m
         assert "count bits" in term.getvalue()
     finally:
         os.close(fd)
+
+
+def test_small_scans_without_numpy_count_the_same(holes: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While numpy is not imported, a range of at most SMALL_SCAN_BYTES is counted with
+    int.bit_count (no numpy import for ``mmapbloom info``); the counts are the same."""
+    fd = _sparse_file(str(holes / "small.bin"), 40 * MIB, WRITES)
+    used: list[int] = []
+    real = extents._popcount_bytes
+
+    def spy(chunk: Any) -> int:
+        used.append(len(chunk))
+        return real(chunk)
+
+    monkeypatch.setattr(extents, "numpy_loaded", lambda: False)
+    monkeypatch.setattr(extents, "_popcount_bytes", spy)
+    try:
+        for start, stop in [(0, 16 * MIB), (1, 3 * MIB + 77), (3 * MIB + 60, 17 * MIB), (17 * MIB, 17 * MIB)]:
+            assert count_set_bits(fd, start, stop) == _full_popcount(fd, start, stop), (start, stop)
+            assert count_set_bits(fd, start, stop, buffer_bytes=7) == _full_popcount(fd, start, stop)
+        assert used  # the small path ran ...
+        used.clear()
+        assert count_set_bits(fd, 0, 40 * MIB) == _full_popcount(fd, 0, 40 * MIB)
+        assert not used  # ... and a range past SMALL_SCAN_BYTES still takes numpy
+    finally:
+        os.close(fd)
