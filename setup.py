@@ -32,6 +32,8 @@ _UNITS = [
     "mutex",
     "guard",
     "handle",
+    "cuckoo",
+    "cuckoo_handle",
     "filterbase",
     "murmur3",
 ]

@@ -15,6 +15,7 @@
  *      into its other bucket before its old slot is overwritten), so lock-free readers
  *      never miss.  -> 1.
  *   6. no path: victim = (fp, i1), index stored before the fingerprint -> 1.
+ * lookup: i1, i2, the victim; a miss is confirmed by a second pass (see mb_ck_lookup).
  * remove: first match in i1, else i2 (lowest slot), cleared; else a matching victim is
  * cleared (fingerprint before index).  After a slot was cleared, a victim moves to the
  * lowest empty slot of its bucket, else of its other bucket (slot first, then cleared). */
@@ -69,9 +70,17 @@ uint32_t mb_ck_get(const mb_ck_geom *g, uint64_t j)
     case 16: return __atomic_load_n((uint16_t *)(b + 2 * j), __ATOMIC_RELAXED);
     case 32: return __atomic_load_n((uint32_t *)(b + 4 * j), __ATOMIC_RELAXED);
     default: {
-        uint64_t o = j * g->fp_bits;
+        uint64_t o = j * g->fp_bits, w;
         unsigned shift = (unsigned)(o & 7), nbytes = (shift + g->fp_bits + 7) >> 3;
-        return (uint32_t)((load_le(b + (o >> 3), nbytes) >> shift) & ((1ULL << g->fp_bits) - 1));
+        if ((o >> 3) + 8 <= g->body_bytes) { /* one unaligned load (the bytes a slot spans, and more) */
+            memcpy(&w, b + (o >> 3), 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+            w = __builtin_bswap64(w);
+#endif
+        } else {
+            w = load_le(b + (o >> 3), nbytes);
+        }
+        return (uint32_t)((w >> shift) & ((1ULL << g->fp_bits) - 1));
     }
     }
 }
@@ -118,13 +127,29 @@ static void set_victim(const mb_ck_geom *g, uint32_t fp, uint64_t index)
 static int64_t find(const mb_ck_geom *g, uint64_t i, uint32_t fp)
 {
     uint64_t base = i * g->bucket_size;
+    const unsigned f = g->fp_bits, b = g->bucket_size;
+    if ((f & 7) != 0 && b * f <= 57) { /* a packed bucket within one 8-byte load */
+        uint64_t o = base * f, w;
+        if ((o >> 3) + 8 <= g->body_bytes) {
+            const uint64_t mask = (1ULL << f) - 1;
+            memcpy(&w, body(g) + (o >> 3), 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+            w = __builtin_bswap64(w);
+#endif
+            w >>= (o & 7);
+            for (unsigned s = 0; s < b; s++, w >>= f)
+                if ((w & mask) == fp)
+                    return (int64_t)(base + s);
+            return -1;
+        }
+    }
     for (uint64_t j = base; j < base + g->bucket_size; j++)
         if (mb_ck_get(g, j) == fp)
             return (int64_t)j;
     return -1;
 }
 
-int mb_ck_lookup(const mb_ck_geom *g, uint64_t i1, uint32_t fp)
+static int lookup_once(const mb_ck_geom *g, uint64_t i1, uint32_t fp)
 {
     if (find(g, i1, fp) >= 0)
         return 1;
@@ -133,6 +158,17 @@ int mb_ck_lookup(const mb_ck_geom *g, uint64_t i1, uint32_t fp)
         return 1;
     uint32_t vfp = mb_ck_victim(g, &vidx);
     return vfp == fp && (vidx == i1 || vidx == i2);
+}
+
+/* A miss is confirmed by a second pass: a move between two reads of the first (a kick
+ * copying fp from i2 into i1, a victim re-homed) is seen by it, the copy having been
+ * written before the old place was cleared (cuckoo_kernels.py's docstring, "Lookup"). */
+int mb_ck_lookup(const mb_ck_geom *g, uint64_t i1, uint32_t fp)
+{
+    if (lookup_once(g, i1, fp))
+        return 1;
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    return lookup_once(g, i1, fp);
 }
 
 int mb_ck_count(const mb_ck_geom *g, uint64_t i1, uint32_t fp)
@@ -159,7 +195,7 @@ static int on_path(const uint64_t *path, uint32_t len, uint64_t j)
 int mb_ck_insert(const mb_ck_geom *g, uint64_t i1, uint32_t fp, uint64_t r, uint64_t *path)
 {
     uint64_t b = g->bucket_size, i2 = mb_ck_alt(g, i1, fp), vidx;
-    if (mb_ck_lookup(g, i1, fp))
+    if (lookup_once(g, i1, fp)) /* under the lock: nothing moves, one pass */
         return 0;
     int64_t e = find(g, i1, 0);
     if (e < 0 && i2 != i1)

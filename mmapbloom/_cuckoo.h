@@ -37,6 +37,8 @@ typedef struct {
     uint32_t bucket_size; /* b: 1, 2, 4, 8 */
     uint32_t fp_bits;     /* f: 4..32 */
     uint32_t max_kicks;   /* 1..65536 */
+    uint64_t body_bytes;  /* bytes of the slot array, or 0 (unknown: packed slots read byte
+                           * by byte; known: one 8-byte load where 8 bytes are in range) */
 } mb_ck_geom;
 
 /* A key's first bucket, fingerprint and kick seed from its hash halves. */

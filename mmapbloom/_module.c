@@ -10,6 +10,8 @@
  *   _mutex      the robust process-shared mutex in a side file: Mutex, mutex_supported()
  *   _guard      the SIGBUS guard around touches of a mapping, the items word
  *   _handle     the native Handle (the hot API of every filter)
+ *   _cuckoo     the cuckoo filter's cells (CKF1, M3C1), plain C
+ *   _cuckoo_handle  the native CuckooHandle (the cuckoo filter's hot API) over _cuckoo
  *   _filterbase FilterBase, the filters' base class on the native backend
  *   _murmur3    MurmurHash3_x64_128
  *
@@ -22,6 +24,7 @@
 #include <Python.h>
 
 #include "_columns.h"
+#include "_cuckoo_handle.h"
 #include "_filterbase.h"
 #include "_handle.h"
 #include "_lock.h"
@@ -58,7 +61,8 @@ static int kernel_exec(PyObject *module)
 {
     if (add_type(module, "FilterBase", &mb_FilterBase_Type) < 0 ||
         add_type(module, "LockState", &mb_LockState_Type) < 0 ||
-        add_type(module, "Mutex", &mb_Mutex_Type) < 0 || add_type(module, "Handle", &mb_Handle_Type) < 0)
+        add_type(module, "Mutex", &mb_Mutex_Type) < 0 || add_type(module, "Handle", &mb_Handle_Type) < 0 ||
+        add_type(module, "CuckooHandle", &mb_CuckooHandle_Type) < 0)
         return -1;
     if (PyModule_AddIntConstant(module, "M3KM", S_M3KM) < 0 || PyModule_AddIntConstant(module, "M3MX", S_M3MX) < 0 ||
         PyModule_AddIntConstant(module, "M3BL", S_M3BL) < 0 || PyModule_AddIntConstant(module, "M3M2", S_M3M2) < 0 ||
@@ -76,10 +80,10 @@ static PyModuleDef_Slot kernel_slots[] = {
 PyDoc_STRVAR(module_doc,
 "Compiled kernels of mmapbloom: MurmurHash3_x64_128, the M3KM / M3MX / M3BL / M3M2 / M3B2\n"
 "position strategies (ids 1 to 5), the native Handle over Bloom and counting (4-/8-bit)\n"
-"bodies, guarded scans and a GIL-keeping flock.  Results are identical to the pure-Python\n"
-"reference path.  The first Handle installs a process-wide SIGBUS handler (chained to the\n"
-"previous one) that turns a fault of a handle's mapping (a file truncated under it) into\n"
-"LengthMismatchError.");
+"bodies, the CuckooHandle over CKF1 tables, guarded scans and a GIL-keeping flock.  Results\n"
+"are identical to the pure-Python reference path.  The first Handle (or CuckooHandle)\n"
+"installs a process-wide SIGBUS handler (chained to the previous one) that turns a fault of\n"
+"a handle's mapping (a file truncated under it) into LengthMismatchError.");
 
 static struct PyModuleDef kernel_module = {
     PyModuleDef_HEAD_INIT,

@@ -378,6 +378,10 @@ def _progress_bar(args: argparse.Namespace, desc: str) -> Any:
 
 # -- subcommands -----------------------------------------------------------------------------
 def _plan(args: argparse.Namespace) -> int:
+    if args.cuckoo:
+        return _plan_cuckoo(args)
+    if args.fingerprint_bits is not None or args.bucket_size is not None:
+        args.parser.error("--fingerprint-bits and --bucket-size size a --cuckoo filter: add --cuckoo")
     rows = []
     for n, p in itertools.product(args.n, args.p):
         cfg = BloomConfig.for_items(n, p, strategy=_strategy(args.strategy))
@@ -408,6 +412,60 @@ def _plan(args: argparse.Namespace) -> int:
             f"{r['size_bytes']:,}",
             r["size_human"],
             f"{r['bits_per_item']:.2f}",
+            f"{r['expected_fp_rate']:.4g}",
+        )
+        for r in rows
+    ]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        _echo("  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+def _plan_cuckoo(args: argparse.Namespace) -> int:
+    """``plan --cuckoo``: the CKF1 table of :func:`mmapbloom.cuckoo.plan` for every n and p:
+    buckets, bucket size, fingerprint width, file bytes, bits per item (``8 file bytes / n``,
+    as ``bits_per_item`` of ``info`` for a filter of capacity n) and the expected false-positive rate with n items stored
+    (:func:`mmapbloom.cuckoo.expected_fp_rate`)."""
+    from .cuckoo import expected_fp_rate, plan
+
+    if args.strategy != DEFAULT_STRATEGY.name:
+        args.parser.error("--strategy names a Bloom strategy; a --cuckoo filter always hashes with M3C1")
+    rows = []
+    for n, p in itertools.product(args.n, args.p):
+        bucket_size = 4 if args.bucket_size is None else args.bucket_size
+        g = plan(n, p, fingerprint_bits=args.fingerprint_bits, bucket_size=bucket_size)
+        size = fmt.CuckooHeader(g.num_buckets, g.fingerprint_bits, g.bucket_size, g.max_kicks).total_size
+        rows.append(
+            {
+                "kind": "CuckooFilter",
+                "n": n,
+                "p": p,
+                "num_buckets": g.num_buckets,
+                "bucket_size": g.bucket_size,
+                "fingerprint_bits": g.fingerprint_bits,
+                "size_bytes": size,
+                "size_human": format_bytes(size),
+                "bits_per_item": 8 * size / n,
+                "load_at_n": n / (g.num_buckets * g.bucket_size),
+                "expected_fp_rate": expected_fp_rate(g, n),
+            }
+        )
+    if args.json:
+        _emit_json(rows)
+        return 0
+    header = ("n", "p", "buckets", "b", "f", "file bytes", "about", "bits/item", "load at n", "fp rate at n")
+    table = [header] + [
+        (
+            f"{r['n']:,}",
+            f"{r['p']:.6g}",
+            f"{r['num_buckets']:,}",
+            str(r["bucket_size"]),
+            str(r["fingerprint_bits"]),
+            f"{r['size_bytes']:,}",
+            r["size_human"],
+            f"{r['bits_per_item']:.2f}",
+            f"{r['load_at_n']:.3f}",
             f"{r['expected_fp_rate']:.4g}",
         )
         for r in rows
@@ -1175,8 +1233,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="target false-positive rate: 0.01, 1%%, 1e-3 (repeatable)",
     )
     _strategy_argument(p)
+    p.add_argument(
+        "--cuckoo",
+        action="store_true",
+        help="size a cuckoo filter (CKF1) instead: buckets, bucket size, fingerprint bits, file size, "
+        "bits per item, load and expected false-positive rate at n",
+    )
+    p.add_argument(
+        "--fingerprint-bits",
+        type=int,
+        default=None,
+        help="--cuckoo: fingerprint width, 4..32 (default: the smallest meeting -p)",
+    )
+    p.add_argument("--bucket-size", type=int, default=None, help="--cuckoo: slots per bucket, 1, 2, 4 or 8 (default 4)")
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=_plan)
+    p.set_defaults(func=_plan, parser=p)
 
     p = sub.add_parser(
         "create",

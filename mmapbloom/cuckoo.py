@@ -15,8 +15,10 @@ slot before the old slot is overwritten. A writer SIGKILLed mid-path leaves at w
 fingerprint twice in its own pair of buckets and the items counter behind;
 ``check(repair=True)`` clears the copies and restores the counter.
 
-This phase runs the pure reference (:class:`~mmapbloom.cuckoo_kernels.CuckooPyHandle`) on
-both backends; the C unit ``_cuckoo.c`` writes the same bytes and is wired in next.
+The hot operations run in C (``mmapbloom._kernels.CuckooHandle`` over ``_cuckoo.c``:
+:class:`~mmapbloom.cuckoo_kernels.CuckooNativeHandle`) when the compiled module is in use,
+else on the pure reference (:class:`~mmapbloom.cuckoo_kernels.CuckooPyHandle`,
+``MMAPBLOOM_PURE=1``); both write byte-identical files.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ if TYPE_CHECKING:
 else:
     from ._lazy import np, npt
 
-__all__ = ["DEFAULT_MAX_KICKS", "LOAD_FACTORS", "CuckooFilter", "plan"]
+__all__ = ["DEFAULT_MAX_KICKS", "LOAD_FACTORS", "CuckooFilter", "expected_fp_rate", "plan"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 C = TypeVar("C", bound="CuckooFilter")
@@ -173,7 +175,7 @@ class CuckooFilter(Lifecycle):
         n, b, f, _ = geometry
         self._capacity = capacity if capacity is not None else int(n * b * LOAD_FACTORS[b])
         self._fp_rate = fp_rate if fp_rate is not None else 2 * b / 2**f
-        self._h = CuckooPyHandle(storage, geometry)
+        self._h = CuckooPyHandle.attach(storage, geometry)
 
     @classmethod
     def _from_storage(
@@ -537,9 +539,7 @@ class CuckooFilter(Lifecycle):
         ``1 - (1 - 1/(2^f - 1))^(2 N / n)`` for N items in n buckets: a lookup compares the
         about ``2 N / n`` fingerprints of its two buckets, each equal with probability
         ``1/(2^f - 1)`` (Fan et al. 2014, section 4, eq. 6 at load ``N / (n b)``)."""
-        items = self.items_added
-        f = self.fingerprint_bits
-        return float(-math.expm1(2 * items / self.num_buckets * math.log1p(-1 / (2**f - 1))))
+        return expected_fp_rate(self._geometry, self.items_added)
 
     def describe(self, *, scan: bool = True, progress: Any = False) -> dict[str, Any]:
         """A JSON-ready record (``mmapbloom info``): kind, path, size_bytes, items_added,
@@ -670,6 +670,14 @@ class CuckooFilter(Lifecycle):
     def _check_open(self) -> None:
         if self._storage.closed:
             raise FilterClosedError(f"{self._describe()}: filter is closed")
+
+
+def expected_fp_rate(geometry: Geometry, items: int) -> float:
+    """The expected false-positive rate of a table of ``geometry`` holding ``items`` keys,
+    in [0, 1): ``1 - (1 - 1/(2^f - 1))^(2 N / n)`` (see
+    :meth:`CuckooFilter.expected_fp_rate`; ``mmapbloom plan --cuckoo`` prints it at N = n)."""
+    f = geometry.fingerprint_bits
+    return float(-math.expm1(2 * items / geometry.num_buckets * math.log1p(-1 / (2**f - 1))))
 
 
 def _header(geometry: Geometry) -> fmt.CuckooHeader:

@@ -51,7 +51,13 @@ Remove: clear the first slot holding fp in i1 (lowest slot), else i2, else the v
 (fingerprint cleared before index); then a victim, if any, moves to the lowest empty slot
 of its two buckets (slot written first, victim cleared after). Count: the matching slots
 of i1 and i2 (each bucket once when i1 == i2), plus the victim if it matches.
-Lookup: present if fp is in a slot of i1 or i2 or is the victim of i1 or i2.
+Lookup: present if fp is in a slot of i1 or i2 or is the victim of i1 or i2. A lock-free
+reader reads i1, then i2, then the victim, so a move made between two of its reads (a kick
+copying fp from i2 into i1, a remove re-homing the victim into a bucket) can hide fp from
+that pass even though fp was in one of its places at every moment; a miss is therefore
+confirmed by a second pass, which sees the copy (it was written before the old place was
+cleared). Only a fingerprint moved twice within one lookup can still be missed (two kick
+paths through it while the reader reads 2b slots twice); writes are unaffected.
 """
 
 from __future__ import annotations
@@ -78,6 +84,7 @@ __all__ = [
     "LCG_ADD",
     "LCG_MUL",
     "CuckooCells",
+    "CuckooNativeHandle",
     "CuckooPyHandle",
     "Geometry",
     "alt_index",
@@ -237,7 +244,11 @@ class CuckooCells:
         return first_index(lo, self.n), fingerprint(hi, self.f), lo ^ hi
 
     def lookup(self, i1: int, fp: int) -> bool:
-        """True if ``fp`` is in bucket i1, in bucket ``alt(i1, fp)`` or is their victim."""
+        """True if ``fp`` is in bucket i1, in bucket ``alt(i1, fp)`` or is their victim. A
+        miss is confirmed by a second pass (see the module docstring, "Lookup")."""
+        return self._lookup_once(i1, fp) or self._lookup_once(i1, fp)
+
+    def _lookup_once(self, i1: int, fp: int) -> bool:
         if self._find(i1, fp) >= 0:
             return True
         i2 = alt_index(i1, fp, self.n)
@@ -261,7 +272,7 @@ class CuckooCells:
         1 inserted, -1 full (nothing changed). The caller holds the write lock."""
         n, b, get, set_ = self.n, self.b, self.get, self.set
         i2 = alt_index(i1, fp, n)
-        if self.lookup(i1, fp):
+        if self._lookup_once(i1, fp):  # under the lock: nothing moves, one pass
             return 0
         e = self._empty(i1)
         if e < 0 and i2 != i1:
@@ -393,6 +404,23 @@ class CuckooPyHandle:
         self._lock: WriteLock = storage.lock
         self._writable = not storage.readonly
         self.closed = False
+
+    @staticmethod
+    def attach(storage: Any, geometry: Geometry, *, pure: bool = False) -> "CuckooPyHandle":
+        """The handle of a cuckoo filter over ``storage``: :class:`CuckooNativeHandle` when
+        the compiled module is in use (``mmapbloom.kernels.native_module()``: built, and
+        ``MMAPBLOOM_PURE`` unset) and the image is 8-byte aligned, else this pure handle.
+        ``pure``: the pure handle even where the native one is available (tests). Both write
+        byte-identical images (tests/test_cuckoo_native.py)."""
+        from .kernels import native_module  # here, not at import: kernels' import order
+
+        native = None if pure else native_module()
+        if native is not None and hasattr(native, "CuckooHandle"):
+            try:
+                return CuckooNativeHandle(storage, geometry, native)
+            except _Unaligned:  # pragma: no cover - buffers from mmap / bytearray are aligned
+                pass
+        return CuckooPyHandle(storage, geometry)
 
     @property
     def cells(self) -> CuckooCells:
@@ -577,6 +605,119 @@ class CuckooPyHandle:
             self._items.release()
         except BufferError:  # pragma: no cover
             pass
+
+
+class _Unaligned(Exception):
+    """The image is not 8-byte aligned: the native handle refuses it (the pure one runs)."""
+
+
+class _NativeHooks:
+    """What the native handle calls to raise the filter's errors (each raises). It holds a
+    weak reference to its handle: no reference cycle, so a filter dropped without
+    ``close()`` is unmapped at once, as on the pure path."""
+
+    __slots__ = ("_ref",)
+
+    def __init__(self, handle: "CuckooNativeHandle"):
+        import weakref  # here: the import lines of this module are left to the pure path's needs
+
+        self._ref = weakref.ref(handle)
+
+    def _h(self) -> "CuckooNativeHandle":
+        handle: Optional[CuckooNativeHandle] = self._ref()
+        if handle is None:  # pragma: no cover - the C handle lives only as long as it
+            raise FilterClosedError("<gone>: filter is closed")
+        return handle
+
+    def closed(self) -> None:
+        raise FilterClosedError(f"{self._h()._where()}: filter is closed")
+
+    def readonly(self) -> None:
+        raise ReadOnlyFilterError(f"{self._h()._where()}: filter was opened read-only; writes are refused")
+
+    def faulted(self) -> None:
+        from .scans import raise_faulted  # here, not at import: scans imports the storage
+
+        raise_faulted(self._h()._storage)
+
+    def full(self) -> None:
+        raise self._h()._full()
+
+
+class CuckooNativeHandle(CuckooPyHandle):
+    """The native handle of a cuckoo filter: ``mmapbloom._kernels.CuckooHandle`` (C, over
+    ``_cuckoo.c``'s cells: the same bytes as :class:`CuckooCells`) for the hot operations,
+    with the pure handle's views kept for statistics, ``check`` and ``union``. The same
+    guarantees as :class:`CuckooPyHandle`: writes under the write lock (taken in C when
+    free), lock-free lookups that never miss a key during a kick, ``committed_items`` on
+    every exception leaving a batch, FilterFullError with every earlier key present.
+    Every touch of the mapping runs under the SIGBUS guard: a file truncated under the
+    handle raises LengthMismatchError."""
+
+    # add, contains, count and remove are the C handle's bound methods themselves (instance
+    # slots shadowing the pure methods: a call costs no Python frame here); they answer as
+    # CuckooPyHandle's (bool, bool, int, bool).
+    __slots__ = ("_c", "add", "contains", "count", "remove", "__weakref__")
+
+    backend = "native"
+
+    def __init__(self, storage: Any, geometry: Geometry, native: Any):
+        super().__init__(storage, geometry)
+        try:
+            c = native.CuckooHandle(
+                storage.buf, tuple(geometry), storage.lock, _NativeHooks(self), not storage.readonly
+            )
+        except ValueError as exc:
+            if "aligned" in str(exc):  # pragma: no cover
+                super().close()
+                raise _Unaligned(str(exc)) from exc
+            raise
+        self._c = c
+        self.add = c.add  # type: ignore[method-assign]
+        self.contains = c.contains  # type: ignore[method-assign]
+        self.count = c.count  # type: ignore[method-assign]
+        self.remove = c.remove  # type: ignore[method-assign]
+
+    def _native_batch(self, items: Iterable[Any], query: bool) -> Any:
+        from .kernels import native_module
+
+        return as_batch(items, native_module(), query=query)
+
+    def add_many(self, items: Iterable[Any], out: Optional[npt.NDArray[np.bool_]] = None) -> int:
+        """As :meth:`CuckooPyHandle.add_many`, in C (keys hashed without the GIL)."""
+        try:
+            batch = self._native_batch(items, query=False)
+            if out is not None and len(out) != len(batch):
+                raise ValueError(f"out has {len(out)} entries, expected {len(batch)}")
+        except BaseException as exc:
+            exc.committed_items = 0  # type: ignore[attr-defined]
+            raise
+        return int(self._c.add_many(batch, out))
+
+    def remove_many(self, items: Iterable[Any]) -> int:
+        """As :meth:`CuckooPyHandle.remove_many`, in C."""
+        try:
+            batch = self._native_batch(items, query=False)
+        except BaseException as exc:
+            exc.committed_items = 0  # type: ignore[attr-defined]
+            raise
+        return int(self._c.remove_many(batch))
+
+    def contains_many(self, items: Iterable[Any]) -> npt.NDArray[np.bool_]:
+        """As :meth:`CuckooPyHandle.contains_many`, in C (no lock, GIL released)."""
+        if self.closed:
+            raise FilterClosedError(f"{self._where()}: filter is closed")
+        batch = self._native_batch(items, query=True)
+        out = np.zeros(len(batch), dtype=np.bool_)
+        self._c.contains_many(batch, out)
+        return out
+
+    def close(self) -> None:
+        """Close the C handle, then release the views (idempotent)."""
+        c = getattr(self, "_c", None)
+        if c is not None:
+            c.close()
+        super().close()
 
 
 _ = KeysWithNulls  # the pure batch form (a list with None for a null), read above

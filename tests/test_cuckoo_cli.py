@@ -32,3 +32,22 @@ def test_cuckoo_from_the_command_line(tmp_path: Path) -> None:
     assert run("create", path, "--cuckoo", "-n", "10", "-p", "0.01").returncode == 2  # exists
     assert run("create", str(tmp_path / "x"), "--cuckoo", "--bits", "100", "--hashes", "2").returncode == 2
     assert run("create", str(tmp_path / "y"), "-n", "10", "-p", "0.01", "--fingerprint-bits", "8").returncode == 2
+
+
+def test_plan_cuckoo(tmp_path: Path) -> None:
+    planned = run("plan", "--cuckoo", "-n", "1M", "-p", "1%", "0.1%", "--json")
+    assert planned.returncode == 0, planned.stderr
+    rows = json.loads(planned.stdout)
+    assert [(r["fingerprint_bits"], r["bucket_size"], r["num_buckets"]) for r in rows] == [
+        (10, 4, 263_158),
+        (13, 4, 263_158),
+    ]
+    with CuckooFilter(1_000_000, 0.001) as f:  # plan agrees with the filter it sizes
+        assert rows[1]["size_bytes"] == f.size_bytes and rows[1]["bits_per_item"] == f.bits_per_item()
+    assert all(r["expected_fp_rate"] <= r["p"] for r in rows)
+    text = run("plan", "--cuckoo", "-n", "100k", "-p", "1%", "--bucket-size", "2", "--fingerprint-bits", "16")
+    assert text.returncode == 0 and b"buckets" in text.stdout and b" 16 " in text.stdout
+    assert run("plan", "-n", "1M", "-p", "1%", "--fingerprint-bits", "8").returncode == 2  # needs --cuckoo
+    assert run("plan", "--cuckoo", "-n", "1M", "-p", "1%", "--strategy", "M3B2").returncode == 2
+    too_low = run("plan", "--cuckoo", "-n", "1M", "-p", "1e-12")
+    assert too_low.returncode == 2 and b"32" in too_low.stderr
