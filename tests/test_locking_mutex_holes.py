@@ -1,9 +1,9 @@
 """Holes found in review of the mutex-mode write lock (branch lock2 at 8573db0).
 
-Each test reproduces, with real processes, a case where the lock either lets two writers in
-at once or makes a writer wait for as long as another process keeps the file open. They are
-marked ``xfail(strict=True)``: each one fails today, and XPASSes (so the marker must go)
-once the hole is fixed. See the report of the "lock" helper for the analysis and the fixes.
+Each test reproduces, with real processes, a case where the lock either let two writers in
+at once or made a writer wait for as long as another process keeps the file open. A test
+still marked ``xfail(strict=True)`` is a hole not fixed yet (it XPASSes, so the marker must
+go, once it is).
 """
 
 from __future__ import annotations
@@ -90,15 +90,12 @@ except LockTimeout:
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="robust futexes name their owner by a pid-namespace-local tid: a waiter in another pid "
-    "namespace with the holder's tid unlocks it (timed out: unconditional release) or, SIGKILLed "
-    "while waiting, makes the kernel mark the live holder dead (list_op_pending) -- the side file "
-    "must record the pid namespace and refuse other namespaces",
-)
 @pytest.mark.parametrize("how", ["waiter_killed", "waiter_timed_out"])
 def test_writer_in_another_pid_namespace_cannot_break_exclusion(tmp_path: Any, mutex_mode: None, how: str) -> None:
+    """Robust futexes name their owner by a tid local to its pid namespace: a waiter in another
+    namespace with the holder's tid used to unlock it (timed out: unconditional release) or,
+    SIGKILLed while waiting, made the kernel mark the live holder dead (list_op_pending). The
+    side file records its creator's pid namespace; other namespaces never touch the mutex."""
     if not _can_unshare_pid():
         pytest.skip("needs root and unshare -p (pid namespaces)")
     path = _new_file(tmp_path)
@@ -126,10 +123,12 @@ def test_writer_in_another_pid_namespace_cannot_break_exclusion(tmp_path: Any, m
         if how == "waiter_killed":
             time.sleep(0.5)  # inside pthread_mutex_timedlock
             waiter.kill()  # unshare --kill-child: the waiter gets SIGKILL
+        else:  # refused: the side file was made in the holder's pid namespace
+            assert waiter.stdout.readline().strip() == "timed out"
         waiter.wait(timeout=10)
         # The holder is still inside its write_lock() block: no one else may get the lock.
         with BloomFilter.open(path) as f:
-            with pytest.raises(LockTimeout):
+            with pytest.raises(LockTimeout, match="pid namespace"):
                 with f.write_lock(timeout=0.5):
                     pass
     finally:
