@@ -615,13 +615,18 @@ class WriteLock(_LockState):
 
     def _create_side(self, side: str) -> None:
         """Write a new side file under a temporary name and rename it over ``side`` (the
-        caller holds ``LOCK_EX``). Its permission bits are the locked file's (``& 0o666``), so
-        every user who may write the file may open it whatever their umask."""
+        caller holds ``LOCK_EX``). Its group and permission bits are the locked file's
+        (``& 0o666``), so every user who may write the file may open it whatever their umask
+        and primary group (the group is kept when the creator may not give it: not a member)."""
         assert self._fd is not None and self._ino is not None
         tmp = f"{side}.{os.getpid()}.{threading.get_ident()}.tmp"
         sfd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         try:
-            os.fchmod(sfd, os.fstat(self._fd).st_mode & 0o666)
+            st = os.fstat(self._fd)
+            if os.fstat(sfd).st_gid != st.st_gid:
+                with contextlib.suppress(OSError):  # EPERM: not a member of the file's group
+                    os.fchown(sfd, -1, st.st_gid)
+            os.fchmod(sfd, st.st_mode & 0o666)
             _Mutex.create(sfd, self._ino[0], self._ino[1])
             os.rename(tmp, side)
         except BaseException:

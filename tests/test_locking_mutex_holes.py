@@ -137,13 +137,10 @@ def test_writer_in_another_pid_namespace_cannot_break_exclusion(tmp_path: Any, m
         holder.wait(timeout=10)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the side file takes its creator's primary group, not the locked file's: another member "
-    "of the file's group cannot open it and waits while the creator's writers have the file open "
-    "(fix: fchown(side, -1, file's st_gid))",
-)
 def test_group_member_writes_after_another_user_made_the_side_file(tmp_path: Any, mutex_mode: None) -> None:
+    """The side file used to take its creator's primary group: another member of the file's
+    group could not open it and waited while the creator's writers had the file open. It
+    now gets the locked file's group (and bits), so both users write in mutex mode."""
     if os.geteuid() != 0:
         pytest.skip("needs root (switches to two unprivileged users)")
     group, alice, bob = 61000, 61001, 61002
@@ -157,7 +154,7 @@ def test_group_member_writes_after_another_user_made_the_side_file(tmp_path: Any
     try:
         assert os.read(alice_says, 16) == b"mutex"  # alice made the side file and is in mutex mode
         st = os.stat(path + ".mutex")
-        assert st.st_mode & 0o777 == 0o664
+        assert (st.st_mode & 0o777, st.st_gid) == (0o664, group)
         bob_pid, bob_says = _as_user(bob, group, path, hold=0.0)
         deadline = time.monotonic() + 3.0
         while os.waitpid(bob_pid, os.WNOHANG)[0] == 0:
