@@ -1,9 +1,9 @@
-"""Holes found in review of the mutex-mode write lock (branch lock2 at 8573db0).
+"""Holes found in review of the mutex-mode write lock (branch lock2 at 8573db0), now fixed.
 
-Each test reproduces, with real processes, a case where the lock either let two writers in
-at once or made a writer wait for as long as another process keeps the file open. A test
-still marked ``xfail(strict=True)`` is a hole not fixed yet (it XPASSes, so the marker must
-go, once it is).
+Each test reproduces, with real processes, a case where the lock let two writers in at
+once (a writer in another pid namespace) or made a writer wait for as long as another
+process kept the file open (another user of the file's group; a readonly handle that took
+its first snapshot before any side file existed, also within one thread).
 """
 
 from __future__ import annotations
@@ -204,13 +204,10 @@ print("ok", flush=True)
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a handle's mode is fixed at its first acquire: a readonly handle that snapshotted before "
-    "any side file existed takes LOCK_EX for every later snapshot, which waits for this process's "
-    "own mutex-mode handle (LOCK_SH until close): one thread hangs forever, no SelfDeadlockError",
-)
 def test_readonly_snapshot_after_a_mutex_writer_in_the_same_thread(tmp_path: Any, mutex_mode: None) -> None:
+    """A readonly handle that snapshotted before any side file existed stayed in flock mode:
+    its next snapshot waited for LOCK_EX, held off by this process's own mutex-mode handle
+    (LOCK_SH until close): one thread hung forever. Now it switches to the side file."""
     path = _new_file(tmp_path)
     try:
         out = subprocess.run(
@@ -231,13 +228,9 @@ with BloomFilter.open({path!r}) as f:
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a readonly handle in flock mode (no side file at its first snapshot) waits for LOCK_EX "
-    "as long as any mutex-mode writer keeps the file open (hours for a crawler), though no write "
-    "is in progress; it should switch to the now valid side file",
-)
 def test_readonly_snapshot_waits_only_for_a_write(tmp_path: Any, mutex_mode: None) -> None:
+    """A readonly handle in flock mode (no side file at its first snapshot) used to wait for
+    LOCK_EX as long as any mutex-mode writer kept the file open, with no write in progress."""
     path = _new_file(tmp_path)
     with BloomFilter.open(path, readonly=True) as r:
         r.to_bytes()
