@@ -9,7 +9,11 @@ The robust mutex (mutex mode). A ``pthread_mutex_t`` with ``PTHREAD_PROCESS_SHAR
 ``PTHREAD_MUTEX_ROBUST`` in a 256-byte side file ``PATH + ".mutex"`` mapped ``MAP_SHARED``
 (``mmapbloom/_mutex.c``: layout, header checks, EOWNERDEAD recovery). Next to the file, not
 in ``/dev/shm``: two containers that share a volume have different ``/dev/shm`` and would
-get two mutexes. Its header names the locked file's st_dev/st_ino, the side file's own
+get two mutexes. One side file serves one PID namespace, its creator's (recorded in its
+header; ``_mutex.c``): robust futexes name their owner by a thread id local to its PID
+namespace, so a waiter in another namespace whose tid equals the holder's would, SIGKILLed
+while waiting, make the kernel mark the live holder dead (``list_op_pending``), or unlock it.
+A process of another namespace finds the side file invalid and waits like any newcomer. Its header names the locked file's st_dev/st_ino, the side file's own
 st_ino (a copy is refused), the libc and ``sizeof(pthread_mutex_t)``, with an initialised
 word written last; a side file that does not match is never used. Used when the compiled
 extension is there (also on the pure backend), the file system is a known local one
