@@ -282,7 +282,18 @@ class WriteLock(_LockState):
     Fork-safe as described in the module docstring.
     """
 
-    __slots__ = ("_fd", "_own_fd", "_path", "_ino", "_forker_depth", "_inherited", "_mode", "_soft", "__weakref__")
+    __slots__ = (
+        "_fd",
+        "_own_fd",
+        "_path",
+        "_ino",
+        "_forker_depth",
+        "_inherited",
+        "_mode",
+        "_soft",
+        "_readonly",
+        "__weakref__",
+    )
 
     # Fields of the base (LockState): _depth (nesting of the held lock), _flock_fd (the
     # descriptor flocked: _own_fd, else _fd; -1 in memory), _stale, _closed, _pending (the
@@ -304,6 +315,11 @@ class WriteLock(_LockState):
         self._mutex = None
         self._pending = fd is not None
         self._soft = False  # flock mode for a reason that may pass (_wait_soft)
+        # A readonly handle locks only for snapshots: in mutex mode it holds LOCK_SH only
+        # while it holds the mutex (_leave_mutex_mode), never keeping flock writers out.
+        self._readonly = (
+            fd is not None and _DIRECT_FLOCK and (fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE) == os.O_RDONLY
+        )
         if fd is not None:
             st = os.fstat(fd)
             self._ino = (st.st_dev, st.st_ino)
@@ -470,6 +486,8 @@ class WriteLock(_LockState):
                 self._depth = 0
                 if self._mutex is not None:
                     self._release_mutex_if_ours()
+                    if self._readonly:
+                        self._leave_mutex_mode()
                 elif fd is not None:
                     with contextlib.suppress(OSError):
                         _unlock_flock(fd) if _DIRECT_FLOCK else portalocker.unlock(fd)
@@ -643,11 +661,30 @@ class WriteLock(_LockState):
         self._pending = False
 
     def _shared_mutex(self) -> Any:
-        """The Mutex of another live lock of the same inode in this process, if one is in mutex mode."""
+        """The Mutex of another live lock of the same inode in this process, if one is in mutex
+        mode (not a readonly one: its LOCK_SH may go at any moment, _leave_mutex_mode)."""
         for lock in list(_LIVE):
-            if lock is not self and lock._ino == self._ino and not lock._closed and lock._mutex is not None:
+            if (
+                lock is not self
+                and lock._ino == self._ino
+                and not lock._closed
+                and not lock._readonly
+                and lock._mutex is not None
+            ):
                 return lock._mutex
         return None
+
+    def _leave_mutex_mode(self) -> None:
+        """A readonly handle, the mutex released: drop LOCK_SH too and choose again at the next
+        acquire, so that a long-lived reader (a monitor calling ``to_bytes``) never keeps
+        flock-mode writers (an older mmapbloom, ``MMAPBLOOM_LOCK=flock``) out of the file."""
+        self._mutex = None
+        self._mode = None
+        self._pending = True
+        fd = self._own_fd if self._own_fd is not None else self._fd
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                _FLOCK(fd, _LOCK_UN)
 
     def _open_side(self, side: str) -> tuple[Any, str]:
         assert self._ino is not None
@@ -785,6 +822,8 @@ class WriteLock(_LockState):
             try:
                 if self._mutex is not None:
                     self._mutex.release()
+                    if self._readonly:
+                        self._leave_mutex_mode()
                 elif _DIRECT_FLOCK:
                     _unlock_flock(fd)
                 else:  # pragma: no cover - non-POSIX

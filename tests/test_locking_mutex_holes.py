@@ -255,3 +255,29 @@ def test_readonly_snapshot_waits_only_for_a_write(tmp_path: Any, mutex_mode: Non
             writer.wait(timeout=10)
         if "reader" in locals():
             reader.join(10)  # the writer is gone: the blocked snapshot ends
+
+
+FLOCK_WRITER = r"""
+from mmapbloom import BloomFilter
+with BloomFilter.open({path!r}) as f:
+    f.add("old")
+    print(f._storage.lock.mode, flush=True)
+"""
+
+
+def test_long_lived_reader_never_keeps_flock_writers_out(tmp_path: Any, mutex_mode: None) -> None:
+    """A readonly handle in mutex mode held LOCK_SH until it closed, so a flock-mode writer
+    (an older mmapbloom, MMAPBLOOM_LOCK=flock) waited for a monitor's whole life. It now
+    holds LOCK_SH only while it holds the mutex, for its snapshot."""
+    path = _new_file(tmp_path)
+    with BloomFilter.open(path) as w:
+        w.add("new")  # makes the side file
+    with BloomFilter.open(path, readonly=True) as r:
+        r.to_bytes()  # through the side file's mutex (it exists now)
+        env = _env()
+        env[LOCK_ENV] = "flock"
+        out = subprocess.run(
+            [sys.executable, "-c", FLOCK_WRITER.format(path=path)], capture_output=True, text=True, env=env, timeout=5
+        )
+        assert out.stdout.strip() == "flock", out.stderr
+        assert "old" in r and "new" in r
