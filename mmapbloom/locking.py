@@ -677,9 +677,9 @@ class WriteLock(_LockState):
     def _leave_mutex_mode(self) -> None:
         """A readonly handle, the mutex released: drop LOCK_SH too and choose again at the next
         acquire, so that a long-lived reader (a monitor calling ``to_bytes``) never keeps
-        flock-mode writers (an older mmapbloom, ``MMAPBLOOM_LOCK=flock``) out of the file."""
+        flock-mode writers (an older mmapbloom, ``MMAPBLOOM_LOCK=flock``) out of the file.
+        :attr:`mode` keeps saying ``"mutex"``: the lock its snapshots take."""
         self._mutex = None
-        self._mode = None
         self._pending = True
         fd = self._own_fd if self._own_fd is not None else self._fd
         if fd is not None:
