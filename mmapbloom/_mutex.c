@@ -8,7 +8,8 @@ const char mb_mutex_supported_doc[] =
 "mutex_supported($module, fd)\n--\n\n"
 "Returns str: \"\" if the file open as fd (an int) may carry a robust process-shared mutex\n"
 "(this build has them, pthread_mutexattr_setrobust works at run time, and fstatfs names a\n"
-"local file system: ext2/3/4, xfs, btrfs, tmpfs, ramfs, f2fs, zfs, overlayfs, bcachefs),\n"
+"local file system: ext2/3/4, xfs, btrfs, tmpfs, ramfs, f2fs, zfs, overlayfs, bcachefs;\n"
+"/proc/self/ns/pid names this process's pid namespace, which the side file records),\n"
 "else the reason it may not (network and unknown file systems use flock only).";
 
 #ifdef MB_HAVE_MUTEX
@@ -29,6 +30,7 @@ typedef struct {
     char libc[16];
     uint64_t locked_dev, locked_ino, own_ino, recoveries;
     uint32_t initialised;
+    uint64_t pidns;   /* the creator's pid namespace (st_ino of /proc/self/ns/pid) */
 } side_header;
 
 _Static_assert(sizeof(side_header) <= MUTEX_OFF, "header fits before the mutex");
@@ -129,6 +131,19 @@ int mb_mutex_wait_other(PyObject *obj)
     }
 }
 
+/* This process's pid namespace: st_ino of /proc/self/ns/pid; 0 if it cannot be told.
+ * A robust futex names its owner by a tid local to the owner's pid namespace, and the kernel
+ * marks it dead when a thread with that tid *as seen in the exiting thread's namespace* dies
+ * holding or waiting for it (list_op_pending): between pid namespaces tids collide (each
+ * container's first process is pid 1), so one side file serves one pid namespace only. */
+static unsigned long long pidns_id(void)
+{
+    struct stat st;
+    if (stat("/proc/self/ns/pid", &st) != 0)
+        return 0;
+    return (unsigned long long)st.st_ino;
+}
+
 /* Check the header against what this process expects; NULL if it matches, else why not. */
 static PyObject *mismatch(const side_header *h, unsigned long long dev, unsigned long long ino,
                           unsigned long long own)
@@ -139,8 +154,8 @@ static PyObject *mismatch(const side_header *h, unsigned long long dev, unsigned
         return PyUnicode_FromFormat("not initialised (word %u, expected 1)", (unsigned)h->initialised);
     if (memcmp(h->magic, MAGIC, 8) != 0)
         return PyUnicode_FromString("bad magic (expected MBMUTEX1)");
-    if (h->version != 1)
-        return PyUnicode_FromFormat("version %u, expected 1", (unsigned)h->version);
+    if (h->version != 2)
+        return PyUnicode_FromFormat("version %u, expected 2", (unsigned)h->version);
     if (h->mutex_size != sizeof(pthread_mutex_t))
         return PyUnicode_FromFormat("sizeof(pthread_mutex_t) %u, expected %u", (unsigned)h->mutex_size,
                                     (unsigned)sizeof(pthread_mutex_t));
@@ -149,6 +164,10 @@ static PyObject *mismatch(const side_header *h, unsigned long long dev, unsigned
     if (h->locked_dev != dev || h->locked_ino != ino)
         return PyUnicode_FromFormat("made for inode %llu:%llu, expected %llu:%llu", (unsigned long long)h->locked_dev,
                                     (unsigned long long)h->locked_ino, dev, ino);
+    if (h->pidns != pidns_id())
+        return PyUnicode_FromFormat("made in pid namespace %llu, this process is in %llu (tids of two pid "
+                                    "namespaces collide: one side file serves one namespace)",
+                                    (unsigned long long)h->pidns, pidns_id());
     if (h->own_ino != own)
         return PyUnicode_FromFormat("a copy: made as inode %llu, this file is inode %llu",
                                     (unsigned long long)h->own_ino, own);
@@ -231,12 +250,13 @@ static PyObject *mutex_create(PyObject *unused, PyObject *args)
     memset(map, 0, SIDE_SIZE);
     h = (side_header *)map;
     memcpy(h->magic, MAGIC, 8);
-    h->version = 1;
+    h->version = 2;
     h->mutex_size = sizeof(pthread_mutex_t);
     libc_id(h->libc);
     h->locked_dev = dev;
     h->locked_ino = ino;
     h->own_ino = (unsigned long long)st.st_ino;
+    h->pidns = pidns_id();
     if ((rc = pthread_mutexattr_init(&attr)) == 0) {
         if ((rc = pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED)) == 0 &&
             (rc = pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST)) == 0)
@@ -407,6 +427,8 @@ PyObject *mb_mutex_supported(PyObject *module, PyObject *arg)
     }
     if (rc != 0)
         return PyUnicode_FromFormat("robust process-shared mutexes unavailable at run time (error %d)", rc);
+    if (pidns_id() == 0)
+        return PyUnicode_FromString("cannot tell this process's pid namespace (/proc/self/ns/pid)");
     if (fstatfs(fd, &sf) != 0)
         return PyUnicode_FromFormat("fstatfs failed (errno %d)", errno);
     for (i = 0; i < sizeof(LOCAL_FS) / sizeof(LOCAL_FS[0]); i++)

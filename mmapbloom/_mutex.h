@@ -9,10 +9,11 @@
  * mmapbloom/locking.py; this unit only refuses a side file whose header does not match.
  *
  * Layout (little-endian host order, 256 bytes):
- *   0  magic "MBMUTEX1"       8  u32 version (1)        12 u32 sizeof(pthread_mutex_t)
+ *   0  magic "MBMUTEX1"       8  u32 version (2)        12 u32 sizeof(pthread_mutex_t)
  *   16 char[16] libc id       32 u64 locked st_dev      40 u64 locked st_ino
  *   48 u64 the side file's own st_ino (a copy is detected)
  *   56 u64 recoveries (EOWNERDEAD seen)  64 u32 initialised (1, written last)
+ *   72 u64 pid namespace of its creator (st_ino of /proc/self/ns/pid): only that namespace uses it
  *   128 pthread_mutex_t
  * Built only where robust process-shared mutexes exist (MB_HAVE_MUTEX: Linux with
  * PTHREAD_MUTEX_ROBUST); elsewhere mutex_supported() says why not and Mutex cannot be made. */

@@ -9,7 +9,11 @@ The robust mutex (mutex mode). A ``pthread_mutex_t`` with ``PTHREAD_PROCESS_SHAR
 ``PTHREAD_MUTEX_ROBUST`` in a 256-byte side file ``PATH + ".mutex"`` mapped ``MAP_SHARED``
 (``mmapbloom/_mutex.c``: layout, header checks, EOWNERDEAD recovery). Next to the file, not
 in ``/dev/shm``: two containers that share a volume have different ``/dev/shm`` and would
-get two mutexes. Its header names the locked file's st_dev/st_ino, the side file's own
+get two mutexes. One side file serves one PID namespace, its creator's (recorded in its
+header; ``_mutex.c``): robust futexes name their owner by a thread id local to its PID
+namespace, so a waiter in another namespace whose tid equals the holder's would, SIGKILLed
+while waiting, make the kernel mark the live holder dead (``list_op_pending``), or unlock it.
+A process of another namespace finds the side file invalid and waits like any newcomer. Its header names the locked file's st_dev/st_ino, the side file's own
 st_ino (a copy is refused), the libc and ``sizeof(pthread_mutex_t)``, with an initialised
 word written last; a side file that does not match is never used. Used when the compiled
 extension is there (also on the pure backend), the file system is a known local one
@@ -106,7 +110,7 @@ import threading
 import time
 import weakref
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, cast
 
 from ._lazy import LazyModule
 from .errors import FilterClosedError, LockTimeout, SelfDeadlockError
@@ -278,7 +282,18 @@ class WriteLock(_LockState):
     Fork-safe as described in the module docstring.
     """
 
-    __slots__ = ("_fd", "_own_fd", "_path", "_ino", "_forker_depth", "_inherited", "_mode", "__weakref__")
+    __slots__ = (
+        "_fd",
+        "_own_fd",
+        "_path",
+        "_ino",
+        "_forker_depth",
+        "_inherited",
+        "_mode",
+        "_soft",
+        "_readonly",
+        "__weakref__",
+    )
 
     # Fields of the base (LockState): _depth (nesting of the held lock), _flock_fd (the
     # descriptor flocked: _own_fd, else _fd; -1 in memory), _stale, _closed, _pending (the
@@ -299,6 +314,12 @@ class WriteLock(_LockState):
         self._mode: Optional[str] = None  # "mutex" or "flock" once chosen (first acquire)
         self._mutex = None
         self._pending = fd is not None
+        self._soft = False  # flock mode for a reason that may pass (_wait_soft)
+        # A readonly handle locks only for snapshots: in mutex mode it holds LOCK_SH only
+        # while it holds the mutex (_leave_mutex_mode), never keeping flock writers out.
+        self._readonly = (
+            fd is not None and _DIRECT_FLOCK and (fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE) == os.O_RDONLY
+        )
         if fd is not None:
             st = os.fstat(fd)
             self._ino = (st.st_dev, st.st_ino)
@@ -339,6 +360,7 @@ class WriteLock(_LockState):
         self._depth = 0
         self._mutex = None  # the parent's: the child chooses again, on a description of its own
         self._mode = None
+        self._soft = False
         self._pending = self._fd is not None and not self._closed
         self._inherited = self._forker_depth
         self._forker_depth = 0
@@ -444,7 +466,14 @@ class WriteLock(_LockState):
                 fd = self._own_fd if self._own_fd is not None else self._fd
                 if _DIRECT_FLOCK:
                     if not _try_flock(fd):
-                        self._wait_file_lock(fd, deadline, timeout)
+                        if self._soft and self._wait_soft(fd, deadline, timeout):
+                            mutex = cast(Any, self._mutex)  # switched to mutex mode: LOCK_SH held
+                            if not mutex.try_acquire():
+                                self._wait_mutex(mutex, deadline, timeout)
+                            self._depth = 1
+                            return
+                        if not self._soft:
+                            self._wait_file_lock(fd, deadline, timeout)
                 else:  # pragma: no cover - non-POSIX
                     if not self._try_lock(fd):
                         self._wait_file_lock(fd, deadline, timeout)
@@ -457,6 +486,8 @@ class WriteLock(_LockState):
                 self._depth = 0
                 if self._mutex is not None:
                     self._release_mutex_if_ours()
+                    if self._readonly:
+                        self._leave_mutex_mode()
                 elif fd is not None:
                     with contextlib.suppress(OSError):
                         _unlock_flock(fd) if _DIRECT_FLOCK else portalocker.unlock(fd)
@@ -545,13 +576,15 @@ class WriteLock(_LockState):
                     continue
                 if readonly:  # a readonly handle never creates the side file; it looks again next
                     self._mode = "flock"  # time (_pending stays set), so once a writer made one
-                    return  # it joins the mutex instead of waiting with LOCK_EX for writers to close
+                    self._soft = True  # it joins the mutex instead of waiting with LOCK_EX for
+                    return  # writers to close; a wait already under way polls for it (_wait_soft)
                 if _try_flock(fd):  # no mutex-mode writer now: make (or remake) the side file
                     try:
                         self._create_side(side)
                     except OSError:
                         _FLOCK(fd, _LOCK_UN)
                         self._set_mode("flock")  # side file impossible: LOCK_EX per write
+                        self._soft = True  # another user may make one: _wait_soft
                         return
                     _FLOCK(fd, _LOCK_UN)
                     continue
@@ -571,6 +604,49 @@ class WriteLock(_LockState):
                     _FLOCK(fd, _LOCK_UN)  # no LOCK_SH / LOCK_EX left behind by a failed choice
             raise
 
+    def _wait_soft(self, fd: int, deadline: Optional[float], timeout: Optional[float]) -> bool:
+        """The wait of a lock in flock mode for a reason that may pass (a readonly handle that
+        found no side file, or a side file this user could not make). ``LOCK_EX`` is busy: a
+        flock-mode write is in progress, or writers in mutex mode hold ``LOCK_SH`` until they
+        close (hours, for a crawler; forever if one is this very thread's other handle). So
+        poll: take ``LOCK_EX`` when it frees (returns False), or, as soon as a valid side
+        file is there, switch to mutex mode like :meth:`_choose_mode` (``LOCK_SH`` held,
+        ``_mutex`` set; returns True). Raises SelfDeadlockError, LockTimeout."""
+        holder = self._held_by_this_thread()
+        if holder is not None:
+            raise SelfDeadlockError(
+                f"{self._path}: this thread already holds the write lock of this file through another "
+                f"handle ({holder._path}); a write through this handle would wait for itself forever. "
+                "Write through the handle whose write_lock() is held, or leave its block first",
+                path=self._path,
+            )
+        assert self._path is not None
+        side = self._path + SIDE_SUFFIX
+        delay = 0.001
+        while True:
+            mutex = self._shared_mutex()
+            shared = mutex is not None
+            if mutex is None:
+                mutex, _ = self._open_side(side)
+            if mutex is not None:
+                try:
+                    _FLOCK(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    pass  # a flock-mode writer holds LOCK_EX for its write
+                else:
+                    if shared or self._side_is(side, mutex):
+                        self._mutex = mutex
+                        self._set_mode("mutex")
+                        self._soft = False
+                        return True
+                    _FLOCK(fd, _LOCK_UN)  # replaced between open and LOCK_SH: again
+            if _try_flock(fd):
+                return False
+            if deadline is not None and time.monotonic() >= deadline:
+                raise self._timeout_error(timeout)
+            time.sleep(delay if deadline is None else min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, 0.05)
+
     def _release_mutex_if_ours(self) -> None:
         """After an exception at depth 0: unlock the mutex if this lock took it. The mutex is
         shared by every handle of the file in this process; if another lock of this thread
@@ -585,11 +661,30 @@ class WriteLock(_LockState):
         self._pending = False
 
     def _shared_mutex(self) -> Any:
-        """The Mutex of another live lock of the same inode in this process, if one is in mutex mode."""
+        """The Mutex of another live lock of the same inode in this process, if one is in mutex
+        mode (not a readonly one: its LOCK_SH may go at any moment, _leave_mutex_mode)."""
         for lock in list(_LIVE):
-            if lock is not self and lock._ino == self._ino and not lock._closed and lock._mutex is not None:
+            if (
+                lock is not self
+                and lock._ino == self._ino
+                and not lock._closed
+                and not lock._readonly
+                and lock._mutex is not None
+            ):
                 return lock._mutex
         return None
+
+    def _leave_mutex_mode(self) -> None:
+        """A readonly handle, the mutex released: drop LOCK_SH too and choose again at the next
+        acquire, so that a long-lived reader (a monitor calling ``to_bytes``) never keeps
+        flock-mode writers (an older mmapbloom, ``MMAPBLOOM_LOCK=flock``) out of the file.
+        :attr:`mode` keeps saying ``"mutex"``: the lock its snapshots take."""
+        self._mutex = None
+        self._pending = True
+        fd = self._own_fd if self._own_fd is not None else self._fd
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                _FLOCK(fd, _LOCK_UN)
 
     def _open_side(self, side: str) -> tuple[Any, str]:
         assert self._ino is not None
@@ -615,13 +710,18 @@ class WriteLock(_LockState):
 
     def _create_side(self, side: str) -> None:
         """Write a new side file under a temporary name and rename it over ``side`` (the
-        caller holds ``LOCK_EX``). Its permission bits are the locked file's (``& 0o666``), so
-        every user who may write the file may open it whatever their umask."""
+        caller holds ``LOCK_EX``). Its group and permission bits are the locked file's
+        (``& 0o666``), so every user who may write the file may open it whatever their umask
+        and primary group (the group is kept when the creator may not give it: not a member)."""
         assert self._fd is not None and self._ino is not None
         tmp = f"{side}.{os.getpid()}.{threading.get_ident()}.tmp"
         sfd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         try:
-            os.fchmod(sfd, os.fstat(self._fd).st_mode & 0o666)
+            st = os.fstat(self._fd)
+            if os.fstat(sfd).st_gid != st.st_gid:
+                with contextlib.suppress(OSError):  # EPERM: not a member of the file's group
+                    os.fchown(sfd, -1, st.st_gid)
+            os.fchmod(sfd, st.st_mode & 0o666)
             _Mutex.create(sfd, self._ino[0], self._ino[1])
             os.rename(tmp, side)
         except BaseException:
@@ -722,6 +822,8 @@ class WriteLock(_LockState):
             try:
                 if self._mutex is not None:
                     self._mutex.release()
+                    if self._readonly:
+                        self._leave_mutex_mode()
                 elif _DIRECT_FLOCK:
                     _unlock_flock(fd)
                 else:  # pragma: no cover - non-POSIX
@@ -781,6 +883,7 @@ class WriteLock(_LockState):
         _LIVE.discard(self)
         self._mutex = None  # closing _own_fd below drops the LOCK_SH of mutex mode
         self._mode = None
+        self._soft = False
         self._fd = None  # the owner closes it; never flock a reused descriptor number
         if self._own_fd is not None:
             fd, self._own_fd = self._own_fd, None
