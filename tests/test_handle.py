@@ -57,8 +57,10 @@ def test_add_and_batches_keep_the_count(tmp_path: Any, backend: str) -> None:
     f.close()
 
 
-def test_lock_is_free_after_each_write(tmp_path: Any, backend: str) -> None:
-    """Every write path releases the flock: another description of the file can take it."""
+def test_lock_is_free_after_each_write(tmp_path: Any, backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every write path releases the flock (the file lock, forced here: in mutex mode a
+    writer holds LOCK_SH for its lifetime): another description of the file can take it."""
+    monkeypatch.setenv("MMAPBLOOM_LOCK", "flock")
     path = tmp_path / "l.blm"
     f = bind(BloomFilter.create(path, BloomConfig.for_items(1000, 0.01)), backend)
     other = os.open(path, os.O_RDONLY)
@@ -75,6 +77,30 @@ def test_lock_is_free_after_each_write(tmp_path: Any, backend: str) -> None:
         fcntl.flock(other, fcntl.LOCK_UN)
     finally:
         os.close(other)
+        f.close()
+
+
+def test_write_lock_is_free_after_each_write_whatever_the_lock(tmp_path: Any, backend: str) -> None:
+    """Every write path releases the write lock in the default mode too (the mutex where
+    the platform has one): a second handle's writer, in another thread, gets it at once."""
+    path = tmp_path / "m.blm"
+    f = bind(BloomFilter.create(path, BloomConfig.for_items(1000, 0.01)), backend)
+    g = BloomFilter.open(path)
+
+    def take() -> None:
+        with g.write_lock():
+            g.add("from g")
+
+    try:
+        for write in (lambda: f.add("x"), lambda: f.update(["y", "z"]), lambda: f.add_many(["w"])):
+            write()
+            t = threading.Thread(target=take)
+            t.start()
+            t.join(10)
+            assert not t.is_alive(), "the write lock stayed held after a write"
+        assert "from g" in f and "w" in g
+    finally:
+        g.close()
         f.close()
 
 
