@@ -17,6 +17,9 @@
 #include "_handle.h"
 
 #include <structmember.h>
+#ifndef _WIN32
+#include <unistd.h>
+#endif
 
 #include "_cells.h"
 #include "_guard.h"
@@ -46,6 +49,15 @@ struct mb_handle {
     PyObject *faulted_hook;    /* faulted(): raises after a touch of the mapping faulted */
     PyObject *over;            /* over(count): emits the over-capacity warning */
     PyObject *saturated;       /* saturated(): emits the counter-saturation warning, or None */
+    /* A file truncated inside the mapping's last page (issue 29, item 1): the rest of that
+     * page reads as zeros and takes writes, with no SIGBUS.  Every guarded section first
+     * touches the mapping's last byte (a truncation before the last page faults there);
+     * a per-item op whose cells (or items word) lie in the last page, and each batch
+     * chunk, compare the file's size first (h_check_size: one fstat).  In memory: none. */
+    PyObject *size_fn;         /* image.size (an mmap: the file's size), or NULL (in memory) */
+    PyObject *check_size;      /* hooks.check_size: raises LengthMismatchError */
+    uint64_t last_cell;        /* cells from this index on lie in the last page (file only) */
+    int items_last;            /* the items word lies in the last page */
 };
 
 
@@ -67,6 +79,8 @@ static int h_traverse(Handle *h, visitproc visit, void *arg)
     Py_VISIT(h->faulted_hook);
     Py_VISIT(h->over);
     Py_VISIT(h->saturated);
+    Py_VISIT(h->size_fn);
+    Py_VISIT(h->check_size);
     return 0;
 }
 
@@ -79,6 +93,8 @@ static int h_clear(Handle *h)
     Py_CLEAR(h->faulted_hook);
     Py_CLEAR(h->over);
     Py_CLEAR(h->saturated);
+    Py_CLEAR(h->size_fn);
+    Py_CLEAR(h->check_size);
     return 0;
 }
 
@@ -95,6 +111,40 @@ static int get_hook(PyObject *hooks, const char *name, PyObject **out)
 {
     *out = PyObject_GetAttrString(hooks, name);
     return *out == NULL ? -1 : 0;
+}
+
+/* The last-page fields of a handle over image (an mmap: a file; anything else: none). */
+static int h_last_page(Handle *h, PyObject *image, PyObject *hooks)
+{
+    PyObject *mod = PyImport_ImportModule("mmap"), *mmap_type;
+    int is_mmap;
+    h->last_cell = UINT64_MAX;
+    if (mod == NULL)
+        return -1;
+    mmap_type = PyObject_GetAttrString(mod, "mmap");
+    Py_DECREF(mod);
+    if (mmap_type == NULL)
+        return -1;
+    is_mmap = PyObject_IsInstance(image, mmap_type);
+    Py_DECREF(mmap_type);
+    if (is_mmap <= 0)
+        return is_mmap;
+    {
+        #ifdef _WIN32
+        const long page = 4096;
+#else
+        const long page = sysconf(_SC_PAGESIZE);
+#endif
+        const uintptr_t end = (uintptr_t)h->image.buf + (uintptr_t)h->image.len;
+        const uintptr_t last = (end - 1) & ~(uintptr_t)(page > 0 ? page - 1 : 4095);
+        const uintptr_t body = (uintptr_t)h->body;
+        h->last_cell = last <= body ? 0 : (uint64_t)(last - body) * (uint64_t)(8 / h->width);
+        h->items_last = (uintptr_t)h->items + 4 > last;
+    }
+    if (get_hook(hooks, "check_size", &h->check_size) < 0)
+        return -1;
+    h->size_fn = PyObject_GetAttrString(image, "size");
+    return h->size_fn == NULL ? -1 : 0;
 }
 
 /* Handle(image, geometry, lock, hooks, writable, warn_at): geometry is mmapbloom.handle's
@@ -141,6 +191,8 @@ static PyObject *h_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     h->body = (uint8_t *)h->image.buf + header_size;
     h->items = (uint8_t *)h->image.buf + items_offset;
+    if (h_last_page(h, image, hooks) < 0)
+        goto fail;
     h->writable = writable;
     h->warn_at = warn_at;
     Py_INCREF(lock);
@@ -251,6 +303,52 @@ static PyObject *h_faulted(Handle *h)
                    "a touch of the filter's mapping faulted (SIGBUS): the file was truncated under the open handle");
 }
 
+/* The file still covers the whole mapping: 0; else -1 with LengthMismatchError (the
+ * check_size hook, which names the file and both sizes).  One fstat (mmap.size()); no-op
+ * in memory.  The GIL is held. */
+static int h_check_size(Handle *h)
+{
+    PyObject *r;
+    Py_ssize_t size;
+    if (h->size_fn == NULL)
+        return 0;
+    r = PyObject_CallNoArgs(h->size_fn);
+    if (r == NULL) {
+        if (h->closed) {   /* closed by another thread meanwhile */
+            PyErr_Clear();
+            h_refuse(h, 0);
+        }
+        return -1;
+    }
+    size = PyLong_AsSsize_t(r);
+    Py_DECREF(r);
+    if (size == -1 && PyErr_Occurred())
+        return -1;
+    if (size >= h->image.len)
+        return 0;
+    h_raise(h->check_size, PyExc_OSError, "the filter's file is shorter than its mapping (truncated under the open handle)");
+    return -1;
+}
+
+/* 1 if a write (items: it bumps the items word) or a read of the cells pos[0..n) touches
+ * the mapping's last page (where a truncation reads zeros instead of faulting). */
+static int h_in_last_page(const Handle *h, const uint64_t *pos, unsigned n, int items)
+{
+    unsigned i;
+    if (h->size_fn == NULL)
+        return 0;
+    if (items && h->items_last)
+        return 1;
+    for (i = 0; i < n; i++)
+        if (pos[i] >= h->last_cell)
+            return 1;
+    return 0;
+}
+
+/* The first touch of every guarded section: the mapping's last byte, which faults when the
+ * file was truncated anywhere before the last page (h_check_size covers that page). */
+#define TOUCH_LAST(h) ((void)*(volatile const uint8_t *)((const uint8_t *)(h)->image.buf + (h)->image.len - 1))
+
 /* ---- guarded sections: every touch of the mapping (_guard.h) -------------- */
 
 /* The cells and items word of one write (the lock is held): op 0 adds (n = k positions),
@@ -261,6 +359,7 @@ static int g_write_one(Handle *h, const uint64_t *pos, unsigned n, int op, int *
     GUARD_DECL(gd);
     GUARD_BEGIN(gd, h->image.buf, h->image.len)
         return -1;
+    TOUCH_LAST(h);
     if (op == 0) {
         *fresh = mb_cells_add(h->body, h->width, pos, n, sat);
         if (*fresh)
@@ -283,6 +382,7 @@ static int g_contains(Handle *h, const uint64_t hv[2], uint64_t *pos, unsigned h
     GUARD_DECL(gd);
     GUARD_BEGIN(gd, h->image.buf, h->image.len)
         return -1;
+    TOUCH_LAST(h);
     present = mb_cells_probe(h->body, h->width, pos, 0, head);
     if (present && head < k) {
         mb_positions_n(&h->g, hv, pos, head, k);
@@ -298,6 +398,7 @@ static int g_count_min(Handle *h, const uint64_t *pos, unsigned *low)
     GUARD_DECL(gd);
     GUARD_BEGIN(gd, h->image.buf, h->image.len)
         return -1;
+    TOUCH_LAST(h);
     *low = mb_cells_min(h->body, h->width, pos, h->g.k);
     GUARD_END();
     return 0;
@@ -334,6 +435,8 @@ PyObject *mb_handle_write_one(Handle *h, PyObject *key, int op)
     if ((pos = h_positions(h, key, small)) == NULL)
         return NULL;
     n = mb_cells_distinct(h->width, pos, h->g.k);
+    if (h_in_last_page(h, pos, n, 1) && h_check_size(h) < 0)
+        goto fail;
     state = h_lock(h);
     if (state < 0)
         goto fail;
@@ -404,11 +507,20 @@ int mb_handle_contains(Handle *h, PyObject *key)
     /* Lazily: the head positions first; an absent key usually stops there. */
     mb_positions_n(&h->g, hv, pos, 0, head);
     present = g_contains(h, hv, pos, head);
+    if (present == 0 && h->size_fn != NULL) {   /* a zero read past a truncation in the last page? */
+        int last = h_in_last_page(h, pos, head, 0);
+        if (!last && head < k) {   /* the rest: computed in g_contains only if the head was set */
+            mb_positions_n(&h->g, hv, pos, head, k);
+            last = h_in_last_page(h, pos + head, k - head, 0);
+        }
+        if (last && h_check_size(h) < 0)
+            present = -2;
+    }
     if (pos != small)
         PyMem_Free(pos);
-    if (present < 0)
+    if (present == -1)
         h_faulted(h);
-    return present;
+    return present < 0 ? -1 : present;
 }
 
 static PyObject *h_contains(Handle *h, PyObject *key)
@@ -437,6 +549,11 @@ static PyObject *h_count(Handle *h, PyObject *key)
             PyMem_Free(pos);
         return h_refuse(h, 0);
     }
+    if (h_in_last_page(h, pos, h->g.k, 0) && h_check_size(h) < 0) {
+        if (pos != small)
+            PyMem_Free(pos);
+        return NULL;
+    }
     faulted = g_count_min(h, pos, &low);
     if (pos != small)
         PyMem_Free(pos);
@@ -455,6 +572,7 @@ static int g_commit(Handle *h, const mb_key *refs, size_t n, uint64_t *rows, uin
     GUARD_DECL(gd);
     GUARD_BEGIN(gd, h->image.buf, h->image.len)
         return -1;
+    TOUCH_LAST(h);
     *fresh = mb_cells_commit(h->body, h->width, h->g.k, refs, n, rows, out, sat);
     *over = *fresh ? items_bump(h, *fresh, stored) : 0;
     GUARD_END();
@@ -517,6 +635,8 @@ static Py_ssize_t h_add_keys(Handle *h, keyset *ks, uint8_t *out)
             h_refuse(h, 0);
             goto fail;
         }
+        if (h_check_size(h) < 0)   /* per chunk: a truncation inside the last page raises */
+            goto fail;
         state = h_lock(h);
         if (state < 0)
             goto fail;
@@ -591,16 +711,21 @@ static PyObject *h_add_many(Handle *h, PyObject *const *args, Py_ssize_t nargs)
     Py_buffer out;
     int have_out = 0;
     Py_ssize_t fresh;
-    if (nargs < 1 || nargs > 2)
-        return PyErr_Format(PyExc_TypeError, "add_many() takes 1 or 2 arguments (%zd given)", nargs);
-    if (h->closed || !h->writable)
-        return h_refuse(h, 1);
-    if (mb_keys_begin(&ks, args[0], 1) < 0)
-        return NULL;
+    /* Every exception out of here carries committed_items (0 before the first chunk). */
+    if (nargs < 1 || nargs > 2) {
+        PyErr_Format(PyExc_TypeError, "add_many() takes 1 or 2 arguments (%zd given)", nargs);
+        goto refused;
+    }
+    if (h->closed || !h->writable) {
+        h_refuse(h, 1);
+        goto refused;
+    }
+    if (mb_keys_begin(&ks, args[0], 1) < 0)   /* a bad key, or an interrupt in encode_key */
+        goto refused;
     if (nargs == 2 && args[1] != Py_None) {
         if (get_out(args[1], ks.n, &out) < 0) {
             mb_keys_end(&ks);
-            return NULL;
+            goto refused;
         }
         have_out = 1;
     }
@@ -609,6 +734,9 @@ static PyObject *h_add_many(Handle *h, PyObject *const *args, Py_ssize_t nargs)
         PyBuffer_Release(&out);
     mb_keys_end(&ks);
     return fresh < 0 ? NULL : PyLong_FromSsize_t(fresh);
+refused:
+    note_committed(0);
+    return NULL;
 }
 
 PyDoc_STRVAR(h_contains_many_doc,
@@ -636,6 +764,7 @@ static int g_query(Handle *h, keyset *ks, uint64_t *ring, uint8_t *out)
     GUARD_DECL(gd);
     GUARD_BEGIN(gd, h->image.buf, h->image.len)
         return -1;
+    TOUCH_LAST(h);
     query_keys(h, ks, ring, out);
     GUARD_END();
     return 0;
@@ -679,10 +808,15 @@ static PyObject *h_contains_many(Handle *h, PyObject *const *args, Py_ssize_t na
     }
     h_leave(h);
     PyMem_Free(ring);
+    /* An absent answer may be a zero read past a truncation inside the last page. */
+    if (faulted == 0 && h->size_fn != NULL && memchr(out.buf, 0, (size_t)ks.n) != NULL && h_check_size(h) < 0)
+        faulted = -2;
     PyBuffer_Release(&out);
     mb_keys_end(&ks);
-    if (faulted < 0)
+    if (faulted == -1)
         return h_faulted(h);
+    if (faulted < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 

@@ -917,12 +917,12 @@ class ExpiringBloomFilter(Lifecycle):
 
         Raises TypeError, ValueError (malformed batch), ReadOnlyFilterError,
         FilterClosedError, OSError (a rotation failed)."""
-        if self._no_write:
-            self._refuse_write()
-        self._check_open()
         start = 0
         done = [0]
         try:
+            if self._no_write:  # a refusal carries committed_items = 0 too (issue 29)
+                self._refuse_write()
+            self._check_open()
             keys: Any = items if _is_array(items) else encoded_keys(items)[0]
             total = 0
             for start in range(0, len(keys), _CHUNK):

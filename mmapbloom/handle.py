@@ -13,6 +13,10 @@ remove and count), with the write lock and the items counter included.
   chunks), then tests-and-sets the chunk and bumps the counter once under the lock.
   Every touch of the mapping runs under a SIGBUS guard (``_guard.h``): a file that
   another program truncated under the handle raises LengthMismatchError (``hooks.faulted``).
+  A cut inside the mapping's last page does not fault (the rest of the page reads as
+  zeros): each guarded section first touches the mapping's last byte, and an op whose
+  cells lie in the last page (or a batch chunk) compares the file's size first
+  (``hooks.check_size``, through ``mmap.size()``).
 * pure path: :class:`PyHandle` below, the reference with the same semantics over
   :mod:`mmapbloom.kernels`' Python functions (and the only path for custom strategies).
   It checks the file's size (``hooks.check_size``: one ``fstat``) before each per-item operation

@@ -671,12 +671,12 @@ class ScalableBloomFilter(Lifecycle):
             ConfigError: the next layer would not fit BLM1.
             NoSpaceError: the disk is full at a growth. OSError: other OS errors.
         """
-        if self._no_write:
-            self._refuse_write()
-        self._check_open()
         start = 0
         progress = [0]  # index, in the chunk at ``start``, of the first item not yet committed
         try:
+            if self._no_write:  # a refusal carries committed_items = 0 too (issue 29)
+                self._refuse_write()
+            self._check_open()
             keys = encoded_keys(items)[0]  # nulls of a column are never added
             total = 0
             for start in range(0, len(keys), _CHUNK):

@@ -1,0 +1,115 @@
+"""Issue 29 item 3: every exception leaving every batch writer of every kind carries
+``committed_items`` (how many leading keys were committed; 0 when nothing was), on both
+backends (the test suite runs once per backend: ``MMAPBLOOM_PURE=1``).
+
+The bad batches are the issue's: a None, an int past 2**64, a lone high surrogate (which
+no key-encoding rule accepts), a float after a numpy int; and the refusals of a closed
+filter and of a read-only one."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+from mmapbloom import (
+    BloomConfig,
+    BloomFilter,
+    CountingBloomFilter,
+    CuckooFilter,
+    ExpiringBloomFilter,
+    ScalableBloomFilter,
+)
+
+BAD_BATCHES = {
+    "none": ["a", None],
+    "big-int": ["a", 2**70],
+    "high-surrogate": ["a", "\ud800"],
+    "numpy-then-float": [np.int64(1), 1.5],
+}
+
+
+def make(kind: str, path: str) -> Any:
+    config = BloomConfig(num_bits=1 << 16, num_hashes=3)
+    if kind == "bloom":
+        return BloomFilter.create(path, config)
+    if kind == "counting":
+        return CountingBloomFilter.create(path, config)
+    if kind == "scalable":
+        return ScalableBloomFilter.create(path, capacity=1000, fp_rate=0.01)
+    if kind == "cuckoo":
+        return CuckooFilter.create(path, capacity=1000, fp_rate=0.01)
+    return ExpiringBloomFilter.create(path, window=3600, capacity=1000, fp_rate=0.01)
+
+
+def reopen(kind: str, path: str) -> Any:
+    cls = {
+        "bloom": BloomFilter,
+        "counting": CountingBloomFilter,
+        "scalable": ScalableBloomFilter,
+        "cuckoo": CuckooFilter,
+        "expiring": ExpiringBloomFilter,
+    }[kind]
+    return cls.open(path, readonly=True)
+
+
+WRITERS: dict[str, list[str]] = {
+    "bloom": ["update", "add_many"],
+    "counting": ["update", "add_many"],
+    "scalable": ["update"],
+    "cuckoo": ["update", "add_many", "remove_many"],
+    "expiring": ["update"],
+}
+CASES = [(kind, writer) for kind, writers in WRITERS.items() for writer in writers]
+
+
+def committed(call: Callable[[], Any]) -> Any:
+    with pytest.raises(BaseException) as info:
+        call()
+    assert hasattr(info.value, "committed_items"), f"{type(info.value).__name__}: {info.value}"
+    return info.value.committed_items  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("bad", list(BAD_BATCHES))
+@pytest.mark.parametrize(("kind", "writer"), CASES)
+def test_bad_batch_carries_committed_items(tmp_path: Any, kind: str, writer: str, bad: str) -> None:
+    with make(kind, str(tmp_path / "f")) as f:
+        assert committed(lambda: getattr(f, writer)(BAD_BATCHES[bad])) == 0
+        assert "a" not in f  # validated before any cell changed
+
+
+@pytest.mark.parametrize(("kind", "writer"), CASES)
+def test_refusals_carry_committed_items(tmp_path: Any, kind: str, writer: str) -> None:
+    path = str(tmp_path / "f")
+    f = make(kind, path)
+    f.update(["x"])
+    f.close()
+    assert committed(lambda: getattr(f, writer)(["a", "b"])) == 0
+    with reopen(kind, path) as ro:
+        assert committed(lambda: getattr(ro, writer)(["a", "b"])) == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX")
+@pytest.mark.parametrize(("kind", "writer"), CASES)
+def test_interrupt_while_numpy_ints_convert(tmp_path: Any, kind: str, writer: str) -> None:
+    """A KeyboardInterrupt raised while a numpy int scalar is converted (its __index__
+    runs Python: the interrupt lands there deterministically) carries committed_items."""
+
+    class Interrupting(np.int64):
+        pass
+
+    calls = [0]
+
+    def index(self: Any) -> int:
+        calls[0] += 1
+        if calls[0] == 3:
+            raise KeyboardInterrupt
+        return int(np.int64(self))
+
+    Interrupting.__index__ = index  # type: ignore[method-assign, assignment]
+    keys = [np.int64(i) for i in range(3)] + [Interrupting(i) for i in range(3, 6)]
+    with make(kind, str(tmp_path / "f")) as f:
+        got = committed(lambda: getattr(f, writer)(keys))
+        assert got == 0, got
