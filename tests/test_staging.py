@@ -58,6 +58,8 @@ def test_batches_match_the_pure_reference(name: str, m: int, width: int) -> None
     rng = random.Random(1)
     rng.shuffle(keys)
     ints = np.array([rng.getrandbits(63) for _ in range(2000)] * 2, dtype=np.int64)
+    a: Any
+    b: Any
     if width == 1:
         a, b = BloomFilter(config), _pure(BloomFilter(config))
     else:
