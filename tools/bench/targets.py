@@ -51,9 +51,9 @@ def _writer(path: str, keys: list[str], barrier: Any) -> None:
         f.update(keys)
 
 
-def _wall(cmd: list[str], env: dict[str, str]) -> float:
+def _wall(cmd: list[str], env: dict[str, str], cwd: str) -> float:
     t0 = time.perf_counter()
-    subprocess.run(cmd, env=env, check=False, capture_output=True)  # check exits 1 for an absent key
+    subprocess.run(cmd, env=env, cwd=cwd, check=False, capture_output=True)  # check exits 1 for an absent key
     return time.perf_counter() - t0
 
 
@@ -170,7 +170,7 @@ def measure(a: argparse.Namespace) -> list[tuple[str, Optional[float], str, floa
         ]
     for _ in range(a.fresh_runs):
         for name, cmd in cmds.items():
-            wall.setdefault(name, []).append(_wall(cmd, env))
+            wall.setdefault(name, []).append(_wall(cmd, env, ROOT if not a.installed else work))
     wmed = {k: statistics.median(v) for k, v in wall.items()}
 
     # 4 writers vs 1 (fork; disjoint contiguous slices)
@@ -222,7 +222,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--seed", type=int, default=5)
     ap.add_argument("--installed", action="store_true", help="measure the mmapbloom the running Python imports")
     a = ap.parse_args(argv)
-    if not a.installed and ROOT not in sys.path:
+    import tools.bench.measure  # noqa: F401  (imported before sys.path loses the checkout)
+
+    if a.installed:  # the checkout (cwd, "" or ROOT on sys.path) must not shadow the install
+        sys.path[:] = [x for x in sys.path if os.path.abspath(x or os.curdir) != ROOT]
+        sys.modules.pop("mmapbloom", None)
+    elif ROOT not in sys.path:
         sys.path.insert(0, ROOT)
     import mmapbloom
 
