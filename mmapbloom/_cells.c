@@ -162,6 +162,103 @@ static inline int probe_range(const uint8_t *body, int width, const uint64_t *ro
     return 1;
 }
 
+/* The 64-byte block of a blocked strategy's key starts at bit `base` of the body; the body
+ * follows a 24- or 32-byte header, so the block spans two cache lines: prefetch both. */
+#define PREFETCH_BLOCK(pf, body, base) \
+    do {                                \
+        const uint8_t *blk_ = (body) + ((base) >> 3); \
+        pf(blk_);                       \
+        pf(blk_ + BLOCK_BITS / 8 - 1);  \
+    } while (0)
+
+/* A blocked strategy's key as two words: row[0] = the bit index of its block (base),
+ * row[1] = the multiplier seed y0 (bit i of the key is base + top 9 bits of
+ * y0 * C^(i + 1), _positions.h). */
+static inline void blocked_row(const geom *g, const uint64_t h[2], uint64_t row[2])
+{
+    row[0] = mb_mulhi64(h[0], g->m / BLOCK_BITS) * BLOCK_BITS;
+    row[1] = g->strategy == S_M3B2 ? h[1] | 1 : h[1];
+}
+
+/* Bloom bits of a blocked key (base, y): set them, 1 if some was 0 (bloom_set's rule:
+ * a byte is written only when it changes). */
+static inline int blocked_set(uint8_t *body, uint64_t base, uint64_t y, unsigned k)
+{
+    uint8_t *blk = body + (base >> 3);
+    int fresh = 0;
+    unsigned i;
+    for (i = 0; i < k; i++) {
+        unsigned bit;
+        y *= 0x9E3779B97F4A7C15ULL;
+        bit = (unsigned)(y >> 55);
+        if (!(blk[bit >> 3] & (1u << (bit & 7)))) {
+            blk[bit >> 3] |= (uint8_t)(1u << (bit & 7));
+            fresh = 1;
+        }
+    }
+    return fresh;
+}
+
+/* Bloom bits of a blocked key (base, y): 1 if all are set, 0 at the first clear one. */
+static inline int blocked_test(const uint8_t *body, uint64_t base, uint64_t y, unsigned k)
+{
+    const uint8_t *blk = body + (base >> 3);
+    unsigned i;
+    for (i = 0; i < k; i++) {
+        unsigned bit;
+        y *= 0x9E3779B97F4A7C15ULL;
+        bit = (unsigned)(y >> 55);
+        if (!(blk[bit >> 3] & (1u << (bit & 7))))
+            return 0;
+    }
+    return 1;
+}
+
+/* One key's probes straight from its hash halves, lazily, each position computed when it
+ * is tested (stops at the first clear cell): the direct query of a body that fits in the
+ * cache, where a prefetch pipeline only adds its stores and reloads. */
+static inline int probe_direct(const uint8_t *body, int width, const geom *g, const uint64_t h[2])
+{
+    const uint64_t m = g->m;
+    const unsigned k = g->k;
+    unsigned i;
+    switch (g->strategy) {
+    case S_M3KM: {
+        uint64_t p = h[0] % m, step, gap;
+        if (m == 1)
+            return probe_one(body, width, 0);
+        step = 1 + h[1] % (m - 1);
+        gap = m - step;
+        for (i = 0; i < k; i++) {
+            if (!probe_one(body, width, p))
+                return 0;
+            p = p >= gap ? p - gap : p + step;
+        }
+        return 1;
+    }
+    case S_M3MX:
+    case S_M3M2: {
+        const uint64_t b = g->strategy == S_M3M2 ? h[1] | 1 : h[1];
+        for (i = 0; i < k; i++)
+            if (!probe_one(body, width, mb_mulhi64(mmb_fmix64(h[0] + (uint64_t)i * b), m)))
+                return 0;
+        return 1;
+    }
+    default: { /* S_M3BL, S_M3B2 */
+        uint64_t row[2];
+        blocked_row(g, h, row);
+        if (width == 1)
+            return blocked_test(body, row[0], row[1], k);
+        for (i = 0; i < k; i++) {
+            row[1] *= 0x9E3779B97F4A7C15ULL;
+            if (!probe_one(body, width, row[0] + (row[1] >> 55)))
+                return 0;
+        }
+        return 1;
+    }
+    }
+}
+
 /* First query stage: hash the key (halves into h), compute only the head of its
  * positions (the first QUERY_PREFETCH) and prefetch their bytes. */
 static void stage_query(const uint8_t *body, int width, const geom *g, const mb_key *key, uint64_t *row,
@@ -195,9 +292,39 @@ static int query_head(const uint8_t *body, int width, const geom *g, uint64_t *r
     return 1;
 }
 
+/* Blocked Bloom bits: one block (two lines) per key, so one stage: key i + AHEAD is
+ * hashed, its (base, y) kept in the ring and its block prefetched; key i is tested from
+ * its (base, y), the bits computed as they are tested. */
+static void query_blocked(const uint8_t *body, const geom *g, const mb_key *keys, size_t n, uint8_t *out)
+{
+    uint64_t rows[AHEAD][2], h[2];
+    size_t i;
+    for (i = 0; i < n && i < AHEAD; i++) {
+        if (keys[i].ptr == NULL)
+            continue;
+        mb_hash_key(&keys[i], h);
+        blocked_row(g, h, rows[i]);
+        PREFETCH_BLOCK(PREFETCH_R, body, rows[i][0]);
+    }
+    for (i = 0; i < n; i++) {
+        uint64_t *row = rows[i % AHEAD];
+        out[i] = (uint8_t)(keys[i].ptr != NULL && blocked_test(body, row[0], row[1], g->k));
+        if (i + AHEAD + KEY_AHEAD < n)
+            MB_PREFETCH_KEY(&keys[i + AHEAD + KEY_AHEAD]);
+        if (i + AHEAD < n && keys[i + AHEAD].ptr != NULL) {
+            mb_hash_key(&keys[i + AHEAD], h);
+            blocked_row(g, h, row);
+            PREFETCH_BLOCK(PREFETCH_R, body, row[0]);
+        }
+    }
+}
+
 /* The query loop run without the GIL: out[i] = key i may be present.  width 1 = Bloom
  * body, else a counting body of that width (present = every cell non-zero).  ring has
- * room for AHEAD * k positions (row i % AHEAD holds key i's positions). */
+ * room for AHEAD * k positions (row i % AHEAD holds key i's positions).  Three paths:
+ * a body of at most DIRECT_BYTES (it fits in the cache) is probed key by key
+ * (probe_direct); blocked Bloom bits take query_blocked; the rest the three-stage
+ * pipeline of _cells.h. */
 void mb_cells_query(const uint8_t *body, int width, const geom *g, const mb_key *keys, size_t n, uint64_t *ring,
                     uint8_t *out)
 {
@@ -206,6 +333,24 @@ void mb_cells_query(const uint8_t *body, int width, const geom *g, const mb_key 
     uint8_t maybe[AHEAD];   /* head test passed, by ring row */
     uint64_t hs[AHEAD][2];  /* hash halves, by ring row */
     size_t i;
+    if (mb_body_bytes(g->m, width) <= DIRECT_BYTES) {
+        for (i = 0; i < n; i++) {
+            uint64_t h[2];
+            if (keys[i].ptr == NULL) {
+                out[i] = 0;
+                continue;
+            }
+            if (i + KEY_AHEAD < n)
+                MB_PREFETCH_KEY(&keys[i + KEY_AHEAD]);
+            mb_hash_key(&keys[i], h);
+            out[i] = (uint8_t)probe_direct(body, width, g, h);
+        }
+        return;
+    }
+    if (width == 1 && STRATEGY_BLOCKED(g->strategy)) {
+        query_blocked(body, g, keys, n, out);
+        return;
+    }
     for (i = 0; i < n && i < AHEAD; i++)
         stage_query(body, width, g, &keys[i], ring + i * k, hs[i]);
     for (i = 0; i < n && i < half; i++)
@@ -218,51 +363,187 @@ void mb_cells_query(const uint8_t *body, int width, const geom *g, const mb_key 
             const size_t s2 = (i + half) % AHEAD;
             maybe[s2] = (uint8_t)query_head(body, width, g, ring + s2 * k, hs[s2]);
         }
+        if (i + AHEAD + KEY_AHEAD < n)
+            MB_PREFETCH_KEY(&keys[i + AHEAD + KEY_AHEAD]);
         if (i + AHEAD < n)
             stage_query(body, width, g, &keys[i + AHEAD], row, hs[slot]);
     }
 }
 
-/* Hash the keys [0, n) of refs into rows (k positions each); null keys get no row use. */
+/* Hash the keys [0, n) of refs into rows, two words a key (a null key's row is left
+ * alone): (base, y0) for blocked strategies (blocked_row), else the hash halves. */
 void mb_cells_stage(const geom *g, const mb_key *refs, size_t n, uint64_t *rows)
 {
+    const int blocked = STRATEGY_BLOCKED(g->strategy);
     size_t i;
-    uint64_t hv[2];
     for (i = 0; i < n; i++) {
+        uint64_t *row = rows + 2 * i;
+        if (i + KEY_AHEAD < n)
+            MB_PREFETCH_KEY(&refs[i + KEY_AHEAD]);
         if (refs[i].ptr == NULL)
             continue;
-        mb_hash_key(&refs[i], hv);
-        mb_positions(g, hv, rows + i * g->k);
+        mb_hash_key(&refs[i], row);
+        if (blocked)
+            blocked_row(g, row, row);
     }
 }
 
-/* Test-and-set the staged rows in order (the lock is held): out[i] = key i was new.
- * Returns the number of new keys; *sat |= some counter saturated. */
-Py_ssize_t mb_cells_commit(uint8_t *body, int width, unsigned k, const mb_key *refs, size_t n, uint64_t *rows,
-                           uint8_t *out, int *sat)
+/* A staged key's positions into pos (k values): from its two words of mb_cells_stage. */
+static inline void staged_positions(const geom *g, const uint64_t row[2], uint64_t *pos)
 {
+    unsigned i;
+    uint64_t y;
+    if (!STRATEGY_BLOCKED(g->strategy)) {
+        mb_positions(g, row, pos);
+        return;
+    }
+    for (i = 0, y = row[1]; i < g->k; i++) {
+        y *= 0x9E3779B97F4A7C15ULL;
+        pos[i] = row[0] + (y >> 55);
+    }
+}
+
+/* Write one key from its positions (bits, or its distinct counters). */
+static inline int set_row(uint8_t *body, int width, uint64_t *pos, unsigned k, int *sat)
+{
+    int fresh = 0;
+    if (width == 1)
+        return bloom_set(body, pos, k);
+    count_inc(body, width, pos, distinct(pos, k), &fresh, sat);
+    return fresh;
+}
+
+/* A staged key's k bit positions into pos, each prefetched (for writing) as it is made:
+ * M3MX / M3M2 inline (the default strategy), others through mb_positions. */
+static inline void bits_ahead(uint8_t *body, const geom *g, const uint64_t row[2], uint64_t *pos)
+{
+    const unsigned k = g->k;
+    unsigned j;
+    if (g->strategy == S_M3M2 || g->strategy == S_M3MX) {
+        const uint64_t m = g->m, b = g->strategy == S_M3M2 ? row[1] | 1 : row[1];
+        uint64_t x = row[0];
+        for (j = 0; j < k; j++, x += b) {
+            const uint64_t p = mb_mulhi64(mmb_fmix64(x), m);
+            pos[j] = p;
+            PREFETCH_W(body + (p >> 3));
+        }
+        return;
+    }
+    staged_positions(g, row, pos);
+    for (j = 0; j < k; j++)
+        PREFETCH_W(body + (pos[j] >> 3));
+}
+
+/* Set the bits of a staged key (non-blocked strategy) straight from its row, each
+ * position computed as it is set: the commit of a body that fits in the cache, where the
+ * ring and the prefetches only add work.  1 if some bit was 0 (bloom_set's rule). */
+static inline int bits_direct(uint8_t *body, const geom *g, const uint64_t row[2], uint64_t *pos)
+{
+    const unsigned k = g->k;
+    unsigned j;
+    int fresh = 0;
+    if (g->strategy == S_M3M2 || g->strategy == S_M3MX) {
+        const uint64_t m = g->m, b = g->strategy == S_M3M2 ? row[1] | 1 : row[1];
+        uint64_t x = row[0];
+        for (j = 0; j < k; j++, x += b) {
+            const uint64_t p = mb_mulhi64(mmb_fmix64(x), m);
+            uint8_t *byte = body + (p >> 3);
+            const uint8_t mask = (uint8_t)(1u << (p & 7));
+            if (!(*byte & mask)) {
+                *byte |= mask;
+                fresh = 1;
+            }
+        }
+        return fresh;
+    }
+    staged_positions(g, row, pos);
+    return bloom_set(body, pos, k);
+}
+
+/* mb_cells_commit for Bloom bits of a non-blocked strategy (the ring pipeline). */
+static Py_ssize_t commit_bits(uint8_t *body, const geom *g, const mb_key *refs, size_t n, const uint64_t *rows,
+                              uint64_t *ring, uint8_t *out)
+{
+    const unsigned k = g->k;
     Py_ssize_t total = 0;
     size_t i;
-    unsigned j;
+    if (mb_body_bytes(g->m, 1) <= DIRECT_BYTES) {
+        for (i = 0; i < n; i++) {
+            const int fresh = refs[i].ptr != NULL ? bits_direct(body, g, rows + 2 * i, ring) : 0;
+            if (out != NULL)
+                out[i] = (uint8_t)fresh;
+            total += fresh;
+        }
+        return total;
+    }
     for (i = 0; i < n && i < AHEAD; i++)
         if (refs[i].ptr != NULL)
-            for (j = 0; j < k; j++)
-                PREFETCH_W(body + byte_of(width, rows[i * k + j]));
+            bits_ahead(body, g, rows + 2 * i, ring + i * k);
     for (i = 0; i < n; i++) {
-        uint64_t *row = rows + i * k;
+        uint64_t *pos = ring + (i % AHEAD) * k;
         int fresh = 0;
-        if (i + AHEAD < n && refs[i + AHEAD].ptr != NULL)
-            for (j = 0; j < k; j++)
-                PREFETCH_W(body + byte_of(width, row[(size_t)AHEAD * k + j]));
-        if (refs[i].ptr != NULL) {
-            if (width == 1)
-                fresh = bloom_set(body, row, k);
-            else
-                count_inc(body, width, row, distinct(row, k), &fresh, sat);
-        }
+        if (refs[i].ptr != NULL)
+            fresh = bloom_set(body, pos, k);
         if (out != NULL)
             out[i] = (uint8_t)fresh;
         total += fresh;
+        if (i + AHEAD < n && refs[i + AHEAD].ptr != NULL)
+            bits_ahead(body, g, rows + 2 * (i + AHEAD), pos);
+    }
+    return total;
+}
+
+/* Test-and-set the staged rows in order (the lock is held): out[i] = key i was new.
+ * Returns the number of new keys; *sat |= some counter saturated.  Blocked Bloom bits are
+ * set straight from (base, y0), the block of key i + AHEAD prefetched; otherwise the
+ * positions of key i + AHEAD are computed into ring row (i + AHEAD) % AHEAD (AHEAD * k
+ * words: it stays in L1) and prefetched there, and key i is set from its ring row. */
+Py_ssize_t mb_cells_commit(uint8_t *body, int width, const geom *g, const mb_key *refs, size_t n,
+                           const uint64_t *rows, uint64_t *ring, uint8_t *out, int *sat)
+{
+    const unsigned k = g->k;
+    Py_ssize_t total = 0;
+    size_t i;
+    unsigned j;
+    if (width == 1 && STRATEGY_BLOCKED(g->strategy)) {
+        const int ahead = mb_body_bytes(g->m, 1) > DIRECT_BYTES;   /* else it fits in the cache */
+        for (i = 0; ahead && i < n && i < AHEAD; i++)
+            if (refs[i].ptr != NULL)
+                PREFETCH_BLOCK(PREFETCH_W, body, rows[2 * i]);
+        for (i = 0; i < n; i++) {
+            int fresh = 0;
+            if (ahead && i + AHEAD < n && refs[i + AHEAD].ptr != NULL)
+                PREFETCH_BLOCK(PREFETCH_W, body, rows[2 * (i + AHEAD)]);
+            if (refs[i].ptr != NULL)
+                fresh = blocked_set(body, rows[2 * i], rows[2 * i + 1], k);
+            if (out != NULL)
+                out[i] = (uint8_t)fresh;
+            total += fresh;
+        }
+        return total;
+    }
+    if (width == 1)
+        return commit_bits(body, g, refs, n, rows, ring, out);
+    for (i = 0; i < n && i < AHEAD; i++) {
+        if (refs[i].ptr == NULL)
+            continue;
+        staged_positions(g, rows + 2 * i, ring + i * k);
+        for (j = 0; j < k; j++)
+            PREFETCH_W(body + byte_of(width, ring[i * k + j]));
+    }
+    for (i = 0; i < n; i++) {
+        uint64_t *pos = ring + (i % AHEAD) * k;
+        int fresh = 0;
+        if (refs[i].ptr != NULL)
+            fresh = set_row(body, width, pos, k, sat);
+        if (out != NULL)
+            out[i] = (uint8_t)fresh;
+        total += fresh;
+        if (i + AHEAD < n && refs[i + AHEAD].ptr != NULL) {
+            staged_positions(g, rows + 2 * (i + AHEAD), pos);
+            for (j = 0; j < k; j++)
+                PREFETCH_W(body + byte_of(width, pos[j]));
+        }
     }
     return total;
 }

@@ -11,13 +11,19 @@
  * reference (mmapbloom/kernels.py) leaves exactly the same bytes.
  *
  * Batches run as a pipeline so that a probe rarely waits for memory (the body of a large
- * filter is far bigger than the caches).  Adds: the lines of key i + AHEAD are prefetched
- * before key i is written.  Queries, in three stages:
+ * filter is far bigger than the caches).  Adds: the staging (outside the lock) keeps two
+ * words a key (hash halves, or a blocked key's block and multiplier seed), never its k
+ * positions; the commit computes the positions of key i + AHEAD into an L1 ring of AHEAD
+ * rows and prefetches them before key i is written (blocked Bloom bits: the key's block,
+ * its bits computed as they are set; a Bloom body of at most DIRECT_BYTES, which fits
+ * in the cache, is set key by key without the ring).  Queries: a body of at most
+ * DIRECT_BYTES is probed key by key; blocked Bloom bits prefetch the block of key
+ * i + AHEAD and test key i; the rest run in three stages:
  *   i + AHEAD      hash, positions, prefetch the first QUERY_PREFETCH positions;
  *   i + AHEAD / 2  test those; a key that fails is known absent (most absent keys stop
  *                  here), otherwise prefetch its other positions;
  *   i              test the remaining positions.
- * Both constants are -D overridable (for measurements); MMB_NO_PREFETCH turns prefetching
+ * The constants are -D overridable (for measurements); MMB_NO_PREFETCH turns prefetching
  * off.  None of these functions allocates: they run inside the SIGBUS guard (_guard.h). */
 #ifndef MMAPBLOOM_CELLS_H
 #define MMAPBLOOM_CELLS_H
@@ -33,6 +39,12 @@
 #endif
 #ifndef QUERY_PREFETCH
 #define QUERY_PREFETCH 2
+#endif
+/* A body of at most this many bytes (it fits in the cache: 2 MiB, half this machine's L2)
+ * is queried, and its Bloom bits set, key by key, each position computed as it is tested
+ * or set, without the pipeline's stores, reloads and prefetches. */
+#ifndef DIRECT_BYTES
+#define DIRECT_BYTES (2u << 20)
 #endif
 #if AHEAD < 2 || QUERY_PREFETCH < 1
 #error "AHEAD must be at least 2 and QUERY_PREFETCH at least 1"
@@ -60,13 +72,15 @@ unsigned mb_cells_min(const uint8_t *body, int width, const uint64_t *pos, unsig
 /* 1 if every cell pos[from..to) is set (non-zero); 0 at the first that is not. */
 int mb_cells_probe(const uint8_t *body, int width, const uint64_t *pos, unsigned from, unsigned to);
 
-/* Batches.  Hash keys[0..n) into rows (k positions each; a null key's row is left alone). */
+/* Batches.  Hash keys[0..n) into rows, two words a key (a null key's row is left alone):
+ * the hash halves, or (base, y0) for the blocked strategies (M3BL, M3B2). */
 void mb_cells_stage(const geom *g, const mb_key *keys, size_t n, uint64_t *rows);
 
 /* Test-and-set the staged rows in order: out[i] (if out) = key i was new.  Returns the
- * number of new keys; *sat |= some counter saturated. */
-Py_ssize_t mb_cells_commit(uint8_t *body, int width, unsigned k, const mb_key *keys, size_t n, uint64_t *rows,
-                           uint8_t *out, int *sat);
+ * number of new keys; *sat |= some counter saturated.  ring: room for AHEAD * k words
+ * (the positions of the keys in flight). */
+Py_ssize_t mb_cells_commit(uint8_t *body, int width, const geom *g, const mb_key *keys, size_t n,
+                           const uint64_t *rows, uint64_t *ring, uint8_t *out, int *sat);
 
 /* out[i] = key i may be present (a null key: 0).  ring has room for AHEAD * k positions. */
 void mb_cells_query(const uint8_t *body, int width, const geom *g, const mb_key *keys, size_t n, uint64_t *ring,

@@ -573,7 +573,7 @@ static int g_commit(Handle *h, const mb_key *refs, size_t n, uint64_t *rows, uin
     GUARD_BEGIN(gd, h->image.buf, h->image.len)
         return -1;
     TOUCH_LAST(h);
-    *fresh = mb_cells_commit(h->body, h->width, h->g.k, refs, n, rows, out, sat);
+    *fresh = mb_cells_commit(h->body, h->width, &h->g, refs, n, rows, rows + 2 * n, out, sat);
     *over = *fresh ? items_bump(h, *fresh, stored) : 0;
     GUARD_END();
     return 0;
@@ -610,7 +610,8 @@ static Py_ssize_t h_add_keys(Handle *h, keyset *ks, uint8_t *out)
         chunk = 1;
     if (chunk > n)
         chunk = n ? n : 1;
-    rows = PyMem_Malloc((size_t)chunk * k * sizeof *rows);
+    /* two staged words a key (mb_cells_stage), then the commit's ring of AHEAD * k */
+    rows = PyMem_Malloc(((size_t)chunk * 2 + (size_t)AHEAD * k) * sizeof *rows);
     if (rows == NULL) {
         PyErr_NoMemory();
         return -1;

@@ -60,9 +60,19 @@ static inline uint64_t mb_mulhi64(uint64_t a, uint64_t b)
 #endif
 }
 
-/* MurmurHash3_x64_128 (seed 0) of a key's bytes into h[0], h[1]. */
+/* MurmurHash3_x64_128 (seed 0) of a key's bytes into h[0], h[1]; an 8-byte key (ints,
+ * int64 columns) takes the fixed-length body, same value. */
 static inline void mb_hash_key(const mb_key *key, uint64_t h[2])
 {
+    if (key->len == 8) {
+        uint64_t word;
+        memcpy(&word, key->ptr, 8);
+#if defined(__BYTE_ORDER__) && defined(__ORDER_BIG_ENDIAN__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        word = __builtin_bswap64(word);
+#endif
+        mmb_murmur3_x64_128_8(word, h);
+        return;
+    }
     mmb_murmur3_x64_128((const uint8_t *)key->ptr, (size_t)key->len, 0, h);
 }
 

@@ -293,6 +293,10 @@ static int keys_from_python(keyset *ks, PyObject *keys, int copy_mutable)
     for (i = 0; i < ks->n; i++) {
         PyObject *o = PyTuple_GET_ITEM(ks->tuple, i);
         mb_key *r = &ks->refs[i];
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(MMB_NO_PREFETCH)
+        if (i + KEY_AHEAD < ks->n)   /* the object header this loop reads a few keys on */
+            __builtin_prefetch(PyTuple_GET_ITEM(ks->tuple, i + KEY_AHEAD), 0, 3);
+#endif
         if (PyUnicode_Check(o) || PyBytes_Check(o)) {
             if (resolve_key(o, r, NULL) < 0)   /* takes no buffer for these */
                 goto fail;
