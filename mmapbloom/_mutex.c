@@ -2,6 +2,7 @@
 #include "_mutex.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 
 const char mb_mutex_supported_doc[] =
@@ -242,8 +243,14 @@ static PyObject *mutex_create(PyObject *unused, PyObject *args)
     (void)unused;
     if (!parse3(args, &fd, &dev, &ino))
         return NULL;
-    if (fstat(fd, &st) != 0 || ftruncate(fd, SIDE_SIZE) != 0)
+    if (fstat(fd, &st) != 0)
         return PyErr_SetFromErrno(PyExc_OSError);
+    /* Allocate the blocks now (ENOSPC here), never by storing through the mapping: a page
+     * the file system cannot back (a full tmpfs) is SIGBUS on the first store. */
+    if ((rc = posix_fallocate(fd, 0, SIDE_SIZE)) != 0) {
+        errno = rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
     map = mmap(NULL, SIDE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (map == MAP_FAILED)
         return PyErr_SetFromErrno(PyExc_OSError);
