@@ -560,6 +560,7 @@ class WriteLock(_LockState):
         side = self._path + SIDE_SUFFIX
         readonly = (fcntl.fcntl(self._fd, fcntl.F_GETFL) & os.O_ACCMODE) == os.O_RDONLY
         delay = 0.001
+        made = False  # True once this call made the side file
         try:
             while True:
                 mutex = self._shared_mutex()  # held under LOCK_SH since it was checked: current
@@ -578,8 +579,13 @@ class WriteLock(_LockState):
                     self._mode = "flock"  # time (_pending stays set), so once a writer made one
                     self._soft = True  # it joins the mutex instead of waiting with LOCK_EX for
                     return  # writers to close; a wait already under way polls for it (_wait_soft)
+                if made:  # the side file this call made cannot be opened (EACCES, ...): never loop
+                    self._set_mode("flock")  # LOCK_EX per write, as when it cannot be made
+                    self._soft = True
+                    return
                 if _try_flock(fd):  # no mutex-mode writer now: make (or remake) the side file
                     try:
+                        made = True
                         self._create_side(side)
                     except OSError:
                         _FLOCK(fd, _LOCK_UN)
@@ -721,7 +727,9 @@ class WriteLock(_LockState):
             if os.fstat(sfd).st_gid != st.st_gid:
                 with contextlib.suppress(OSError):  # EPERM: not a member of the file's group
                     os.fchown(sfd, -1, st.st_gid)
-            os.fchmod(sfd, st.st_mode & 0o666)
+            # Owner read-write always: the creator may write the file through the descriptor
+            # it made although the file's bits say read-only (mode 0o444, umask 0o277).
+            os.fchmod(sfd, (st.st_mode & 0o666) | 0o600)
             _Mutex.create(sfd, self._ino[0], self._ino[1])
             os.rename(tmp, side)
         except BaseException:
