@@ -33,7 +33,7 @@ import struct
 from typing import Any, Callable, Optional, Union
 
 from .errors import ManifestError, MmapBloomError, NoSpaceError
-from .storage import about_destination, absolute_path, atomic_file, fsync_directory, temporary_directory
+from .files import about_destination, absolute_path, atomic_file, fsync_directory, temporary_directory
 
 __all__ = [
     "LOCK_NAME",

@@ -89,7 +89,7 @@ from .scalable_format import (
     write_manifest,
 )
 from .directory import apply_shared_mode, build_directory, check_file_mode, shared_mode, strip_path
-from .storage import atomic_file
+from .files import atomic_file
 from .keys import Item, PathLike
 
 if TYPE_CHECKING:
