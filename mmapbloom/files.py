@@ -22,7 +22,8 @@ import warnings
 from typing import Iterator, Optional, Union
 
 from ._warn import user_stacklevel
-from .errors import NoSpaceError, SparseFileWarning
+from .errors import MmapBloomError, NoSpaceError, SparseFileWarning
+from .units import format_bytes
 
 __all__ = [
     "DEFAULT_FILE_MODE",
@@ -147,8 +148,8 @@ def check_space(fd: int, path: str, size: int, *, sparse: bool) -> None:
         return
     if not sparse:
         raise NoSpaceError(
-            f"{path}: not enough space for a filter of {size:,} bytes ({_human(size)}): "
-            f"only {free:,} bytes ({_human(free)}) are free on its file system",
+            f"{path}: not enough space for a filter of {size:,} bytes ({format_bytes(size)}): "
+            f"only {free:,} bytes ({format_bytes(free)}) are free on its file system",
             path=path,
             needed=size,
             available=free,
@@ -164,20 +165,12 @@ def check_space(fd: int, path: str, size: int, *, sparse: bool) -> None:
             available=free,
         )
     warnings.warn(
-        f"{path}: sparse filter of {size:,} bytes ({_human(size)}) is larger than the {free:,} bytes "
-        f"({_human(free)}) free on its file system: a write into a hole once the disk is full kills "
+        f"{path}: sparse filter of {size:,} bytes ({format_bytes(size)}) is larger than the {free:,} bytes "
+        f"({format_bytes(free)}) free on its file system: a write into a hole once the disk is full kills "
         "the writer with SIGBUS",
         SparseFileWarning,
         stacklevel=user_stacklevel(),
     )
-
-
-def _human(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
-        if n < 1000 or unit == "PB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} PB"  # pragma: no cover
 
 
 def reserve_space(fd: int, size: int, *, sparse: bool) -> None:
@@ -382,40 +375,73 @@ def publish_file(tmp: str, dest: str, *, replace: bool) -> None:
     fsync_directory(os.path.dirname(dest) or ".")
 
 
-def about_destination(exc: OSError, tmp: str, dest: str, directory: str) -> OSError:
-    """An OS error met while building ``tmp`` (in ``directory``) for ``dest``, reworded to
-    name ``dest`` (the user's file), never the internal temporary; errors of the package,
-    and errors that name another file (a shard), are returned unchanged. ENOSPC (whatever
-    file it names) becomes the package's :class:`~mmapbloom.errors.NoSpaceError`:
-    ``"<dest>: No space left on device (while writing it; <n> bytes free)"``, with
-    ``available`` the bytes free in ``directory`` (``; no free inode`` when inodes ran out).
-    The one wording of a full disk met while building a file or a directory (a scalable
-    filter's) under a temporary name."""
-    if isinstance(exc, (NoSpaceError, FileExistsError)) or exc.errno is None:
+def about_destination(
+    exc: OSError, tmp: str, dest: str, *, what: str = "file", needed: Optional[int] = None
+) -> OSError:
+    """An OS error met while building ``dest`` under its temporary name ``tmp`` (a file, or
+    with ``what="directory"`` a directory tree: a scalable or expiring filter), reworded to
+    name ``dest`` (the user's path), never the internal temporary. The one helper of every
+    kind and tool that builds under a temporary name (:func:`atomic_file`,
+    :func:`mmapbloom.directory.build_directory`, :mod:`mmapbloom.dask`'s shards).
+
+    * ENOSPC (whatever file it names) becomes the package's
+      :class:`~mmapbloom.errors.NoSpaceError`, the one wording of a full disk met while
+      writing: ``"<dest>: No space left on device (while writing it; <n> bytes free)"``
+      (``; no free inode`` when inodes ran out), with ``available`` the bytes free in
+      ``dest``'s directory; given ``needed`` (bytes), ``"(while writing it; <needed> bytes
+      (<n> MB) needed, <n> bytes free)"`` and the error's ``needed``.
+    * A :class:`~mmapbloom.errors.NoSpaceError` already raised (by :func:`check_space`
+      for a file inside the temporary) keeps its wording, with ``tmp`` replaced by
+      ``dest``.
+    * Another error naming the temporary (or a file inside it), or no file at all, is
+      raised again naming ``dest``, with the parent directory in the message (missing,
+      not a directory, or where the file or directory was being created).
+    * Errors of the package, FileExistsError, and errors that name another file (a source,
+      a shard) are returned unchanged.
+
+    ``tmp`` may be a prefix (``<parent>/.mmapbloom-``) when the temporary's name is not
+    known yet. Returns ``exc`` itself when nothing is reworded."""
+    parent = os.path.dirname(dest) or "."
+    if isinstance(exc, NoSpaceError):
+        if tmp not in str(exc) and tmp not in str(exc.path or ""):
+            return exc
+        return NoSpaceError(
+            str(exc).replace(tmp, dest),
+            path=(exc.path or dest).replace(tmp, dest),
+            needed=exc.needed,
+            available=exc.available,
+        )
+    if isinstance(exc, (MmapBloomError, FileExistsError)) or exc.errno is None:
         return exc
     if exc.errno == errno.ENOSPC:  # full disk (or no inode) while writing: the package's error
         free: Optional[int] = None
         detail = ""
         try:
-            vfs = os.statvfs(directory or ".")
+            vfs = os.statvfs(parent)
             free = vfs.f_bavail * vfs.f_frsize
             detail = "; no free inode" if vfs.f_files and not vfs.f_favail else f"; {free:,} bytes free"
         except OSError:  # pragma: no cover
             pass
+        if needed is not None:
+            detail = f"; {needed:,} bytes ({format_bytes(needed)}) needed{detail.replace(';', ',')}"
         return NoSpaceError(
-            f"{dest}: {exc.strerror or 'No space left on device'} (while writing it{detail})", path=dest, available=free
+            f"{dest}: {exc.strerror or 'No space left on device'} (while writing it{detail})",
+            path=dest,
+            needed=needed,
+            available=free,
         )
-    if exc.filename not in (None, tmp) or exc.filename2 not in (None, tmp, dest):
-        return exc
-    if exc.filename is None and exc.filename2 is None:
+    first, second = exc.filename, exc.filename2
+    if first is None and second is None and tmp not in str(exc.strerror):
         return type(exc)(exc.errno, exc.strerror, dest)  # e.g. EIO from fsync: say which file
+    if not (tmp in str(first) or tmp in str(exc.strerror)) or second not in (None, dest) and tmp not in str(second):
+        return exc  # about another file (a source, a shard)
     if exc.errno == errno.ENOENT:
-        return FileNotFoundError(errno.ENOENT, f"{exc.strerror} (directory {directory} does not exist)", dest)
+        return FileNotFoundError(errno.ENOENT, f"{exc.strerror} (directory {parent} does not exist)", dest)
     if exc.errno == errno.ENOTDIR:
-        return NotADirectoryError(errno.ENOTDIR, f"{exc.strerror} ({directory} is not a directory)", dest)
-    if exc.errno == errno.EISDIR:
+        return NotADirectoryError(errno.ENOTDIR, f"{exc.strerror} ({parent} is not a directory)", dest)
+    if exc.errno == errno.EISDIR and what == "file":
         return IsADirectoryError(errno.EISDIR, "is a directory; a filter path must name a file", dest)
-    return type(exc)(exc.errno, f"{exc.strerror} (creating a file in {directory})", dest)
+    return type(exc)(exc.errno, f"{exc.strerror} (creating a {what} in {parent})", dest)
 
 
 def create_file(
@@ -449,13 +475,7 @@ def create_file(
         except OSError as exc:
             if exc.errno != errno.ENOSPC:
                 raise
-            free = _free_bytes(fd)
-            raise NoSpaceError(
-                f"{dest}: no space left for a filter of {size:,} bytes ({_human(size)}): {free:,} bytes free",
-                path=dest,
-                needed=size,
-                available=free,
-            ) from None
+            raise about_destination(exc, dest, dest, needed=size) from None
         os.pwrite(fd, header, 0)
     return fd, absolute_path(path)
 
@@ -502,7 +522,7 @@ def atomic_file(
     try:
         fd = os.open(tmp, _CREATE_FLAGS, mode)
     except OSError as exc:
-        raise about_destination(exc, tmp, dest, directory) from None
+        raise about_destination(exc, tmp, dest) from None
     published = False
     try:
         _try_flock(fd)  # "a live writer builds this": remove_stale_temporaries leaves it alone
@@ -513,7 +533,7 @@ def atomic_file(
             _publish(tmp, dest, replace=replace)
             fsync_directory(directory or ".")
         except OSError as exc:
-            renamed = about_destination(exc, tmp, dest, directory)
+            renamed = about_destination(exc, tmp, dest)
             if renamed is exc:
                 raise
             raise renamed from None
