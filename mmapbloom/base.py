@@ -4,7 +4,7 @@ pickling, closing) and the interface they share, independent of what a cell hold
 :class:`MappedFilter` owns a :class:`~mmapbloom.storage.Storage` (the header+cells image in
 memory or in a shared mapping) and the handle's :class:`~mmapbloom.locking.WriteLock`.
 Opening files (and adopting the mapped storage, checked against a config) is
-:mod:`mmapbloom.opening`'s; creating them is :func:`mmapbloom.storage.create_file`'s.
+:mod:`mmapbloom.opening`'s; creating them is :func:`mmapbloom.files.create_file`'s.
 Subclasses (:class:`~mmapbloom.filter.BloomFilter`,
 :class:`~mmapbloom.counting.CountingBloomFilter`) add the cell operations.
 """
@@ -39,7 +39,8 @@ from .sizing import (
     observed_fp_rate,
     observed_fp_rate_blocks,
 )
-from .storage import DEFAULT_FILE_MODE, FileStorage, MemoryStorage, Storage, create_file
+from .files import DEFAULT_FILE_MODE, create_file
+from .storage import FileStorage, MemoryStorage, Storage
 from .keys import Key, Keys, PathLike
 
 if TYPE_CHECKING:

@@ -42,7 +42,8 @@ from .errors import (
 )
 from .lifecycle import Lifecycle
 from .locking import WriteLock
-from .storage import DEFAULT_FILE_MODE, FileStorage, MemoryStorage, Storage, create_file
+from .files import DEFAULT_FILE_MODE, create_file
+from .storage import FileStorage, MemoryStorage, Storage
 
 if TYPE_CHECKING:
     import numpy as np

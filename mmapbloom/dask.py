@@ -81,7 +81,7 @@ from .hashing import get_strategy
 from .merge import DEFAULT_CHUNK_BYTES, merge_into, merge_shards
 from .config import BloomConfig
 from .errors import NoSpaceError
-from .storage import absolute_path, publish_file, temporary_directory, temporary_path
+from .files import about_destination, absolute_path, publish_file, temporary_directory, temporary_path
 from .keys import PathLike
 
 __all__ = ["SHARD_CHUNK_ITEMS", "build", "build_shards"]
@@ -203,7 +203,7 @@ def _build_shard(partition: Any, shape: tuple[int, int, str], path: str, overwri
     ``overwrite``) only after its last chunk is added and msynced, so a worker killed
     midway (OOM, SIGKILL, ``os._exit``) never leaves a partial file under a shard's name,
     and the retry that Dask schedules starts clean. The temporary carries the filter's
-    ``flock`` while it is built (:func:`~mmapbloom.storage.remove_stale_temporaries`
+    ``flock`` while it is built (:func:`~mmapbloom.files.remove_stale_temporaries`
     leaves it alone, even from another host); a dead worker's leftover is removed by
     the next create or merge in that directory once its pid is gone, and by
     :func:`build` with its whole shard directory."""
@@ -228,19 +228,9 @@ def _build_shard(partition: Any, shape: tuple[int, int, str], path: str, overwri
                 "of another type must be converted first, e.g. series.astype(str))"
             ) from exc
         if isinstance(exc, OSError) and tmp in str(exc):
-            raise _renamed(exc, tmp, path) from None
+            raise about_destination(exc, tmp, path) from None
         raise
     return path
-
-
-def _renamed(exc: OSError, old: str, new: str) -> OSError:
-    """``exc`` with every mention of the internal path ``old`` replaced by ``new``."""
-    if isinstance(exc, NoSpaceError):
-        return NoSpaceError(str(exc).replace(old, new), path=new, needed=exc.needed, available=exc.available)
-    if exc.errno is None:
-        return exc
-    text = str(exc.strerror).replace(old, new)
-    return type(exc)(exc.errno, text, new)
 
 
 def _shape(config: BloomConfig) -> tuple[int, int, str]:

@@ -32,15 +32,14 @@ import stat
 import struct
 from typing import Any, Callable, Optional, Union
 
-from .errors import ManifestError, MmapBloomError, NoSpaceError
-from .storage import about_destination, absolute_path, atomic_file, fsync_directory, temporary_directory
+from .errors import ManifestError
+from .files import about_destination, absolute_path, atomic_file, fsync_directory, temporary_directory
 
 __all__ = [
     "LOCK_NAME",
     "LOCK_SIZE",
     "MANIFEST_NAME",
     "WORD_OFFSET",
-    "about_directory",
     "apply_shared_mode",
     "build_directory",
     "check_file_mode",
@@ -85,33 +84,6 @@ def check_file_mode(mode: Optional[int]) -> Optional[int]:
     return mode
 
 
-def about_directory(exc: BaseException, tmp: str, dest: str) -> BaseException:
-    """An error met while building the directory under its temporary name ``tmp``,
-    reworded to name ``dest`` (the user's path), never the internal temporary."""
-    if isinstance(exc, NoSpaceError):
-        return NoSpaceError(
-            str(exc).replace(tmp, dest),
-            path=(exc.path or dest).replace(tmp, dest),
-            needed=exc.needed,
-            available=exc.available,
-        )
-    if isinstance(exc, OSError) and not isinstance(exc, MmapBloomError) and exc.errno is not None:
-        names = [n for n in (exc.filename, exc.filename2) if n is not None]
-        if not any(tmp in str(n) for n in names) and tmp not in str(exc.strerror):
-            return exc
-        if exc.errno == errno.ENOSPC:  # the one wording of a full disk (storage's)
-            return about_destination(exc, tmp, dest, os.path.dirname(dest))
-        parent = os.path.dirname(dest) or "."
-        detail = {
-            errno.ENOENT: f" (directory {parent} does not exist)",
-            errno.ENOTDIR: f" ({parent} is not a directory)",
-            errno.EACCES: f" (creating a directory in {parent})",
-            errno.EROFS: f" (creating a directory in {parent})",
-        }.get(exc.errno, "")
-        return type(exc)(exc.errno, f"{exc.strerror}{detail}", dest)
-    return exc
-
-
 def build_directory(path: PathLike, fill: Callable[[str], None], file_mode: Optional[int]) -> str:
     """Create directory ``path`` whole: ``fill(tmp)`` writes every file into a new
     temporary directory ``.mmapbloom-<pid>-<random>.tmp`` next to ``path``, which is then
@@ -146,7 +118,7 @@ def build_directory(path: PathLike, fill: Callable[[str], None], file_mode: Opti
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
     except OSError as exc:
-        renamed = about_directory(exc, tmp or os.path.join(parent, ".mmapbloom-"), dest)
+        renamed = about_destination(exc, tmp or os.path.join(parent, ".mmapbloom-"), dest, what="directory")
         if renamed is exc:
             raise
         raise renamed from None

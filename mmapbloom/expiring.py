@@ -108,7 +108,7 @@ from .filter import BloomFilter
 from .hashing import HashStrategy, encode_key, get_strategy
 from .lifecycle import Lifecycle
 from .locking import SIDE_SUFFIX, WriteLock, deferred_signals
-from .storage import atomic_file
+from .files import atomic_file
 
 if TYPE_CHECKING:
     import numpy as np

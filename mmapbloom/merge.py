@@ -20,13 +20,13 @@ How it runs, and what it promises:
   the same size and header as when it was validated, or the merge stops with
   :class:`~mmapbloom.errors.MergeError`.
 * **Atomic output.** :func:`merge_shards` builds the output under a temporary name in the
-  output's directory (:func:`mmapbloom.storage.atomic_file`), fsyncs it and publishes it
+  output's directory (:func:`mmapbloom.files.atomic_file`), fsyncs it and publishes it
   with ``link`` (or ``rename`` over an existing file with ``replace=True``), then fsyncs
   the directory. A merge killed at any moment leaves either no output (or the old one) or
   the complete new one, never a torn file; a SIGKILLed merge can leave a
   ``.mmapbloom-<pid>-<random>.tmp`` file behind in that directory, which the next merge or
   create there removes once that pid is gone
-  (:func:`mmapbloom.storage.remove_stale_temporaries`). The command-line programs turn
+  (:func:`mmapbloom.files.remove_stale_temporaries`). The command-line programs turn
   SIGTERM and SIGHUP into the same clean exit as Ctrl-C (:mod:`mmapbloom.termination`).
 * **In place.** :func:`merge_into` ORs the shards into an existing filter file through its
   shared mapping, each chunk under the filter's write lock, so processes using that filter
@@ -67,7 +67,7 @@ from .filter import BloomFilter
 from .hashing import get_strategy
 from .config import BloomConfig
 from .scalable import is_scalable
-from .storage import DEFAULT_FILE_MODE, absolute_path, atomic_file, reserve_space
+from .files import DEFAULT_FILE_MODE, absolute_path, atomic_file, reserve_space
 from .keys import PathLike
 
 if TYPE_CHECKING:

@@ -45,7 +45,6 @@ different sizes; a merge would have to re-add items it does not have).
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import os
 import stat
@@ -58,9 +57,7 @@ from .base import deferred_signals
 from .errors import (
     ConfigMismatchError,
     FilterClosedError,
-    LayerMismatchError,
     ManifestError,
-    MissingLayerError,
     ReadOnlyFilterError,
 )
 from .config import StrategyChoice, resolve_strategy
@@ -77,20 +74,18 @@ from .scalable_format import (
     LOCK_SIZE,
     MANIFEST_NAME,
     GrowthRule,
-    check_layer_shape,
     check_lock_image,
     check_params,
     layer_name,
     lock_image,
-    read_count,
     read_manifest,
-    store_count,
-    validate_directory,
     write_manifest,
 )
-from .directory import apply_shared_mode, build_directory, check_file_mode, shared_mode, strip_path
-from .storage import atomic_file
+from .directory import build_directory, check_file_mode, strip_path
+from .files import atomic_file
 from .keys import Item, PathLike
+from .scalable_growth import ScalableGrowth, _packed
+from .scalable_stats import LayerInfo, ScalableStatistics
 
 if TYPE_CHECKING:
     import numpy as np
@@ -114,12 +109,6 @@ __all__ = [
 #: Keys per write-lock hold in :meth:`ScalableBloomFilter.update`.
 _CHUNK = 1 << 16
 
-# Test hook: called as ``_GROW_HOOK(stage, index)`` while a layer is being added, with
-# stage ``"layer-created"`` (layer file published, manifest not yet) and
-# ``"manifest-published"`` (manifest lists the layer, the count not yet committed). The
-# crash tests set it in a child process to SIGKILL it at those exact points.
-_GROW_HOOK: Optional[Callable[[str, int], None]] = None
-
 _LIVE: "weakref.WeakSet[ScalableBloomFilter]" = weakref.WeakSet()
 
 
@@ -134,39 +123,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-# -- the per-layer record ---------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class LayerInfo:
-    """The shape and fill of one layer (a snapshot; :attr:`ScalableBloomFilter.layers`).
-
-    Attributes:
-        index: 0 for the first layer.
-        path: absolute path of the layer's BLM1 file.
-        capacity: n_i = n0 * s**i, the items the layer takes before the next is added.
-        fp_rate: p_i = p * (1 - r) * r**i, the layer's error target at its capacity.
-        num_bits: m of the layer file.
-        num_hashes: k of the layer file.
-        items_added: the layer header's item count at the time of the snapshot.
-        expected_fp_rate: ``(1 - e^(-k n / m))^k`` at that count (Bloom 1970).
-        size_bytes: the layer file's length, ``24 + ceil(m / 8)``.
-    """
-
-    index: int
-    path: str
-    capacity: int
-    fp_rate: float
-    num_bits: int
-    num_hashes: int
-    items_added: int
-    expected_fp_rate: float
-    size_bytes: int
-
-
 _strip = strip_path
-
-
-def _packed(count: int) -> bytes:
-    return count.to_bytes(4, "little")
 
 
 def is_scalable(path: PathLike) -> bool:
@@ -189,7 +146,7 @@ _NO_TAIL: tuple[list[BloomFilter], Callable[[], int], int] = ([], _no_count, 0)
 
 
 # -- the filter -------------------------------------------------------------------------------
-class ScalableBloomFilter(Lifecycle):
+class ScalableBloomFilter(ScalableGrowth, ScalableStatistics, Lifecycle):
     """A scalable Bloom filter (Almeida et al. 2007) stored in a directory of BLM1 layers.
 
     Construct with :meth:`create`, :meth:`open` or :meth:`open_or_create`. Layer i holds
@@ -442,166 +399,6 @@ class ScalableBloomFilter(Lifecycle):
             return f
         raise FileExistsError(f"{path}: directory keeps appearing and disappearing")  # pragma: no cover
 
-    # -- layer bookkeeping ------------------------------------------------------------------
-    def _read_count(self) -> int:
-        try:
-            return read_count(self._lock_fd, self._lock_path)
-        except OSError:  # EBADF: closed by another thread
-            self._check_open()
-            raise
-
-    def _current(self) -> list[BloomFilter]:
-        """The layer handles, after opening any layer another process committed. O(1)
-        when nothing changed: one ``pread`` of the count word.
-
-        Raises ManifestError (the lock file was truncated or damaged), FilterClosedError."""
-        self._check_open()
-        layers = self._layers
-        count = self._read_count()
-        if count == len(layers):
-            return layers
-        return self._reload(count)
-
-    def _reload(self, count: int) -> list[BloomFilter]:
-        """Open layers up to ``count`` (the committed count, read *before* the manifest:
-        the manifest is published before the count is stored, so it lists at least
-        ``count`` layers unless it is damaged)."""
-        with self._reload_lock:
-            layers = self._layers
-            if count == len(layers):
-                return layers
-            if count < len(layers):
-                # The word only grows: read it again in case a read raced a store.
-                count = self._read_count()
-                if count == len(layers):
-                    return layers
-                if count < len(layers):
-                    raise ManifestError(
-                        f"the committed layer count went back from {len(layers)} to {count}",
-                        source=self._lock_path,
-                        expected=f">= {len(layers)}",
-                        actual=count,
-                    )
-            entries = validate_directory(self._path, self._params, count)
-            new = list(layers)
-            inodes = list(self._inodes)
-            try:
-                for i in range(len(layers), count):
-                    # Only the newest layer is ever written: older ones are opened read-only.
-                    layer, ino = self._open_layer(i, entries[i], count, writable=i == count - 1)
-                    new.append(layer)
-                    inodes.append(ino)
-            except BaseException:
-                for layer in new[len(layers) :]:
-                    layer.close()
-                raise
-            self._inodes = inodes
-            self._layers = new
-            self._tail = self._watch(new)
-            self._seen = _packed(len(new))
-            return new
-
-    def _layer_path(self, i: int) -> str:
-        return os.path.join(self._path, layer_name(i))
-
-    def _watch(self, layers: list[BloomFilter]) -> tuple[list[BloomFilter], Callable[[], int], int]:
-        """What :meth:`might_contain` needs to answer "no" without a system call, as one
-        tuple (replaced whole, so a thread never pairs one list with another's newest
-        layer): the layers, a load of the newest layer's items word (through its mapping),
-        and that layer's limit (the count at which a writer adds the next layer)."""
-        return layers, layers[-1]._items_loader(), self._params.layer_limit(len(layers) - 1)
-
-    def _open_layer(
-        self, i: int, entry: dict[str, Any], count: int, *, writable: bool
-    ) -> tuple[BloomFilter, tuple[int, int]]:
-        """Open layer ``i``; read-write only if ``writable`` on a read-write handle and this
-        user may write it (else read-only: queries never need write access)."""
-        path = self._layer_path(i)
-        try:
-            if writable and not self._readonly:
-                try:
-                    layer = BloomFilter.open(path)
-                except PermissionError:
-                    layer = BloomFilter.open(path, readonly=True)
-            else:
-                layer = BloomFilter.open(path, readonly=True)
-        except FileNotFoundError:
-            raise MissingLayerError(
-                f"layer {i} of {count} committed layers is missing", source=path, expected=count, actual=i
-            ) from None
-        try:
-            check_layer_shape(self._params, self._strategy, i, layer.config, path)
-            st = os.stat(path)
-        except BaseException:
-            layer.close()
-            raise
-        return layer, (st.st_dev, st.st_ino)
-
-    def _writable_newest(self, layers: list[BloomFilter]) -> list[BloomFilter]:
-        """``layers`` with the newest one open read-write: it was opened read-only when this
-        user could not write it; try again (its mode may have changed). The caller holds
-        the write lock. Raises PermissionError naming the layer."""
-        last = len(layers) - 1
-        if not layers[last].readonly:
-            return layers
-        path = self._layer_path(last)
-        try:
-            layer = BloomFilter.open(path)
-        except PermissionError as exc:
-            st = os.stat(path)
-            raise PermissionError(
-                exc.errno,
-                f"{exc.strerror}: the newest layer (mode {stat.filemode(st.st_mode)}, "
-                f"owner uid {st.st_uid}, gid {st.st_gid}) is not writable by this user, so "
-                "items cannot be added (queries work)",
-                path,
-            ) from None
-        with self._reload_lock:
-            self._retired.append(layers[last])  # other threads may still be querying it
-            new = layers[:last] + [layer]
-            if self._layers is layers:
-                self._layers = new
-                self._tail = self._watch(new)
-        return new
-
-    def _full(self, i: int, layer: BloomFilter) -> bool:
-        return layer.items_added >= self._params.layer_limit(i)
-
-    def _shared_mode(self) -> tuple[Optional[int], Optional[int]]:
-        """The permission bits and group of layer 0, which every new file copies."""
-        return shared_mode(self._layer_path(0))
-
-    def _grow(self, layers: list[BloomFilter]) -> list[BloomFilter]:
-        """Add layer ``len(layers)``; the caller holds the write lock and ``layers`` is
-        current. Order: layer file (complete, atomically published; an uncommitted
-        leftover of a killed writer is replaced) with layer 0's mode and group, manifest
-        (atomic replace, same mode), count word (the commit point, fsynced)."""
-        i = len(layers)
-        cfg = self._params.layer_config(i, self._strategy)  # ConfigError before any change
-        mode, gid = self._shared_mode()
-        path = self._layer_path(i)
-        layer = BloomFilter.create(path, cfg, overwrite=True)
-        try:
-            # Not the grower's umask: another user sharing the directory must be able to
-            # open the layer as it opens layer 0. Done before the commit, under the lock.
-            apply_shared_mode(path, mode, gid)
-            if _GROW_HOOK is not None:
-                _GROW_HOOK("layer-created", i)
-            write_manifest(self._path, self._params, i + 1, self._strategy, mode=mode)
-            if _GROW_HOOK is not None:
-                _GROW_HOOK("manifest-published", i)
-            st = os.stat(path)
-            with self._reload_lock:
-                store_count(self._lock_fd, i + 1)
-                self._inodes = self._inodes + [(st.st_dev, st.st_ino)]
-                self._layers = new = layers + [layer]
-                self._tail = self._watch(new)
-                self._seen = _packed(i + 1)
-        except BaseException:
-            layer.close()
-            raise
-        return new
-
     # -- guards -------------------------------------------------------------------------------
     def _refuse_write(self) -> None:
         self._check_open()
@@ -688,46 +485,6 @@ class ScalableBloomFilter(Lifecycle):
             raise
         return total
 
-    def _update_locked(self, keys: list[Any], progress: list[int]) -> int:
-        layers = self._current()
-        todo = self._absent(keys, list(range(len(keys))), layers[:-1])
-        new = 0
-        while todo:
-            progress[0] = todo[0]
-            last = len(layers) - 1
-            newest = layers[last]
-            if self._full(last, newest):
-                todo = self._absent(keys, todo, [newest])  # it becomes an older layer
-                if not todo:
-                    break
-                progress[0] = todo[0]
-                layers = self._grow(layers)
-                continue
-            layers = self._writable_newest(layers)
-            newest = layers[last]
-            # At most `room` of them can be new, so the layer never passes its capacity and
-            # items fill it in order, exactly as sequential adds would.
-            room = self._params.layer_limit(last) - newest.items_added
-            part, todo = todo[:room], todo[room:]
-            try:
-                new += newest.update([keys[i] for i in part])
-            except BaseException as exc:
-                done = getattr(exc, "committed_items", 0)
-                progress[0] = part[done] if done < len(part) else (todo[0] if todo else len(keys))
-                raise
-        progress[0] = len(keys)
-        return new
-
-    @staticmethod
-    def _absent(keys: list[Any], todo: list[int], layers: list[BloomFilter]) -> list[int]:
-        """The indices of ``todo`` (ascending) whose key no layer of ``layers`` reports."""
-        for layer in layers:
-            if not todo:
-                break
-            hit = layer._contains_flags([keys[i] for i in todo])
-            todo = [i for i, h in zip(todo, hit, strict=True) if not h]
-        return todo
-
     def write_lock(self) -> WriteLock:
         """The directory-wide write lock, as a context manager, for loops of :meth:`add`
         that cannot batch (inside the block adds re-enter it without another ``flock``).
@@ -813,205 +570,6 @@ class ScalableBloomFilter(Lifecycle):
             todo = todo[~hit]
         return out
 
-    # -- statistics ---------------------------------------------------------------------------
-    @property
-    def items_added(self) -> int:
-        """Items added over all layers (the sum of the layer headers' counts: adds that
-        returned True). Each layer's count saturates at 2**32 - 1."""
-        return sum(layer.items_added for layer in self._current())
-
-    def expected_fp_rate(self) -> float:
-        """The compound expected false-positive rate ``1 - prod_i (1 - P_i)`` where
-        ``P_i = (1 - e^(-k_i n_i / m_i))^(k_i)`` is layer i's expected rate at its item
-        count (Bloom 1970; Almeida et al. 2007, section 4). Stays below :attr:`fp_rate`
-        while layers fill to their capacity (up to the rounding of k per layer)."""
-        keep = 1.0
-        for layer in self._current():
-            keep *= 1.0 - layer.expected_fp_rate()
-        return 1.0 - keep
-
-    def approx_items(self) -> float:
-        """Estimated distinct items: the sum over layers of ``-(m / k) ln(1 - X / m)``
-        (Swamidass and Baldi 2007). Reads every bit (O(total size)). ``math.inf`` if some
-        layer has every bit set."""
-        return float(sum(layer.approx_items() for layer in self._current()))
-
-    @property
-    def layers(self) -> list[LayerInfo]:
-        """A snapshot of every committed layer's shape and fill, oldest first."""
-        return self._layer_infos(self._current())
-
-    def _layer_infos(self, layers: list[BloomFilter]) -> list[LayerInfo]:
-        out = []
-        for i, layer in enumerate(layers):
-            out.append(
-                LayerInfo(
-                    index=i,
-                    path=self._layer_path(i),
-                    capacity=self._params.layer_capacity(i),
-                    fp_rate=self._params.layer_fp_rate(i),
-                    num_bits=layer.num_bits,
-                    num_hashes=layer.num_hashes,
-                    items_added=layer.items_added,
-                    expected_fp_rate=layer.expected_fp_rate(),
-                    size_bytes=layer.size_bytes,
-                )
-            )
-        return out
-
-    @property
-    def num_layers(self) -> int:
-        """The committed number of layers (at least 1)."""
-        return len(self._current())
-
-    @property
-    def size_bytes(self) -> int:
-        """Bytes of all layer files together (manifest and lock file excluded)."""
-        return sum(layer.size_bytes for layer in self._current())
-
-    def info(self, *, scan: bool = False) -> dict[str, Any]:
-        """A JSON-ready description for ``mmapbloom info``: the parameters, totals and one
-        entry per layer (the fields of :class:`LayerInfo`). With ``scan=True`` every bit is
-        read (O(total size)) to add per-layer ``count_ones``, ``fill_ratio``,
-        ``observed_fp_rate`` and ``approx_items`` and the total ``approx_items``."""
-        layers = self._current()
-        entries = []
-        for info, layer in zip(self._layer_infos(layers), layers, strict=True):  # one snapshot
-            entry = dataclasses.asdict(info)
-            if scan:
-                ones = layer.count_ones()
-                entry.update(
-                    count_ones=ones,
-                    fill_ratio=ones / layer.num_bits,
-                    observed_fp_rate=layer.observed_fp_rate(),
-                    approx_items=layer.approx_items(),
-                )
-            entries.append(entry)
-        out: dict[str, Any] = {
-            "kind": "scalable",
-            "path": self._path,
-            "strategy": self._params.strategy,
-            "capacity": self._params.capacity,
-            "fp_rate": self._params.fp_rate,
-            "growth": self._params.growth,
-            "tightening": self._params.tightening,
-            "num_layers": len(entries),
-            "items_added": sum(e["items_added"] for e in entries),
-            "expected_fp_rate": self.expected_fp_rate(),
-            "size_bytes": sum(e["size_bytes"] for e in entries),
-            "readonly": self._readonly,
-            "layers": entries,
-        }
-        if scan:
-            out["approx_items"] = float(sum(e["approx_items"] for e in entries))
-        return out
-
-    # -- properties ---------------------------------------------------------------------------
-    @property
-    def path(self) -> str:
-        """Absolute path of the directory (no trailing slash)."""
-        return self._path
-
-    @property
-    def capacity(self) -> int:
-        """n0, the first layer's capacity."""
-        return self._params.capacity
-
-    @property
-    def fp_rate(self) -> float:
-        """p, the bound on the compound false-positive rate."""
-        return self._params.fp_rate
-
-    @property
-    def growth(self) -> Union[int, float]:
-        """s, the capacity ratio between consecutive layers."""
-        return self._params.growth
-
-    @property
-    def tightening(self) -> float:
-        """r, the error-target ratio between consecutive layers."""
-        return self._params.tightening
-
-    @property
-    def strategy(self) -> HashStrategy:
-        """The hash strategy of every layer."""
-        return self._strategy
-
-    @property
-    def readonly(self) -> bool:
-        """True if opened read-only."""
-        return self._readonly
-
-    @property
-    def closed(self) -> bool:
-        """True after :meth:`close`."""
-        return self._closed
-
-    # -- verification -------------------------------------------------------------------------
-    def check(self) -> None:
-        """Check the directory against the handle: the lock file (size, magic, version,
-        count), the manifest (fields, parameters, growth rule, at least the committed
-        number of layers), and every committed layer: present, the same file the handle
-        opened, the manifest's shape, a sound header, length and padding.
-
-        Raises:
-            ManifestError, MissingLayerError, LayerMismatchError, and the layer
-            ``FormatError`` subclasses; FilterClosedError.
-        """
-        self._check_open()
-        layers = self._current()
-        lock_path = self._lock_path
-        try:
-            lst = os.stat(lock_path)
-        except FileNotFoundError:
-            raise ManifestError("the lock file is missing", source=lock_path, expected=LOCK_NAME, actual=None) from None
-        mine = os.fstat(self._lock_fd)
-        count = check_lock_image(os.pread(self._lock_fd, LOCK_SIZE, 0), mine.st_size, lock_path)
-        if (lst.st_dev, lst.st_ino) != (mine.st_dev, mine.st_ino):
-            raise ManifestError(
-                "the lock file was replaced since the handle opened it",
-                source=lock_path,
-                expected=(mine.st_dev, mine.st_ino),
-                actual=(lst.st_dev, lst.st_ino),
-            )
-        validate_directory(self._path, self._params, count)
-        for i, layer in enumerate(layers):
-            path = self._layer_path(i)
-            try:
-                st = os.stat(path)
-            except FileNotFoundError:
-                raise MissingLayerError(
-                    f"layer {i} of {count} committed layers is missing", source=path, expected=count, actual=i
-                ) from None
-            if (st.st_dev, st.st_ino) != self._inodes[i]:
-                raise LayerMismatchError(
-                    f"layer {i} was replaced since the handle opened it",
-                    source=path,
-                    expected=self._inodes[i],
-                    actual=(st.st_dev, st.st_ino),
-                )
-            check_layer_shape(self._params, self._strategy, i, layer.config, path)
-            layer.check()
-
-    def verify(self) -> None:
-        """:meth:`check`, then every committed layer file is opened afresh, read-only, and
-        checked from its own header (as ``mmapbloom.verify_file``), so damage to the files
-        on disk is found even where this handle's mappings would hide it.
-
-        Raises as :meth:`check`."""
-        self.check()
-        for i in range(len(self._current())):
-            path = self._layer_path(i)
-            try:
-                fresh = BloomFilter.open(path, readonly=True)
-            except FileNotFoundError:
-                raise MissingLayerError(f"layer {i} is missing", source=path, expected=i + 1, actual=i) from None
-            try:
-                check_layer_shape(self._params, self._strategy, i, fresh.config, path)
-                fresh.check()
-            finally:
-                fresh.close()
-
     # -- lifecycle ----------------------------------------------------------------------------
     def flush(self) -> None:
         """``msync`` every layer and the lock file, so that everything written so far
@@ -1065,23 +623,6 @@ class ScalableBloomFilter(Lifecycle):
             f"<ScalableBloomFilter {self._path} n0={self._params.capacity} p={self._params.fp_rate} "
             f"s={self._params.growth} r={self._params.tightening} layers={n} {state}>"
         )
-
-    # -- the interface of every filter kind (``verify.open_filter``, ``mmapbloom`` CLI) -------
-    def describe(self, *, scan: bool = True, progress: Any = False) -> dict[str, Any]:
-        """:meth:`info` under the name every filter kind shares (``BloomFilter.describe``):
-        ``kind`` is ``"scalable"``, with one record per layer in ``layers``. ``progress``
-        is accepted for the common signature and not used (layers are scanned whole).
-
-        Raises:
-            FilterClosedError, and as :meth:`check` for a damaged directory.
-        """
-        record = self.info(scan=scan)
-        # JSON has no infinity: an estimate from a layer with every bit set is unknown (None),
-        # as in BloomFilter.describe.
-        for entry in [record, *record["layers"]]:
-            if entry.get("approx_items") == float("inf"):
-                entry["approx_items"] = None
-        return record
 
 
 # -- helpers for the CLI ----------------------------------------------------------------------

@@ -272,7 +272,7 @@ def _dies_at(n: int, marker: str, every_time: bool) -> Any:
 def test_a_worker_killed_mid_partition_leaves_no_shard_and_the_retry_starts_clean(
     tmp_path: Any, fragile_cluster: LocalCluster
 ) -> None:
-    from mmapbloom.storage import remove_stale_temporaries
+    from mmapbloom.files import remove_stale_temporaries
 
     items = [f"https://k.example.org/page/{i}" for i in range(100_000)]
     cfg = BloomConfig.for_items(100_000, 0.01, strategy=STRATEGY)

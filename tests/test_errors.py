@@ -30,7 +30,7 @@ import pytest
 
 from mmapbloom import BloomConfig, BloomFilter, ConfigError, CountingBloomFilter, merge_shards
 from mmapbloom.cli import main as cli_main
-from mmapbloom.storage import ALLOCATE_ON_READ, file_system_type
+from mmapbloom.files import ALLOCATE_ON_READ, file_system_type
 from tests.conftest import ROOT, write_shards
 
 pytestmark = pytest.mark.slow

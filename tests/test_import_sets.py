@@ -28,7 +28,13 @@ HEAVY = ("numpy", "portalocker", "tqdm", "pyarrow", "pandas")
 KIND_MODULES = {
     "BloomFilter": set(),
     "CountingBloomFilter": {"mmapbloom.counting"},
-    "ScalableBloomFilter": {"mmapbloom.scalable", "mmapbloom.scalable_format", "mmapbloom.directory"},
+    "ScalableBloomFilter": {
+        "mmapbloom.scalable",
+        "mmapbloom.scalable_format",
+        "mmapbloom.scalable_growth",
+        "mmapbloom.scalable_stats",
+        "mmapbloom.directory",
+    },
     "CuckooFilter": {"mmapbloom.cuckoo", "mmapbloom.cuckoo_kernels"},
     "ExpiringBloomFilter": {"mmapbloom.expiring", "mmapbloom.directory"},
 }

@@ -33,7 +33,7 @@ from mmapbloom import (
     ScalableBloomFilter,
     get_strategy,
 )
-from mmapbloom import DEFAULT_STRATEGY, scalable
+from mmapbloom import DEFAULT_STRATEGY, scalable, scalable_growth
 from mmapbloom import scalable_format as sf
 from mmapbloom.sizing import expected_fp_rate
 from mmapbloom.errors import FormatError, LayerMismatchError, ManifestError, MissingLayerError
@@ -495,7 +495,7 @@ def _writer_child(path: str, shared: mmap.mmap, keys: list[str], pause_stage: st
                 shared[8:16] = struct.pack("<q", 1)
                 time.sleep(60)
 
-        scalable._GROW_HOOK = hook
+        scalable_growth._GROW_HOOK = hook
         with ScalableBloomFilter.open(path) as f:
             done = 0
             while done < len(keys):

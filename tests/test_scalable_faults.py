@@ -25,7 +25,7 @@ from mmapbloom import (
     get_strategy,
 )
 from mmapbloom import scalable_format as sf
-from mmapbloom import storage
+from mmapbloom import files
 from tests.conftest import ROOT, urls
 from tests.test_scalable import make_unchecked
 from tests.test_stress_disk import mount_tmpfs
@@ -246,7 +246,7 @@ def test_a_sigkilled_create_leaves_a_temporary_that_the_next_create_removes(tmp_
     # A live creator's temporary is left alone, even by a cleanup in this directory.
     left = os.listdir(tmp_path)
     assert len(left) == 1 and left[0].startswith(f".mmapbloom-{proc.pid}-"), left
-    assert storage.remove_stale_temporaries(str(tmp_path)) == []
+    assert files.remove_stale_temporaries(str(tmp_path)) == []
     size = sum(e.stat().st_size for e in os.scandir(tmp_path / left[0]))
     assert size > 4_000_000  # layer 0 was written
     proc.send_signal(signal.SIGKILL)
@@ -302,7 +302,7 @@ def test_enospc_while_writing_the_manifest_is_no_space_error(tmp_path: Any) -> N
         next_layer = -(-(24 + f._params.layer_config(1, f.strategy).size_bytes) // page) * page
         filler = os.path.join(where, "filler")
         with open(filler, "wb") as out:
-            free = storage._free_bytes(out.fileno())
+            free = files._free_bytes(out.fileno())
             os.posix_fallocate(out.fileno(), 0, free - next_layer)
         assert os.statvfs(where).f_bavail * page == next_layer
         keys = iter(urls(1000))
@@ -328,7 +328,7 @@ def test_free_space_counts_only_blocks_an_unprivileged_process_may_use(tmp_path:
     with open(probe, "wb") as fh:
         # Nothing is allocated: the check refuses before any allocation.
         with pytest.raises(NoSpaceError) as err:
-            storage.check_space(fh.fileno(), str(probe), between, sparse=False)
+            files.check_space(fh.fileno(), str(probe), between, sparse=False)
     assert err.value.available == v.f_bavail * v.f_frsize  # type: ignore[attr-defined]
     assert os.path.getsize(probe) == 0
 

@@ -25,7 +25,7 @@ from typing import Any, Optional
 import pytest
 
 from mmapbloom import BloomConfig, BloomFilter, verify_file
-from mmapbloom.storage import remove_stale_temporaries
+from mmapbloom.files import remove_stale_temporaries
 from tests.conftest import ROOT, write_shards
 
 pytestmark = pytest.mark.slow
