@@ -177,7 +177,7 @@ SIDE_SUFFIX = ".mutex"
 
 
 def _is_temporary(path: str) -> bool:
-    """A name of storage.temporary_path (``.mmapbloom-<pid>-<random>.tmp``; storage imports
+    """A name of files.temporary_path (``.mmapbloom-<pid>-<random>.tmp``; files imports
     this module): never given a side file."""
     name = os.path.basename(path)
     return name.startswith(".mmapbloom-") and name.endswith(".tmp")
@@ -538,7 +538,7 @@ class WriteLock(_LockState):
         if self._path is None or self._own_fd is None:
             return "no path or no description of its own"
         if _is_temporary(self._path):  # one builder, then renamed: a side file would be left behind
-            return "a temporary file (storage.temporary_path)"
+            return "a temporary file (files.temporary_path)"
         return str(_mutex_kernels.mutex_supported(self._own_fd))
 
     def _choose_mode(self, deadline: Optional[float], timeout: Optional[float]) -> None:
