@@ -24,7 +24,7 @@ Rows (per key): ``update`` (batch add into a fresh file), ``contains_many`` of p
 of absent keys, ``add`` with the lock per call (a ``for`` loop over a fresh file),
 ``add`` inside one ``write_lock()``, ``x in f`` loops (present, absent), and a bare
 ``flock(LOCK_EX | LOCK_NB)`` / ``flock(LOCK_UN)`` pair per key from a Python loop
-(``fcntl.flock`` on the filter's file; the peer for what the lock adds: the line under the
+(``fcntl.flock`` on a file of its own; the peer for what the lock adds: the line under the
 table gives ("add, lock per call" - "add inside write_lock()") / "bare flock pair" in ns).
 abloom (``serializable=True``, in memory, no lock) answers with ``update``, its ``in`` loop
 for ``contains_many``, and its ``add`` for both ``add`` rows.
@@ -155,7 +155,8 @@ def _ops(
         import fcntl
 
         flock, ex, un = fcntl.flock, fcntl.LOCK_EX | fcntl.LOCK_NB, fcntl.LOCK_UN
-        with open(os.path.join(workdir, "f1.blm"), "rb") as fh:
+        # A file of its own: a writer of f1.blm in mutex mode holds LOCK_SH on it until it closes.
+        with open(os.path.join(workdir, "flock-peer.lock"), "wb") as fh:
             fd = fh.fileno()
             for _ in keys:
                 flock(fd, ex)
