@@ -52,7 +52,7 @@ PyDoc_STRVAR(fb_add_doc,
 "write_lock()); the items counter is bumped under the same lock.  Counting filters:\n"
 "saturated counters stay at their maximum (SaturationWarning once per handle).\n"
 "OverCapacityWarning once per handle past the design point.\n\n"
-"Raises TypeError (another item type), UnicodeEncodeError (a str with lone surrogates),\n"
+"Raises TypeError (another item type), KeyEncodingError (a str with lone surrogates),\n"
 "ReadOnlyFilterError, FilterClosedError, SelfDeadlockError (this thread holds the\n"
 "file's lock through another handle), LengthMismatchError (the file was truncated under\n"
 "the open handle: the touch of the mapping is guarded, never SIGBUS).");

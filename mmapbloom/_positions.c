@@ -62,7 +62,7 @@ const char mb_hash128_doc[] =
 "mmh3.hash128(key, seed=0, x64arch=True, signed=False).  key: str (its UTF-8 bytes), bytes-like, or an\n"
 "int (8 bytes little-endian of its value mod 2^64): the rule of mmapbloom.hashing.encode_key, which\n"
 "is called for every key not resolved here (its TypeError / OverflowError messages),\n"
-"UnicodeEncodeError for a str with lone surrogates.";
+"KeyEncodingError for a str with lone surrogates.";
 
 PyObject *mb_hash128(PyObject *module, PyObject *key)
 {

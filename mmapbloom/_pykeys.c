@@ -72,7 +72,7 @@ static int int_key_bytes(PyObject *o, uint8_t b[8])
 /* The bytes of one key.  Returns -1 with an exception set, 0 (no buffer taken) or 1 (a
  * buffer was taken into *view: release it when done with r).  A str gives its UTF-8
  * bytes, cached inside the str object by CPython (no copy for ASCII strings); lone
- * surrogates raise UnicodeEncodeError as str.encode does. */
+ * surrogates raise encode_key's KeyEncodingError (a UnicodeEncodeError). */
 static int resolve_key(PyObject *o, mb_key *r, Py_buffer *view)
 {
     if (PyUnicode_Check(o)) {
@@ -84,8 +84,18 @@ static int resolve_key(PyObject *o, mb_key *r, Py_buffer *view)
             return 0;
         }
         s = PyUnicode_AsUTF8AndSize(o, &n);
-        if (s == NULL)
+        if (s == NULL) {
+            if (PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) {
+                PyObject *enc;   /* lone surrogate: encode_key's KeyEncodingError names the rule */
+                PyErr_Clear();
+                enc = encode_key_py(o);
+                if (enc == NULL)
+                    return -1;
+                Py_DECREF(enc);
+                PyErr_SetString(PyExc_ValueError, "str key is not valid UTF-8");
+            }
             return -1;
+        }
         r->ptr = s;
         r->len = n;
         return 0;
@@ -224,7 +234,7 @@ int mb_keys_begin(keyset *ks, PyObject *keys, int copy_mutable)
  * pinned in ks->owned, into *r.  A contiguous bytearray / memoryview of an add batch is
  * copied here (bytes(o), as encode_key does), so that no other thread can change a key
  * while the batch is hashed without the GIL; anything else goes through encode_key itself
- * (the one rule, with its messages: TypeError, OverflowError, UnicodeEncodeError). */
+ * (the one rule, with its messages: TypeError, OverflowError, KeyEncodingError). */
 static int key_owned(keyset *ks, PyObject *o, mb_key *r)
 {
     PyObject *enc;

@@ -3,7 +3,7 @@
  * str gives its UTF-8 bytes (read in place: CPython caches them in the str), bytes-likes are
  * read as they are, an exact int in [-2**63, 2**64) gives the 8 little-endian bytes of its
  * value mod 2**64; every other key goes through encode_key itself (its TypeError,
- * OverflowError and UnicodeEncodeError messages).  A batch (keyset) is resolved once, every
+ * OverflowError and KeyEncodingError messages).  A batch (keyset) is resolved once, every
  * key validated before any cell changes and every object it points into pinned until
  * mb_keys_end; a Column (_columns.h) is read in place, one chunk at a time. */
 #ifndef MMAPBLOOM_PYKEYS_H

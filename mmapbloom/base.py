@@ -441,7 +441,7 @@ class MappedFilter(FilterBase, Lifecycle):
         answers False).
 
         Raises:
-            TypeError, UnicodeEncodeError, OverflowError: a bad item, an unsupported
+            TypeError, KeyEncodingError, OverflowError: a bad item, an unsupported
                 numpy dtype or Arrow type, or a str / bytes given as the batch (nothing
                 changed).
             ReadOnlyFilterError, FilterClosedError, LengthMismatchError (file truncated).

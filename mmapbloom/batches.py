@@ -103,7 +103,7 @@ def as_batch(items: Iterable[Any], native: Any, *, query: bool = False) -> Any:
         TypeError: an unsupported numpy dtype or Arrow type, a multi-column Arrow batch, a
             str / bytes given as the batch; on the pure path also a bad item (message names
             its type).
-        OverflowError, UnicodeEncodeError: on the pure path, an integer item outside
+        OverflowError, KeyEncodingError: on the pure path, an integer item outside
             [-2**63, 2**64) or a str with lone surrogates (the native handle raises these,
             with the same messages, when it is given the batch).
     """
@@ -196,7 +196,10 @@ def _numpy_batch(arr: np.ndarray, native: Any, query: bool) -> Any:
             return [b""] * len(arr)
         # UTF-8 as an 'S' array: trailing NUL code points become trailing NUL bytes, which
         # 'S' semantics drop, as tolist() drops them from the str.
-        encoded = np.strings.encode(arr, "utf-8")
+        try:
+            encoded = np.strings.encode(arr, "utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: the item path raises KeyEncodingError
+            return as_batch(arr.tolist(), native, query=query)
         return _fixed(np.ascontiguousarray(encoded).view(np.uint8), encoded.dtype.itemsize, True, native)
     if kind in "OT":  # object and StringDType: the elements are (or become) Python objects
         return as_batch(arr.tolist(), native, query=query)

@@ -395,7 +395,7 @@ class CuckooFilter(Lifecycle):
         Raises:
             FilterFullError: no place within ``max_kicks`` and the victim slot taken
                 (nothing changed: every key present before is still found).
-            TypeError, OverflowError, UnicodeEncodeError (a bad item), ReadOnlyFilterError,
+            TypeError, OverflowError, KeyEncodingError (a bad item), ReadOnlyFilterError,
             FilterClosedError, LengthMismatchError (file truncated under the handle).
         """
         return self._h.add(item)

@@ -70,7 +70,7 @@ import mmh3
 from . import format as fmt
 from .batches import KeysWithNulls, as_batch
 from .errors import FilterClosedError, FilterFullError, ReadOnlyFilterError
-from .hashing import encode_key, fmix64
+from .hashing import encode_key, fmix64, mmh3_key
 from .locking import WriteLock, deferred_signals
 
 if TYPE_CHECKING:
@@ -115,7 +115,7 @@ class Geometry(NamedTuple):
 def key_hash(key: Any) -> tuple[int, int]:
     """``(lo, hi)``: the two 64-bit halves of MurmurHash3 x64-128 (seed 0) of the key's
     bytes (``key``: bytes, or a str hashed as UTF-8; see :func:`encode_key`)."""
-    h = mmh3.hash128(key, seed=0, x64arch=True, signed=False)
+    h = mmh3.hash128(mmh3_key(key), seed=0, x64arch=True, signed=False)
     return h & _M64, h >> 64
 
 

@@ -5,6 +5,7 @@ and also from the matching built-in, so callers may catch either::
 
     MmapBloomError
     ├── ConfigError(ValueError)              bad sizing input (n, p, m, k)
+    ├── KeyEncodingError(UnicodeEncodeError) a str key with a lone surrogate (a ValueError)
     ├── FormatError(ValueError)              a file or byte string is not a sound filter
     │   ├── BadMagicError                    the first four bytes are not the expected magic
     │   ├── UnknownStrategyError             the hash-strategy name is not registered
@@ -49,6 +50,7 @@ __all__ = [
     "FilterFullError",
     "FormatError",
     "IncompatibleFiltersError",
+    "KeyEncodingError",
     "LayerMismatchError",
     "LengthMismatchError",
     "LockTimeout",
@@ -86,6 +88,36 @@ def _rebuild(cls: type[MmapBloomError], args: tuple[Any, ...], state: dict[str, 
 
 class ConfigError(MmapBloomError, ValueError):
     """A sizing input (capacity, false-positive rate, num_bits, num_hashes) is out of range."""
+
+
+class KeyEncodingError(MmapBloomError, UnicodeEncodeError):
+    """A ``str`` key holds a lone surrogate (U+D800..U+DFFF unpaired, as ``os.fsdecode``
+    and ``surrogateescape`` decoding make for undecodable bytes). The key-encoding rule is
+    strict UTF-8 for ``str`` keys, so such a key has no bytes and is refused on every path
+    (``add``, ``in``, ``discard``, ``remove``, ``count``, batches, the CLI never makes one)
+    and both backends, before anything is changed. Pass the bytes you mean instead, for
+    example ``os.fsencode(key)`` or ``key.encode("utf-8", "surrogateescape")``.
+
+    A ``UnicodeEncodeError`` (so a ``ValueError``), as ``str.encode`` raises.
+
+    Attributes:
+        object: the key; start, end: the index range of the first offending code points;
+        encoding: ``"utf-8"``; reason: ``"surrogates not allowed"``.
+    """
+
+    def __init__(self, key: str, start: int, end: int):
+        UnicodeEncodeError.__init__(self, "utf-8", key, start, end, "surrogates not allowed")
+
+    def __str__(self) -> str:
+        point = ord(self.object[self.start]) if 0 <= self.start < len(self.object) else 0
+        return (
+            f"str key {self.object!r} has a lone surrogate U+{point:04X} at index {self.start}: "
+            "str keys are encoded as strict UTF-8, which has no bytes for it; pass bytes instead "
+            "(e.g. os.fsencode(key) or key.encode('utf-8', 'surrogateescape'))"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.object, self.start, self.end))
 
 
 class FormatError(MmapBloomError, ValueError):

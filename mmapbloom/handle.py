@@ -108,7 +108,7 @@ class PyFilterBase:
         once per handle past the design point.
 
         Raises:
-            TypeError (another item type), UnicodeEncodeError (a str with lone
+            TypeError (another item type), KeyEncodingError (a str with lone
             surrogates), ReadOnlyFilterError, FilterClosedError, SelfDeadlockError (this
             thread holds the file's lock through another handle), LengthMismatchError
             (the file was truncated under the open handle).

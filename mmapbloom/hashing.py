@@ -85,7 +85,7 @@ import mmh3
 
 from . import sizing as _sizing
 from ._warn import user_stacklevel
-from .errors import UnknownSchemeError
+from .errors import KeyEncodingError, UnknownSchemeError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -164,17 +164,19 @@ def encode_key(item: object) -> bytes:
     Raises:
         TypeError: another type (the message names it, see :func:`type_name`).
         OverflowError: an integer outside [-2**63, 2**64) (the message names it).
-        UnicodeEncodeError (a ``ValueError``): a str with lone surrogates.
+        KeyEncodingError (a ``UnicodeEncodeError``, so a ``ValueError``): a str with a
+            lone surrogate (strict UTF-8 has no bytes for it; pass bytes instead).
 
     >>> encode_key("a"), encode_key(1), encode_key(-1) == encode_key(2**64 - 1)
     (b'a', b'\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x00', True)
     """
-    if type(item) is str:
-        return item.encode()
+    if type(item) is str or isinstance(item, str):
+        try:
+            return str.encode(item)
+        except UnicodeEncodeError as exc:
+            raise KeyEncodingError(str(item), exc.start, exc.end) from None
     if type(item) is bytes:
         return item
-    if isinstance(item, str):
-        return str.encode(item)
     if isinstance(item, (bytes, bytearray, memoryview)):
         return bytes(memoryview(item))  # the raw bytes: never a subclass's __bytes__
     if type(item) is int or (not isinstance(item, (bool, np.bool_)) and hasattr(type(item), "__index__")):
@@ -198,7 +200,10 @@ def encode_keys(items: Iterable[object]) -> list[bytes]:
     seq = items if isinstance(items, (list, tuple)) else list(items)
     kinds = set(map(type, seq))
     if kinds == {str}:
-        return list(map(str.encode, seq))
+        try:
+            return list(map(str.encode, seq))
+        except UnicodeEncodeError:
+            pass  # encode_key below raises KeyEncodingError for the first bad key
     if kinds <= {bytes}:
         return list(seq)
     return list(map(encode_key, seq))
@@ -312,6 +317,16 @@ class HashStrategy(abc.ABC):
         return (get_strategy, (self.name,))
 
 
+def mmh3_key(key: Any) -> Any:
+    """``key`` as mmh3 may be given it: bytes and ASCII ``str`` unchanged, anything else
+    through :func:`encode_key` (so a str with a lone surrogate raises KeyEncodingError
+    instead of reaching mmh3, which crashes the process on one; a non-ASCII str becomes its
+    UTF-8 bytes, the same hash)."""
+    if type(key) is bytes or (type(key) is str and key.isascii()):
+        return key
+    return encode_key(key)
+
+
 def hash_halves(keys: Iterable[bytes]) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
     """``(h mod 2^64, h >> 64)`` of ``hash128(key, seed=0, x64arch=True, signed=False)`` for
     every key (any iterable of bytes), as two ``uint64`` arrays. ``mmh3_x64_128_digest``
@@ -382,7 +397,7 @@ class M3KM(HashStrategy):
 
     def positions(self, key: bytes, num_hashes: int, num_bits: int) -> list[int]:
         """The M3KM positions of ``key`` (definition in the module docstring)."""
-        h = mmh3.hash128(key, seed=0, x64arch=True, signed=False)
+        h = mmh3.hash128(mmh3_key(key), seed=0, x64arch=True, signed=False)
         p = (h & _MASK64) % num_bits
         if num_bits == 1:
             return [0] * num_hashes
@@ -424,7 +439,7 @@ class _MixedDoubleHash(HashStrategy):
 
     def positions(self, key: bytes, num_hashes: int, num_bits: int) -> list[int]:
         """The positions of ``key`` (definitions of M3MX / M3M2 in the module docstring)."""
-        h = mmh3.hash128(key, seed=0, x64arch=True, signed=False)
+        h = mmh3.hash128(mmh3_key(key), seed=0, x64arch=True, signed=False)
         a, b = h & _MASK64, (h >> 64) | self.step_bit
         return [(fmix64((a + i * b) & _MASK64) * num_bits) >> 64 for i in range(num_hashes)]
 
@@ -488,7 +503,7 @@ class _BlockedHash(HashStrategy):
     def positions(self, key: bytes, num_hashes: int, num_bits: int) -> list[int]:
         """The positions of ``key`` (definitions of M3BL / M3B2 in the module docstring)."""
         self.check_num_bits(num_bits)
-        h = mmh3.hash128(key, seed=0, x64arch=True, signed=False)
+        h = mmh3.hash128(mmh3_key(key), seed=0, x64arch=True, signed=False)
         x, y = h & _MASK64, (h >> 64) | self.seed_bit
         base = ((x * (num_bits // BLOCK_BITS)) >> 64) * BLOCK_BITS
         out = []

@@ -22,7 +22,7 @@ write lock around every write kernel, keeps the items counter, and validates eve
 of a batch before calling a batch write kernel, so a bad item leaves the filter
 unchanged. Kernels raise what :func:`mmapbloom.hashing.encode_key` raises for an item it
 refuses: ``TypeError`` (bool, float, None, another type), ``OverflowError`` (an int outside
-[-2**63, 2**64)) and ``ValueError`` (``UnicodeEncodeError``) for a ``str`` with lone surrogates. Batch
+[-2**63, 2**64)) and ``KeyEncodingError`` (a ``ValueError``) for a ``str`` with lone surrogates. Batch
 semantics: ``add_many`` answers exactly as sequential ``add`` calls in order (a duplicate
 inside the batch is new once); counting kernels act on the *distinct* cells of an item (a
 position repeated by the strategy counts once).

@@ -463,7 +463,7 @@ class ScalableBloomFilter(ScalableGrowth, ScalableStatistics, Lifecycle):
         committed (each of them added or already present; the rest were not added).
 
         Raises:
-            TypeError, UnicodeEncodeError: a bad item (nothing changed).
+            TypeError, KeyEncodingError: a bad item (nothing changed).
             ReadOnlyFilterError, FilterClosedError.
             ConfigError: the next layer would not fit BLM1.
             NoSpaceError: the disk is full at a growth. OSError: other OS errors.
