@@ -38,6 +38,23 @@ static void mb_bus_handler(int sig, siginfo_t *si, void *ctx)
     }
 }
 
+/* 1 if signal.getsignal(SIGBUS) is a Python callable (a handler set by signal.signal),
+ * 0 if not, -1 with an exception. */
+static int python_bus_handler(void)
+{
+    PyObject *mod = PyImport_ImportModule("signal"), *h;
+    int py;
+    if (mod == NULL)
+        return -1;
+    h = PyObject_CallMethod(mod, "getsignal", "i", SIGBUS);
+    Py_DECREF(mod);
+    if (h == NULL)
+        return -1;
+    py = h != Py_None && !PyLong_Check(h) && PyCallable_Check(h);
+    Py_DECREF(h);
+    return py;
+}
+
 /* Install the handler (the first call; the caller holds the GIL), and re-install it when a
  * later call finds the default action back in its place.  Called by every Handle made and
  * every scan: one sigaction query each.  -1 with OSError. */
@@ -53,8 +70,19 @@ int mb_guard_install(void)
             PyErr_SetFromErrno(PyExc_OSError);
             return -1;
         }
-        if ((cur.sa_flags & SA_SIGINFO) || cur.sa_handler != SIG_DFL)
+        if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == mb_bus_handler)
             return 0;
+        if ((cur.sa_flags & SA_SIGINFO) || cur.sa_handler != SIG_DFL) {
+            /* Issue 29 item 7: a Python-level handler (signal.signal(SIGBUS, fn)) only sets
+             * a flag and returns, so a fault inside a guarded section would repeat forever.
+             * Install over it and chain to it (faults outside the guard reach it as before).
+             * Any other function there (faulthandler) chains to this handler already. */
+            int py = python_bus_handler();
+            if (py < 0)
+                return -1;
+            if (!py)
+                return 0;
+        }
     }
     memset(&act, 0, sizeof act);
     act.sa_sigaction = mb_bus_handler;
