@@ -221,7 +221,9 @@ static PyObject *mutex_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 
 static void mutex_dealloc(MutexObject *self)
 {
-    if (self->map != NULL)
+    /* Still held by a thread of this process: keep the 256 bytes mapped, for the kernel's
+     * robust-list walk at that thread's exit (it marks the mutex's owner dead). */
+    if (self->map != NULL && self->held_here == 0)
         munmap(self->map, SIDE_SIZE);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }

@@ -529,6 +529,12 @@ class WriteLock(_LockState):
             delay = min(delay * 2, 0.05)
 
     # -- the mode: mutex or flock (module docstring, "The robust mutex") ---------------
+    def _side_path(self) -> str:
+        """The side file's path: next to the file's real path (symlinks resolved), so every
+        name of one file that is reached through symlinks finds the same side file."""
+        assert self._path is not None
+        return os.path.realpath(self._path) + SIDE_SUFFIX
+
     def _mutex_unusable(self) -> str:
         """Why this lock cannot use the mutex ("" if it can)."""
         if _requested_mode() == "flock":
@@ -539,6 +545,9 @@ class WriteLock(_LockState):
             return "no path or no description of its own"
         if _is_temporary(self._path):  # one builder, then renamed: a side file would be left behind
             return "a temporary file (files.temporary_path)"
+        links = os.fstat(self._own_fd).st_nlink
+        if links != 1:  # two names in two places would find two side files: two mutexes
+            return f"the file has {links} hard links"
         return str(_mutex_kernels.mutex_supported(self._own_fd))
 
     def _choose_mode(self, deadline: Optional[float], timeout: Optional[float]) -> None:
@@ -557,7 +566,7 @@ class WriteLock(_LockState):
             return
         assert self._own_fd is not None and self._path is not None
         fd = self._own_fd
-        side = self._path + SIDE_SUFFIX
+        side = self._side_path()
         readonly = (fcntl.fcntl(self._fd, fcntl.F_GETFL) & os.O_ACCMODE) == os.O_RDONLY
         delay = 0.001
         made = False  # True once this call made the side file
@@ -627,7 +636,7 @@ class WriteLock(_LockState):
                 path=self._path,
             )
         assert self._path is not None
-        side = self._path + SIDE_SUFFIX
+        side = self._side_path()
         delay = 0.001
         while True:
             mutex = self._shared_mutex()
@@ -889,6 +898,12 @@ class WriteLock(_LockState):
         fork, if any (idempotent). The owner calls it while holding :attr:`thread_lock`."""
         self._closed = True
         _LIVE.discard(self)
+        if self._mutex is not None and self._depth > 0 and self._towned():
+            # close() inside this handle's own write_lock(): unlock before dropping the
+            # mutex, or it would stay locked (its owner's robust list no longer reaches it).
+            with contextlib.suppress(OSError):
+                self._mutex.release()
+            self._depth = 0
         self._mutex = None  # closing _own_fd below drops the LOCK_SH of mutex mode
         self._mode = None
         self._soft = False

@@ -455,3 +455,37 @@ def test_a_wait_for_another_process_is_interruptible(tmp_path: Any, mutex_mode: 
     assert out.strip() == "added True"
     assert "waits" not in holder and "after-interrupt" in holder
     holder.close()
+
+
+def test_names_of_one_file_find_one_side_file_or_exclude_each_other(tmp_path: Any, mutex_mode: None) -> None:
+    """A symlink to the file finds the side file next to the real path (one mutex); a hard
+    link (two names, two would-be side files) makes every writer use the file lock, which
+    a mutex-mode writer's LOCK_SH excludes. Never two mutexes for one inode."""
+    path = str(tmp_path / "f.blm")
+    BloomFilter.create(path, CFG).close()
+    os.symlink(path, tmp_path / "link.blm")
+    p, mode = _holder(str(tmp_path / "link.blm"), "auto")
+    assert mode == "mutex"
+    assert os.path.exists(path + SIDE_SUFFIX) and not os.path.lexists(str(tmp_path / "link.blm") + SIDE_SUFFIX)
+    assert _try(path, "auto") == "locked mutex"  # the same side file, through the real name
+    os.link(path, tmp_path / "hard.blm")
+    out = _try(str(tmp_path / "hard.blm"), "auto")
+    assert out.startswith("timeout flock"), out  # excluded while the mutex-mode writer is there
+    _finish(p)
+    assert _try(str(tmp_path / "hard.blm"), "auto") == "locked flock"
+    assert not os.path.lexists(str(tmp_path / "hard.blm") + SIDE_SUFFIX)
+
+
+def test_close_inside_its_own_write_lock_unlocks_the_mutex(tmp_path: Any, mutex_mode: None) -> None:
+    """close() inside the handle's own write_lock() block leaves no mutex locked behind
+    (it was unmapped while held: every other writer waited forever)."""
+    path = str(tmp_path / "f.blm")
+    f = BloomFilter.create(path, CFG)
+    with f.write_lock():
+        f.add("a")
+        assert _lock(f).mode == "mutex"
+        f.close()
+    assert _try(path, "auto") == "locked mutex"
+    with BloomFilter.open(path) as g:
+        assert within_seconds(10, lambda: g.add("b"))
+        assert "a" in g
