@@ -505,7 +505,9 @@ class WriteLock(_LockState):
             return False
         return True
 
-    def _wait_file_lock(self, fd: int, deadline: Optional[float], timeout: Optional[float]) -> None:
+    def _refuse_self_deadlock(self) -> None:
+        """Raise SelfDeadlockError if this thread holds the same file's lock through another
+        handle: a wait here would never end."""
         holder = self._held_by_this_thread()
         if holder is not None:
             raise SelfDeadlockError(
@@ -514,6 +516,9 @@ class WriteLock(_LockState):
                 "Write through the handle whose write_lock() is held, or leave its block first",
                 path=self._path,
             )
+
+    def _wait_file_lock(self, fd: int, deadline: Optional[float], timeout: Optional[float]) -> None:
+        self._refuse_self_deadlock()
         if deadline is None:
             if _DIRECT_FLOCK:
                 _FLOCK(fd, _LOCK_EX)
@@ -627,14 +632,7 @@ class WriteLock(_LockState):
         poll: take ``LOCK_EX`` when it frees (returns False), or, as soon as a valid side
         file is there, switch to mutex mode like :meth:`_choose_mode` (``LOCK_SH`` held,
         ``_mutex`` set; returns True). Raises SelfDeadlockError, LockTimeout."""
-        holder = self._held_by_this_thread()
-        if holder is not None:
-            raise SelfDeadlockError(
-                f"{self._path}: this thread already holds the write lock of this file through another "
-                f"handle ({holder._path}); a write through this handle would wait for itself forever. "
-                "Write through the handle whose write_lock() is held, or leave its block first",
-                path=self._path,
-            )
+        self._refuse_self_deadlock()
         assert self._path is not None
         side = self._side_path()
         delay = 0.001
@@ -754,14 +752,7 @@ class WriteLock(_LockState):
             return
         except BlockingIOError:
             pass
-        holder = self._held_by_this_thread()
-        if holder is not None:
-            raise SelfDeadlockError(
-                f"{self._path}: this thread already holds the write lock of this file through another "
-                f"handle ({holder._path}); a write through this handle would wait for itself forever. "
-                "Write through the handle whose write_lock() is held, or leave its block first",
-                path=self._path,
-            )
+        self._refuse_self_deadlock()
         if deadline is None:
             _FLOCK(fd, fcntl.LOCK_SH)  # a flock-mode writer is inside its write: wait for it
             return
@@ -779,14 +770,7 @@ class WriteLock(_LockState):
             delay = min(delay * 2, 0.05)
 
     def _wait_mutex(self, mutex: Any, deadline: Optional[float], timeout: Optional[float]) -> None:
-        holder = self._held_by_this_thread()
-        if holder is not None:
-            raise SelfDeadlockError(
-                f"{self._path}: this thread already holds the write lock of this file through another "
-                f"handle ({holder._path}); a write through this handle would wait for itself forever. "
-                "Write through the handle whose write_lock() is held, or leave its block first",
-                path=self._path,
-            )
+        self._refuse_self_deadlock()
         left = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
         if not mutex.acquire(left):
             raise self._timeout_error(timeout)
