@@ -20,7 +20,8 @@ from setuptools.command.build_ext import build_ext
 _GCC_LIKE_FLAGS = ["-O3", "-Wall", "-Wextra"]
 
 # The C units of mmapbloom._kernels (mmapbloom/_<unit>.c, each with its header but the module
-# file; _module.c lists what each owns).
+# file and _handle_batch.c, which shares _handle_impl.h with _handle.c; _module.c lists what
+# each owns).
 _UNITS = [
     "module",
     "positions",
@@ -31,7 +32,9 @@ _UNITS = [
     "lock",
     "mutex",
     "guard",
+    "lastpage",
     "handle",
+    "handle_batch",
     "cuckoo",
     "cuckoo_handle",
     "filterbase",
@@ -72,7 +75,8 @@ setup(
         Extension(
             "mmapbloom._kernels",
             sources=[f"mmapbloom/_{unit}.c" for unit in _UNITS],
-            depends=[f"mmapbloom/_{unit}.h" for unit in _UNITS if unit != "module"] + ["mmapbloom/_keys.h"],
+            depends=[f"mmapbloom/_{unit}.h" for unit in _UNITS if unit not in ("module", "handle_batch")]
+            + ["mmapbloom/_keys.h", "mmapbloom/_handle_impl.h"],
             optional=True,
             extra_compile_args=[] if os.name == "nt" else _GCC_LIKE_FLAGS,
         )

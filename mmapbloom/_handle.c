@@ -1,4 +1,5 @@
-/* mmapbloom/_handle.c: the native handle (interface in _handle.h).
+/* mmapbloom/_handle.c: the native handle (interface in _handle.h): the object, its per-item
+ * ops and close; its batch methods are in _handle_batch.c (fields shared: _handle_impl.h).
  *
  * Handle binds one open filter: the image buffer (exported once), the cells, the items
  * word, m, k, strategy, cell width and the LockState.  A write takes the lock in C when it
@@ -14,7 +15,7 @@
  * close() while one is in flight defers releasing the image export to its end, so a
  * handle (or a call in flight) that outlives its filter never touches unmapped memory.
  */
-#include "_handle.h"
+#include "_handle_impl.h"
 
 #include <structmember.h>
 #ifndef _WIN32
@@ -23,42 +24,9 @@
 
 #include "_cells.h"
 #include "_guard.h"
-#include "_lock.h"
-#include "_positions.h"
 #include "_pykeys.h"
 
-#define STAGE_POSITIONS (1 << 20)    /* staged positions per chunk at most (8 MiB) */
 
-typedef mb_handle Handle;
-
-struct mb_handle {
-    PyObject_HEAD
-    Py_buffer image;       /* the whole image (header + cells), exported once */
-    int have_image;
-    uint8_t *body;         /* the cells: image + header size */
-    uint8_t *items;        /* the header's items word */
-    geom g;
-    int width;             /* 1: Bloom bits; 4 or 8: counters */
-    int writable, closed, warned;
-    Py_ssize_t busy;       /* calls in flight that let go of the GIL or call Python */
-    double warn_at;        /* the design point (items.design_limit) */
-    LockState *lock;
-    /* The filter's hooks (mmapbloom.handle.Hooks), read once by Handle(): */
-    PyObject *closed_hook;     /* closed(): raises FilterClosedError */
-    PyObject *readonly_hook;   /* readonly(): raises the read-only handle's write refusal */
-    PyObject *faulted_hook;    /* faulted(): raises after a touch of the mapping faulted */
-    PyObject *over;            /* over(count): emits the over-capacity warning */
-    PyObject *saturated;       /* saturated(): emits the counter-saturation warning, or None */
-    /* A file truncated inside the mapping's last page (issue 29, item 1): the rest of that
-     * page reads as zeros and takes writes, with no SIGBUS.  Every guarded section first
-     * touches the mapping's last byte (a truncation before the last page faults there);
-     * a per-item op whose cells (or items word) lie in the last page, and each batch
-     * chunk, compare the file's size first (h_check_size: one fstat).  In memory: none. */
-    PyObject *size_fn;         /* image.size (an mmap: the file's size), or NULL (in memory) */
-    PyObject *check_size;      /* hooks.check_size: raises LengthMismatchError */
-    uint64_t last_cell;        /* cells from this index on lie in the last page (file only) */
-    int items_last;            /* the items word lies in the last page */
-};
 
 
 
@@ -79,9 +47,7 @@ static int h_traverse(Handle *h, visitproc visit, void *arg)
     Py_VISIT(h->faulted_hook);
     Py_VISIT(h->over);
     Py_VISIT(h->saturated);
-    Py_VISIT(h->size_fn);
-    Py_VISIT(h->check_size);
-    return 0;
+    return mb_lastpage_traverse(&h->lp, visit, arg);
 }
 
 static int h_clear(Handle *h)
@@ -93,8 +59,7 @@ static int h_clear(Handle *h)
     Py_CLEAR(h->faulted_hook);
     Py_CLEAR(h->over);
     Py_CLEAR(h->saturated);
-    Py_CLEAR(h->size_fn);
-    Py_CLEAR(h->check_size);
+    mb_lastpage_clear(&h->lp);
     return 0;
 }
 
@@ -116,35 +81,15 @@ static int get_hook(PyObject *hooks, const char *name, PyObject **out)
 /* The last-page fields of a handle over image (an mmap: a file; anything else: none). */
 static int h_last_page(Handle *h, PyObject *image, PyObject *hooks)
 {
-    PyObject *mod = PyImport_ImportModule("mmap"), *mmap_type;
-    int is_mmap;
     h->last_cell = UINT64_MAX;
-    if (mod == NULL)
+    if (mb_lastpage_init(&h->lp, image, &h->image, hooks) < 0)
         return -1;
-    mmap_type = PyObject_GetAttrString(mod, "mmap");
-    Py_DECREF(mod);
-    if (mmap_type == NULL)
-        return -1;
-    is_mmap = PyObject_IsInstance(image, mmap_type);
-    Py_DECREF(mmap_type);
-    if (is_mmap <= 0)
-        return is_mmap;
-    {
-        #ifdef _WIN32
-        const long page = 4096;
-#else
-        const long page = sysconf(_SC_PAGESIZE);
-#endif
-        const uintptr_t end = (uintptr_t)h->image.buf + (uintptr_t)h->image.len;
-        const uintptr_t last = (end - 1) & ~(uintptr_t)(page > 0 ? page - 1 : 4095);
-        const uintptr_t body = (uintptr_t)h->body;
+    if (h->lp.size_fn != NULL) {
+        const uintptr_t last = h->lp.last, body = (uintptr_t)h->body;
         h->last_cell = last <= body ? 0 : (uint64_t)(last - body) * (uint64_t)(8 / h->width);
-        h->items_last = (uintptr_t)h->items + 4 > last;
+        h->items_last = mb_lastpage_touches(&h->lp, h->items, 4);
     }
-    if (get_hook(hooks, "check_size", &h->check_size) < 0)
-        return -1;
-    h->size_fn = PyObject_GetAttrString(image, "size");
-    return h->size_fn == NULL ? -1 : 0;
+    return 0;
 }
 
 /* Handle(image, geometry, lock, hooks, writable, warn_at): geometry is mmapbloom.handle's
@@ -218,7 +163,7 @@ static PyObject *h_raise(PyObject *hook, PyObject *exc, const char *otherwise)
 
 /* Raise for a closed handle, or (write) for a refused write, which is also
  * FilterClosedError while the handle closes, through the filter's own errors. */
-static PyObject *h_refuse(Handle *h, int write)
+PyObject *mb_h_refuse(Handle *h, int write)
 {
     return h_raise(write && !h->closed ? h->readonly_hook : h->closed_hook, PyExc_ValueError,
                    "operation on a closed filter");
@@ -226,7 +171,7 @@ static PyObject *h_refuse(Handle *h, int write)
 
 /* End of a call counted in busy: the image export goes once the handle is closed and no
  * call is in flight. */
-static void h_leave(Handle *h)
+void mb_h_leave(Handle *h)
 {
     if (--h->busy == 0 && h->closed)
         h_release_image(h);
@@ -236,7 +181,7 @@ static void h_leave(Handle *h)
  * [0, 2**32 - 1], never moving again once saturated.  Returns 1 (and the stored count)
  * when the count is past the design point and this handle has not warned yet.  The caller
  * holds the write lock. */
-static int items_bump(Handle *h, long long delta, uint32_t *stored)
+int mb_h_items_bump(Handle *h, long long delta, uint32_t *stored)
 {
     const uint32_t count = mb_items_load(h->items);
     long long total;
@@ -250,7 +195,7 @@ static int items_bump(Handle *h, long long delta, uint32_t *stored)
 }
 
 /* The warnings of a write, after the lock is released (the hooks find the user's frame). */
-static int h_warn(Handle *h, int over, uint32_t stored, int sat)
+int mb_h_warn(Handle *h, int over, uint32_t stored, int sat)
 {
     PyObject *r;
     if (over && !h->warned && h->over != NULL) {
@@ -271,7 +216,7 @@ static int h_warn(Handle *h, int over, uint32_t stored, int sat)
 
 /* Take the write lock for a write: the uncontended path in C, else WriteLock.acquire.
  * Returns LOCK_HELD or LOCK_TAKEN, or -1 with an exception set. */
-static int h_lock(Handle *h)
+int mb_h_lock(Handle *h)
 {
     int state = mb_lock_try(h->lock);
     if (state != LOCK_SLOW)
@@ -288,7 +233,7 @@ static int h_lock(Handle *h)
         mb_lock_release(h->lock);
         if (h->busy == 0)
             h_release_image(h);
-        h_refuse(h, 0);
+        mb_h_refuse(h, 0);
         return -1;
     }
     return LOCK_TAKEN;
@@ -297,37 +242,20 @@ static int h_lock(Handle *h)
 /* Raise for a fault of the mapping inside a guarded section (the file was truncated under
  * the open handle): LengthMismatchError through the faulted hook, which compares the file's
  * size with the mapping.  The caller released what it held. */
-static PyObject *h_faulted(Handle *h)
+PyObject *mb_h_faulted(Handle *h)
 {
     return h_raise(h->faulted_hook, PyExc_OSError,
                    "a touch of the filter's mapping faulted (SIGBUS): the file was truncated under the open handle");
 }
 
-/* The file still covers the whole mapping: 0; else -1 with LengthMismatchError (the
- * check_size hook, which names the file and both sizes).  One fstat (mmap.size()); no-op
- * in memory.  The GIL is held. */
-static int h_check_size(Handle *h)
+int mb_h_check_size(Handle *h)
 {
-    PyObject *r;
-    Py_ssize_t size;
-    if (h->size_fn == NULL)
-        return 0;
-    r = PyObject_CallNoArgs(h->size_fn);
-    if (r == NULL) {
-        if (h->closed) {   /* closed by another thread meanwhile */
-            PyErr_Clear();
-            h_refuse(h, 0);
-        }
-        return -1;
+    const int r = mb_lastpage_check(&h->lp);
+    if (r == -1 && h->closed) {   /* size() failed: closed by another thread meanwhile */
+        PyErr_Clear();
+        mb_h_refuse(h, 0);
     }
-    size = PyLong_AsSsize_t(r);
-    Py_DECREF(r);
-    if (size == -1 && PyErr_Occurred())
-        return -1;
-    if (size >= h->image.len)
-        return 0;
-    h_raise(h->check_size, PyExc_OSError, "the filter's file is shorter than its mapping (truncated under the open handle)");
-    return -1;
+    return r < 0 ? -1 : 0;
 }
 
 /* 1 if a write (items: it bumps the items word) or a read of the cells pos[0..n) touches
@@ -335,7 +263,7 @@ static int h_check_size(Handle *h)
 static int h_in_last_page(const Handle *h, const uint64_t *pos, unsigned n, int items)
 {
     unsigned i;
-    if (h->size_fn == NULL)
+    if (h->lp.size_fn == NULL)
         return 0;
     if (items && h->items_last)
         return 1;
@@ -344,10 +272,6 @@ static int h_in_last_page(const Handle *h, const uint64_t *pos, unsigned n, int 
             return 1;
     return 0;
 }
-
-/* The first touch of every guarded section: the mapping's last byte, which faults when the
- * file was truncated anywhere before the last page (h_check_size covers that page). */
-#define TOUCH_LAST(h) ((void)*(volatile const uint8_t *)((const uint8_t *)(h)->image.buf + (h)->image.len - 1))
 
 /* ---- guarded sections: every touch of the mapping (_guard.h) -------------- */
 
@@ -363,11 +287,11 @@ static int g_write_one(Handle *h, const uint64_t *pos, unsigned n, int op, int *
     if (op == 0) {
         *fresh = mb_cells_add(h->body, h->width, pos, n, sat);
         if (*fresh)
-            *over = items_bump(h, 1, stored);
+            *over = mb_h_items_bump(h, 1, stored);
     } else {
         *removed = mb_cells_remove(h->body, h->width, pos, n);
         if (*removed > 0)
-            *over = items_bump(h, -1, stored);
+            *over = mb_h_items_bump(h, -1, stored);
     }
     GUARD_END();
     return 0;
@@ -431,26 +355,26 @@ PyObject *mb_handle_write_one(Handle *h, PyObject *key, int op)
     uint32_t stored = 0;
     unsigned n;
     if (h->closed || !h->writable)
-        return h_refuse(h, 1);
+        return mb_h_refuse(h, 1);
     if ((pos = h_positions(h, key, small)) == NULL)
         return NULL;
     n = mb_cells_distinct(h->width, pos, h->g.k);
-    if (h_in_last_page(h, pos, n, 1) && h_check_size(h) < 0)
+    if (h_in_last_page(h, pos, n, 1) && mb_h_check_size(h) < 0)
         goto fail;
-    state = h_lock(h);
+    state = mb_h_lock(h);
     if (state < 0)
         goto fail;
     if (g_write_one(h, pos, n, op, &fresh, &sat, &removed, &over, &stored) < 0) {
         if (state == LOCK_TAKEN && mb_lock_release(h->lock) < 0)
             goto fail;
-        h_faulted(h);
+        mb_h_faulted(h);
         goto fail;
     }
     if (state == LOCK_TAKEN && mb_lock_release(h->lock) < 0)
         goto fail;
     if (pos != small)
         PyMem_Free(pos);
-    if ((over || sat) && h_warn(h, over, stored, sat) < 0)
+    if ((over || sat) && mb_h_warn(h, over, stored, sat) < 0)
         return NULL;
     if (op == 0)
         return PyBool_FromLong(fresh);
@@ -490,13 +414,13 @@ int mb_handle_contains(Handle *h, PyObject *key)
     uint64_t hv[2], small[SMALL_K], *pos = small;
     int present;
     if (h->closed) {
-        h_refuse(h, 0);
+        mb_h_refuse(h, 0);
         return -1;
     }
     if (mb_hash_object(key, hv) < 0)   /* the one key rule: str, bytes-like, int, else encode_key */
         return -1;
     if (h->closed) {   /* encode_key ran Python: another thread may have closed (and unmapped) */
-        h_refuse(h, 0);
+        mb_h_refuse(h, 0);
         return -1;
     }
     /* Room for k positions before the guarded probes (which allocate nothing). */
@@ -507,19 +431,19 @@ int mb_handle_contains(Handle *h, PyObject *key)
     /* Lazily: the head positions first; an absent key usually stops there. */
     mb_positions_n(&h->g, hv, pos, 0, head);
     present = g_contains(h, hv, pos, head);
-    if (present == 0 && h->size_fn != NULL) {   /* a zero read past a truncation in the last page? */
+    if (present == 0 && h->lp.size_fn != NULL) {   /* a zero read past a truncation in the last page? */
         int last = h_in_last_page(h, pos, head, 0);
         if (!last && head < k) {   /* the rest: computed in g_contains only if the head was set */
             mb_positions_n(&h->g, hv, pos, head, k);
             last = h_in_last_page(h, pos + head, k - head, 0);
         }
-        if (last && h_check_size(h) < 0)
+        if (last && mb_h_check_size(h) < 0)
             present = -2;
     }
     if (pos != small)
         PyMem_Free(pos);
     if (present == -1)
-        h_faulted(h);
+        mb_h_faulted(h);
     return present < 0 ? -1 : present;
 }
 
@@ -541,15 +465,15 @@ static PyObject *h_count(Handle *h, PyObject *key)
     if (h->width == 1)
         return PyErr_Format(PyExc_TypeError, "count needs a counting handle");
     if (h->closed)
-        return h_refuse(h, 0);
+        return mb_h_refuse(h, 0);
     if ((pos = h_positions(h, key, small)) == NULL)
         return NULL;
     if (h->closed) {   /* the key's encoding may have run Python, and another thread closed */
         if (pos != small)
             PyMem_Free(pos);
-        return h_refuse(h, 0);
+        return mb_h_refuse(h, 0);
     }
-    if (h_in_last_page(h, pos, h->g.k, 0) && h_check_size(h) < 0) {
+    if (h_in_last_page(h, pos, h->g.k, 0) && mb_h_check_size(h) < 0) {
         if (pos != small)
             PyMem_Free(pos);
         return NULL;
@@ -558,267 +482,8 @@ static PyObject *h_count(Handle *h, PyObject *key)
     if (pos != small)
         PyMem_Free(pos);
     if (faulted < 0)
-        return h_faulted(h);
+        return mb_h_faulted(h);
     return PyLong_FromUnsignedLong(low);
-}
-
-/* ---- batches ----------------------------------------------------------------------- */
-
-/* A chunk's commit and its count (the lock is held): 0, or -1 the mapping faulted (cells
- * of the chunk may be set, its count is not bumped). */
-static int g_commit(Handle *h, const mb_key *refs, size_t n, uint64_t *rows, uint8_t *out, int *sat,
-                    Py_ssize_t *fresh, int *over, uint32_t *stored)
-{
-    GUARD_DECL(gd);
-    GUARD_BEGIN(gd, h->image.buf, h->image.len)
-        return -1;
-    TOUCH_LAST(h);
-    *fresh = mb_cells_commit(h->body, h->width, &h->g, refs, n, rows, rows + 2 * n, out, sat);
-    *over = *fresh ? items_bump(h, *fresh, stored) : 0;
-    GUARD_END();
-    return 0;
-}
-
-/* Tell the caller how far a failed batch got (every exception leaving add_many). */
-static void note_committed(Py_ssize_t committed)
-{
-    PyObject *et, *ev, *tb, *n;
-    PyErr_Fetch(&et, &ev, &tb);
-    PyErr_NormalizeException(&et, &ev, &tb);
-    n = PyLong_FromSsize_t(committed);
-    if (ev != NULL && n != NULL && PyObject_SetAttrString(ev, "committed_items", n) < 0)
-        PyErr_Clear();
-    Py_XDECREF(n);
-    PyErr_Restore(et, ev, tb);
-}
-
-/* The batch writer over resolved keys: chunks of MB_CHUNK_KEYS keys (fewer for a
- * large k), each hashed outside the lock (GIL released for large chunks), then committed
- * under one lock acquisition with one bump of the items word.  out (n bytes) or NULL.
- * Returns the number of new keys, or -1 with an exception carrying committed_items. */
-static Py_ssize_t h_add_keys(Handle *h, keyset *ks, uint8_t *out)
-{
-    const Py_ssize_t n = ks->n;
-    const unsigned k = h->g.k;
-    Py_ssize_t chunk = STAGE_POSITIONS / k, start, total = 0, committed = 0;
-    uint64_t *rows;
-    int over = 0, sat = 0;
-    uint32_t stored = 0;
-    if (chunk > MB_CHUNK_KEYS)
-        chunk = MB_CHUNK_KEYS;
-    if (chunk < 1)
-        chunk = 1;
-    if (chunk > n)
-        chunk = n ? n : 1;
-    /* two staged words a key (mb_cells_stage), then the commit's ring of AHEAD * k */
-    rows = PyMem_Malloc(((size_t)chunk * 2 + (size_t)AHEAD * k) * sizeof *rows);
-    if (rows == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    h->busy++;
-    for (start = 0; start < n; start += chunk) {
-        const Py_ssize_t c = n - start < chunk ? n - start : chunk;
-        const mb_key *refs;
-        Py_ssize_t fresh;
-        int state, o;
-        uint32_t s = 0;
-        if (c >= GIL_MIN_KEYS) {
-            Py_BEGIN_ALLOW_THREADS
-            refs = mb_keys_chunk(ks, start, c);
-            mb_cells_stage(&h->g, refs, (size_t)c, rows);
-            Py_END_ALLOW_THREADS
-        } else {
-            refs = mb_keys_chunk(ks, start, c);
-            mb_cells_stage(&h->g, refs, (size_t)c, rows);
-        }
-        if (h->closed) {
-            h_refuse(h, 0);
-            goto fail;
-        }
-        if (h_check_size(h) < 0)   /* per chunk: a truncation inside the last page raises */
-            goto fail;
-        state = h_lock(h);
-        if (state < 0)
-            goto fail;
-        fresh = 0;
-        o = 0;
-        if (g_commit(h, refs, (size_t)c, rows, out ? out + start : NULL, &sat, &fresh, &o, &s) < 0) {
-            if (state == LOCK_TAKEN && mb_lock_release(h->lock) < 0)
-                goto fail;
-            h_faulted(h);
-            goto fail;
-        }
-        if (o) {
-            over = 1;
-            stored = s;
-        }
-        committed = start + c;
-        total += fresh;
-        if (state == LOCK_TAKEN && mb_lock_release(h->lock) < 0)
-            goto fail;
-        /* An interrupt lands between chunks (or after the last one, still inside this call,
-         * so the exception carries committed_items), never between a chunk's cells and
-         * its count. */
-        if (PyErr_CheckSignals() < 0)
-            goto fail;
-    }
-    h_leave(h);
-    PyMem_Free(rows);
-    if ((over || sat) && h_warn(h, over, stored, sat) < 0)
-        return -1;
-    return total;
-fail:
-    note_committed(committed);
-    h_leave(h);
-    PyMem_Free(rows);
-    if (over) {
-        /* The warning of the committed chunks goes now, not with the next (unrelated) add;
-         * one turned into an error (-W error) never replaces the exception in flight. */
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        if (h_warn(h, over, stored, 0) < 0)
-            PyErr_Clear();
-        PyErr_Restore(et, ev, tb);
-    }
-    return -1;
-}
-
-/* out argument: None, or a writable buffer of n bytes. */
-static int get_out(PyObject *obj, Py_ssize_t n, Py_buffer *out)
-{
-    if (PyObject_GetBuffer(obj, out, PyBUF_WRITABLE) < 0)
-        return -1;
-    if (out->len != n) {
-        PyErr_Format(PyExc_ValueError, "out has %zd bytes, expected %zd (one per key)", out->len, n);
-        PyBuffer_Release(out);
-        return -1;
-    }
-    return 0;
-}
-
-PyDoc_STRVAR(h_add_many_doc,
-"add_many(keys, out=None, /)\n--\n\n"
-"Add every key of keys (any iterable, or a Column: read in place chunk by chunk, a null key\n"
-"never added and answered 0) in order, as sequential add() calls; returns the\n"
-"number of new keys, and out (a writable buffer of len(keys) bytes) gets 1 where a key was\n"
-"new.  Every key is validated before any cell changes.  The write lock is taken once per\n"
-"chunk of up to 65536 keys, hashed before the lock is taken; an exception leaving it\n"
-"carries committed_items (how many leading keys were committed).");
-
-static PyObject *h_add_many(Handle *h, PyObject *const *args, Py_ssize_t nargs)
-{
-    keyset ks;
-    Py_buffer out;
-    int have_out = 0;
-    Py_ssize_t fresh;
-    /* Every exception out of here carries committed_items (0 before the first chunk). */
-    if (nargs < 1 || nargs > 2) {
-        PyErr_Format(PyExc_TypeError, "add_many() takes 1 or 2 arguments (%zd given)", nargs);
-        goto refused;
-    }
-    if (h->closed || !h->writable) {
-        h_refuse(h, 1);
-        goto refused;
-    }
-    if (mb_keys_begin(&ks, args[0], 1) < 0)   /* a bad key, or an interrupt in encode_key */
-        goto refused;
-    if (nargs == 2 && args[1] != Py_None) {
-        if (get_out(args[1], ks.n, &out) < 0) {
-            mb_keys_end(&ks);
-            goto refused;
-        }
-        have_out = 1;
-    }
-    fresh = h_add_keys(h, &ks, have_out ? out.buf : NULL);
-    if (have_out)
-        PyBuffer_Release(&out);
-    mb_keys_end(&ks);
-    return fresh < 0 ? NULL : PyLong_FromSsize_t(fresh);
-refused:
-    note_committed(0);
-    return NULL;
-}
-
-PyDoc_STRVAR(h_contains_many_doc,
-"contains_many(keys, out, /)\n--\n\n"
-"out[i] = 1 if key i may be present, else 0 (out: a writable buffer of len(keys) bytes;\n"
-"keys: any iterable, or a Column, whose null keys answer 0).\n"
-"No lock; the keys are resolved and pinned first, then hashing and probing run without the\n"
-"GIL (from 256 keys on).");
-
-/* query_run over a batch: at once for resolved Python keys, chunk by chunk for a Column.
- * Needs no GIL. */
-static void query_keys(Handle *h, keyset *ks, uint64_t *ring, uint8_t *out)
-{
-    const Py_ssize_t n = ks->n, step = ks->column != NULL ? MB_CHUNK_KEYS : (n ? n : 1);
-    Py_ssize_t start;
-    for (start = 0; start < n; start += step) {
-        const Py_ssize_t c = n - start < step ? n - start : step;
-        mb_cells_query(h->body, h->width, &h->g, mb_keys_chunk(ks, start, c), (size_t)c, ring, out + start);
-    }
-}
-
-/* query_keys in a guarded section (with or without the GIL): 0, or -1 faulted. */
-static int g_query(Handle *h, keyset *ks, uint64_t *ring, uint8_t *out)
-{
-    GUARD_DECL(gd);
-    GUARD_BEGIN(gd, h->image.buf, h->image.len)
-        return -1;
-    TOUCH_LAST(h);
-    query_keys(h, ks, ring, out);
-    GUARD_END();
-    return 0;
-}
-
-static PyObject *h_contains_many(Handle *h, PyObject *const *args, Py_ssize_t nargs)
-{
-    keyset ks;
-    Py_buffer out;
-    uint64_t *ring;
-    int faulted;
-    if (nargs != 2)
-        return PyErr_Format(PyExc_TypeError, "contains_many() takes 2 arguments (%zd given)", nargs);
-    if (h->closed)
-        return h_refuse(h, 0);
-    if (mb_keys_begin(&ks, args[0], 0) < 0)
-        return NULL;
-    if (get_out(args[1], ks.n, &out) < 0) {
-        mb_keys_end(&ks);
-        return NULL;
-    }
-    ring = PyMem_Malloc((size_t)AHEAD * h->g.k * sizeof *ring);
-    if (ring == NULL) {
-        PyBuffer_Release(&out);
-        mb_keys_end(&ks);
-        return PyErr_NoMemory();
-    }
-    if (h->closed) {   /* keys_begin / get_out may have run Python, and another thread closed */
-        PyMem_Free(ring);
-        PyBuffer_Release(&out);
-        mb_keys_end(&ks);
-        return h_refuse(h, 0);
-    }
-    h->busy++;
-    if (ks.n >= GIL_MIN_KEYS) {
-        Py_BEGIN_ALLOW_THREADS
-        faulted = g_query(h, &ks, ring, out.buf);
-        Py_END_ALLOW_THREADS
-    } else {
-        faulted = g_query(h, &ks, ring, out.buf);
-    }
-    h_leave(h);
-    PyMem_Free(ring);
-    /* An absent answer may be a zero read past a truncation inside the last page. */
-    if (faulted == 0 && h->size_fn != NULL && memchr(out.buf, 0, (size_t)ks.n) != NULL && h_check_size(h) < 0)
-        faulted = -2;
-    PyBuffer_Release(&out);
-    mb_keys_end(&ks);
-    if (faulted == -1)
-        return h_faulted(h);
-    if (faulted < 0)
-        return NULL;
-    Py_RETURN_NONE;
 }
 
 PyDoc_STRVAR(h_close_doc,
@@ -877,8 +542,8 @@ static PyGetSetDef h_getset[] = {
 static PyMethodDef h_methods[] = {
     {"add", (PyCFunction)h_add, METH_O, h_add_doc},
     {"contains", (PyCFunction)h_contains, METH_O, h_contains_doc},
-    {"add_many", (PyCFunction)(void (*)(void))h_add_many, METH_FASTCALL, h_add_many_doc},
-    {"contains_many", (PyCFunction)(void (*)(void))h_contains_many, METH_FASTCALL, h_contains_many_doc},
+    {"add_many", (PyCFunction)(void (*)(void))mb_h_add_many, METH_FASTCALL, mb_h_add_many_doc},
+    {"contains_many", (PyCFunction)(void (*)(void))mb_h_contains_many, METH_FASTCALL, mb_h_contains_many_doc},
     {"remove", (PyCFunction)h_remove, METH_O, h_remove_doc},
     {"count", (PyCFunction)h_count, METH_O, h_count_doc},
     {"close", (PyCFunction)h_close, METH_NOARGS, h_close_doc},

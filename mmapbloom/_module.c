@@ -9,7 +9,9 @@
  *   _lock       the write lock's C half: LockState, flock_try(), flock_unlock()
  *   _mutex      the robust process-shared mutex in a side file: Mutex, mutex_supported()
  *   _guard      the SIGBUS guard around touches of a mapping, the items word
- *   _handle     the native Handle (the hot API of every filter)
+ *   _lastpage   the size check of a file truncated inside its mapping's last page
+ *   _handle     the native Handle (the hot API of every filter): the object, per-item ops;
+ *               _handle_batch its add_many / contains_many (both over _handle_impl.h)
  *   _cuckoo     the cuckoo filter's cells (CKF1, M3C1), plain C
  *   _cuckoo_handle  the native CuckooHandle (the cuckoo filter's hot API) over _cuckoo
  *   _filterbase FilterBase, the filters' base class on the native backend
