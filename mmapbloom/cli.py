@@ -52,6 +52,7 @@ from typing import Any, BinaryIO, Callable, Iterator, NoReturn, Optional, Sequen
 
 from . import format as fmt
 from .base import MappedFilter
+from .handle import CHUNK_KEYS
 from .counting import CountingBloomFilter
 from ._lazy import numpy_loaded
 from .errors import MmapBloomError
@@ -73,10 +74,6 @@ from .hashing import DEFAULT_STRATEGY, get_strategy, registered_strategies
 from .config import BloomConfig
 
 __all__ = ["backend_status", "build_parser", "main", "merge_main"]
-
-#: Items per ``add_many`` / ``contains_many`` call. ``add_many`` takes the write lock once
-#: per chunk of min(65,536, 524,288 / k) keys (one ``flock`` each), never per line.
-CHUNK_ITEMS = 1 << 16
 
 #: Bytes read from an input per step.
 READ_BYTES = 1 << 22
@@ -343,7 +340,7 @@ def _input_size(names: Sequence[str]) -> Optional[int]:
 
 def _item_chunks(args: argparse.Namespace, progress: Any) -> Iterator[list[bytes]]:
     """The ``--key`` keys, then the items of every input, in chunks of exactly
-    ``CHUNK_ITEMS`` (the last may be shorter). A key is its argument's bytes
+    :data:`~mmapbloom.handle.CHUNK_KEYS` (the last may be shorter). A key is its argument's bytes
     (``os.fsencode``: undecodable bytes of the command line come back as they were), with
     no framing and nothing removed."""
     pending: list[bytes] = [os.fsencode(key) for key in args.keys]
@@ -364,9 +361,9 @@ def _item_chunks(args: argparse.Namespace, progress: Any) -> Iterator[list[bytes
             if progress is not None:
                 progress.update(nbytes)
             pending.extend(items)
-            while len(pending) >= CHUNK_ITEMS:
-                yield pending[:CHUNK_ITEMS]
-                del pending[:CHUNK_ITEMS]
+            while len(pending) >= CHUNK_KEYS:
+                yield pending[:CHUNK_KEYS]
+                del pending[:CHUNK_KEYS]
     if pending:
         yield pending
 

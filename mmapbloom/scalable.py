@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Union
 
 
 from .base import deferred_signals
+from .handle import CHUNK_KEYS  # keys per write-lock hold in update
 from .errors import (
     ConfigMismatchError,
     FilterClosedError,
@@ -84,7 +85,7 @@ from .scalable_format import (
 from .directory import build_directory, check_file_mode, strip_path
 from .files import atomic_file
 from .keys import Item, PathLike
-from .scalable_growth import ScalableGrowth, _packed
+from .scalable_growth import ScalableGrowth, count_word
 from .scalable_stats import LayerInfo, ScalableStatistics
 
 if TYPE_CHECKING:
@@ -105,9 +106,6 @@ __all__ = [
     "scalable_info",
     "verify_scalable",
 ]
-
-#: Keys per write-lock hold in :meth:`ScalableBloomFilter.update`.
-_CHUNK = 1 << 16
 
 _LIVE: "weakref.WeakSet[ScalableBloomFilter]" = weakref.WeakSet()
 
@@ -316,7 +314,7 @@ class ScalableBloomFilter(ScalableGrowth, ScalableStatistics, Lifecycle):
         self._closed = False
         self._layers = []
         self._tail = _NO_TAIL
-        self._seen = _packed(0)
+        self._seen = count_word(0)
         self._inodes = []
         self._retired = []
         self._reload_lock = threading.Lock()
@@ -476,10 +474,10 @@ class ScalableBloomFilter(ScalableGrowth, ScalableStatistics, Lifecycle):
             self._check_open()
             keys = encoded_keys(items)[0]  # nulls of a column are never added
             total = 0
-            for start in range(0, len(keys), _CHUNK):
+            for start in range(0, len(keys), CHUNK_KEYS):
                 progress[0] = 0
                 with self._lock, deferred_signals():
-                    total += self._update_locked(keys[start : start + _CHUNK], progress)
+                    total += self._update_locked(keys[start : start + CHUNK_KEYS], progress)
         except BaseException as exc:
             exc.committed_items = start + progress[0]  # type: ignore[attr-defined]
             raise

@@ -27,7 +27,7 @@ from .scalable_format import (
     write_manifest,
 )
 
-__all__ = ["ScalableGrowth"]
+__all__ = ["ScalableGrowth", "count_word"]
 
 # Test hook: called as ``_GROW_HOOK(stage, index)`` while a layer is being added, with
 # stage ``"layer-created"`` (layer file published, manifest not yet) and
@@ -36,7 +36,9 @@ __all__ = ["ScalableGrowth"]
 _GROW_HOOK: Optional[Callable[[str, int], None]] = None
 
 
-def _packed(count: int) -> bytes:
+def count_word(count: int) -> bytes:
+    """The lock file's layer-count word for ``count`` layers (4 bytes, little-endian), as
+    compared with a ``pread`` of it to see whether another process added a layer."""
     return count.to_bytes(4, "little")
 
 
@@ -120,7 +122,7 @@ class ScalableGrowth:
             self._inodes = inodes
             self._layers = new
             self._tail = self._watch(new)
-            self._seen = _packed(len(new))
+            self._seen = count_word(len(new))
             return new
 
     def _layer_path(self, i: int) -> str:
@@ -218,7 +220,7 @@ class ScalableGrowth:
                 self._inodes = self._inodes + [(st.st_dev, st.st_ino)]
                 self._layers = new = layers + [layer]
                 self._tail = self._watch(new)
-                self._seen = _packed(i + 1)
+                self._seen = count_word(i + 1)
         except BaseException:
             layer.close()
             raise
