@@ -81,6 +81,7 @@ struct mb_lock_state {
     int flock_fd;          /* WriteLock._flock_fd: the descriptor to flock, -1: none (in memory) */
     char stale, closed;    /* WriteLock._stale, WriteLock._closed */
     char pending;          /* WriteLock._pending: the lock mode (mutex or flock) is not chosen yet */
+    char readonly;         /* WriteLock._readonly: a readonly handle (leaves mutex mode at release) */
     PyObject *mutex;       /* WriteLock._mutex: the side file's Mutex in mutex mode (used instead of
                             * flock_fd), NULL: flock mode */
 };
@@ -218,7 +219,24 @@ static PyObject *ls_treset(LockState *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+static PyObject *ls_enter(LockState *self, PyObject *unused);
+static PyObject *ls_exit(LockState *self, PyObject *const *args, Py_ssize_t nargs);
+
+PyDoc_STRVAR(ls_enter_doc,
+"__enter__()\n--\n\n"
+"Take the write lock (``with lock:``): the uncontended take (thread lock, then the mutex or a\n"
+"non-blocking flock) and the re-entry of a held lock run in C; anything else (a wait, the\n"
+"first choice of the mode, a reopen after fork, a closed lock) calls WriteLock.acquire().\n"
+"Returns the lock.  Raises what acquire() raises.");
+PyDoc_STRVAR(ls_exit_doc,
+"__exit__(et, ev, tb, /)\n--\n\n"
+"Release one level, as WriteLock.release(): in C when this thread holds the lock at depth >= 1\n"
+"(and it is not a readonly handle's outermost mutex hold); otherwise release() is called.\n"
+"Returns None (exceptions propagate).");
+
 static PyMethodDef ls_methods[] = {
+    {"__enter__", (PyCFunction)ls_enter, METH_NOARGS, ls_enter_doc},
+    {"__exit__", (PyCFunction)(void (*)(void))ls_exit, METH_FASTCALL, ls_exit_doc},
     {"_tacquire", (PyCFunction)(void (*)(void))ls_tacquire, METH_FASTCALL, ls_tacquire_doc},
     {"_trelease", (PyCFunction)ls_trelease, METH_NOARGS, "Release one level of the thread lock."},
     {"_towned", (PyCFunction)ls_towned, METH_NOARGS, "True if the calling thread holds the thread lock."},
@@ -255,6 +273,7 @@ static PyMemberDef ls_members[] = {
     {"_stale", T_BOOL, offsetof(LockState, stale), 0, "reopen before locking (fork child)"},
     {"_closed", T_BOOL, offsetof(LockState, closed), 0, "refuse acquisitions"},
     {"_pending", T_BOOL, offsetof(LockState, pending), 0, "lock mode not chosen yet (slow path)"},
+    {"_readonly", T_BOOL, offsetof(LockState, readonly), 0, "a readonly handle's lock (snapshots only)"},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -389,3 +408,48 @@ int mb_lock_wait(LockState *L)
     return -1;
 }
 
+
+/* ---- the context manager (``with f.write_lock():``) ------------------------------------ */
+
+static PyObject *ls_enter(LockState *self, PyObject *unused)
+{
+    int state;
+    (void)unused;
+    if (self->count > 0 && self->owner == PyThread_get_thread_ident() && self->depth > 0 && !self->closed) {
+        self->count++;   /* re-entry inside this thread's own write_lock(): as acquire() */
+        self->depth++;
+        return Py_NewRef(self);
+    }
+    state = mb_lock_try(self);
+    if (state == LOCK_TAKEN)
+        return Py_NewRef(self);
+    if (state < 0)
+        return NULL;
+    /* LOCK_SLOW (LOCK_HELD was handled above, except closed): the Python protocol */
+    if (mb_lock_wait(self) < 0)
+        return NULL;
+    return Py_NewRef(self);
+}
+
+static PyObject *ls_exit(LockState *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *r;
+    (void)args;
+    if (nargs != 3)
+        return PyErr_Format(PyExc_TypeError, "__exit__() takes 3 arguments (%zd given)", nargs);
+    if (self->count > 0 && self->owner == PyThread_get_thread_ident() && self->depth >= 1 &&
+        !(self->depth == 1 && self->mutex != NULL && self->readonly)
+#ifdef _WIN32
+        && !(self->depth == 1 && self->flock_fd >= 0)   /* portalocker.unlock: release() */
+#endif
+    ) {
+        if (mb_lock_release(self) < 0)
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    r = PyObject_CallMethod((PyObject *)self, "release", NULL);
+    if (r == NULL)
+        return NULL;
+    Py_DECREF(r);
+    Py_RETURN_NONE;
+}

@@ -110,7 +110,7 @@ import threading
 import time
 import weakref
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, cast
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, TypeVar, cast
 
 from ._lazy import LazyModule
 from .errors import FilterClosedError, LockTimeout, SelfDeadlockError
@@ -192,12 +192,15 @@ def _requested_mode() -> str:
     raise ValueError(f"{LOCK_ENV}={value!r}: expected 'flock', 'auto' or unset")
 
 
+_Self = TypeVar("_Self", bound="_PyLockState")
+
+
 class _PyLockState:
     """The pure-Python twin of ``mmapbloom._kernels.LockState`` (same fields and methods):
     a re-entrant thread lock, the file-lock depth, the descriptor to flock (-1: none), the
     stale and closed flags."""
 
-    __slots__ = ("_rlock", "_depth", "_flock_fd", "_stale", "_closed", "_pending", "_mutex")
+    __slots__ = ("_rlock", "_depth", "_flock_fd", "_stale", "_closed", "_pending", "_mutex", "_readonly")
 
     def __init__(self, *args: object) -> None:
         self._rlock = threading.RLock()
@@ -207,6 +210,18 @@ class _PyLockState:
         self._closed = False
         self._pending = False
         self._mutex: Any = None
+        self._readonly = False
+
+    def __enter__(self: _Self) -> _Self:
+        """Take the write lock (``WriteLock.acquire``); returns the lock."""
+        cast(Any, self).acquire()
+        return self
+
+    def __exit__(
+        self, et: Optional[type[BaseException]], ev: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        """Release one level (``WriteLock.release``)."""
+        cast(Any, self).release()
 
     def _tacquire(self, timeout: Optional[float] = -1.0) -> bool:
         return self._rlock.acquire(timeout=-1 if timeout is None else timeout)
@@ -291,7 +306,6 @@ class WriteLock(_LockState):
         "_inherited",
         "_mode",
         "_soft",
-        "_readonly",
         "__weakref__",
     )
 
@@ -868,14 +882,9 @@ class WriteLock(_LockState):
         file lock."""
         return _ThreadLockView(self)
 
-    def __enter__(self) -> "WriteLock":
-        self.acquire()
-        return self
-
-    def __exit__(
-        self, et: Optional[type[BaseException]], ev: Optional[BaseException], tb: Optional[TracebackType]
-    ) -> None:
-        self.release()
+    # __enter__ / __exit__ come from the base: in C (LockState: the uncontended take and
+    # release, and re-entry, without a Python call; anything else calls acquire / release),
+    # or _PyLockState's on the pure path.
 
     def close(self) -> None:
         """Refuse later acquisitions and close the descriptor this lock reopened after a
