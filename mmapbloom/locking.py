@@ -18,7 +18,9 @@ st_ino (a copy is refused), the libc and ``sizeof(pthread_mutex_t)``, with an in
 word written last; a side file that does not match is never used. Used when the compiled
 extension is there (also on the pure backend), the file system is a known local one
 (``mutex_supported``), ``MMAPBLOOM_LOCK`` is not ``flock`` and the path is not a
-``storage`` temporary. An uncontended lock+unlock costs tens of ns instead of a ``flock``
+``storage`` temporary. ``MMAPBLOOM_LOCK=mutex`` requires it: where it cannot be used (any
+reason above but the temporary, or a side file that cannot be made or opened) the first
+acquire raises ConfigError naming the file and the reason, holding nothing. An uncontended lock+unlock costs tens of ns instead of a ``flock``
 pair's hundreds; a holder killed at any point leaves ``EOWNERDEAD`` to the next locker,
 which makes the mutex consistent (counted in the header) and goes on: as after a SIGKILL
 of a flock holder, the adds it acknowledged are in the bits, and ``items_added`` may lag
@@ -113,7 +115,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, TypeVar, cast
 
 from ._lazy import LazyModule
-from .errors import FilterClosedError, LockTimeout, SelfDeadlockError
+from .errors import ConfigError, FilterClosedError, LockTimeout, SelfDeadlockError
 from .kernels import native_module
 
 if TYPE_CHECKING:
@@ -170,7 +172,10 @@ except ImportError:  # pragma: no cover - no compiled extension: flock only
 _Mutex: Any = getattr(_mutex_kernels, "Mutex", None)
 
 #: The environment variable that chooses the cross-process lock: ``"flock"`` forces the file
-#: lock; unset, empty or ``"auto"`` uses the robust mutex where it can (module docstring).
+#: lock; ``"mutex"`` requires the robust mutex (a write lock that cannot use it raises
+#: ConfigError naming the file and the reason, never falls back to flock); unset, empty or
+#: ``"auto"`` uses the robust mutex where it can (module docstring). Any other value:
+#: ConfigError at the first write lock.
 LOCK_ENV = "MMAPBLOOM_LOCK"
 #: The side file of a write lock in mutex mode: the locked file's path plus this suffix.
 SIDE_SUFFIX = ".mutex"
@@ -184,12 +189,15 @@ def _is_temporary(path: str) -> bool:
 
 
 def _requested_mode() -> str:
-    value = os.environ.get(LOCK_ENV, "").strip().lower()
+    """``"auto"``, ``"flock"`` or ``"mutex"`` from :data:`LOCK_ENV` (read at each lock's first
+    acquire). Raises ConfigError for any other value, naming the valid ones."""
+    raw = os.environ.get(LOCK_ENV, "")
+    value = raw.strip().lower()
     if value in ("", "auto"):
         return "auto"
-    if value == "flock":
-        return "flock"
-    raise ValueError(f"{LOCK_ENV}={value!r}: expected 'flock', 'auto' or unset")
+    if value in ("flock", "mutex"):
+        return value
+    raise ConfigError(f"{LOCK_ENV}={raw!r}: expected 'auto', 'flock', 'mutex' or unset (empty)")
 
 
 _Self = TypeVar("_Self", bound="_PyLockState")
@@ -580,7 +588,10 @@ class WriteLock(_LockState):
         others hold ``LOCK_SH`` cannot be replaced: this waits like a blocked writer."""
         assert self._fd is not None and self._ino is not None
         why = self._mutex_unusable()
+        required = _requested_mode() == "mutex"
         if why:
+            if required and not (self._path is not None and _is_temporary(self._path)):
+                raise self._mutex_required_error(why)
             self._set_mode("flock")
             return
         assert self._own_fd is not None and self._path is not None
@@ -608,6 +619,8 @@ class WriteLock(_LockState):
                     self._soft = True  # it joins the mutex instead of waiting with LOCK_EX for
                     return  # writers to close; a wait already under way polls for it (_wait_soft)
                 if made:  # the side file this call made cannot be opened (EACCES, ...): never loop
+                    if required:
+                        raise self._mutex_required_error(f"its side file {side} cannot be used: {why}")
                     self._set_mode("flock")  # LOCK_EX per write, as when it cannot be made
                     self._soft = True
                     return
@@ -615,8 +628,10 @@ class WriteLock(_LockState):
                     try:
                         made = True
                         self._create_side(side)
-                    except OSError:
+                    except OSError as exc:
                         _FLOCK(fd, _LOCK_UN)
+                        if required:
+                            raise self._mutex_required_error(f"its side file {side} cannot be made: {exc}") from exc
                         self._set_mode("flock")  # side file impossible: LOCK_EX per write
                         self._soft = True  # another user may make one: _wait_soft
                         return
@@ -637,6 +652,12 @@ class WriteLock(_LockState):
                 with contextlib.suppress(OSError):
                     _FLOCK(fd, _LOCK_UN)  # no LOCK_SH / LOCK_EX left behind by a failed choice
             raise
+
+    def _mutex_required_error(self, why: str) -> ConfigError:
+        return ConfigError(
+            f"{self._path}: {LOCK_ENV}=mutex requires the robust mutex, but this file cannot use it "
+            f"({why}); unset {LOCK_ENV} (or set it to 'auto') to fall back to flock"
+        )
 
     def _wait_soft(self, fd: int, deadline: Optional[float], timeout: Optional[float]) -> bool:
         """The wait of a lock in flock mode for a reason that may pass (a readonly handle that
