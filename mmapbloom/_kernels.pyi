@@ -64,6 +64,7 @@ class Mutex:
 
     recoveries: int
     side_ino: int
+    wait_clock: str
     def __init__(self, fd: int, dev: int, ino: int, /) -> None: ...
     @staticmethod
     def create(fd: int, dev: int, ino: int, /) -> None: ...

@@ -56,6 +56,35 @@ typedef struct {
 
 static pthread_mutex_t *mx_of(MutexObject *m) { return (pthread_mutex_t *)(m->map + MUTEX_OFF); }
 
+/* One wait slice of at most `seconds`: pthread_mutex_clocklock on CLOCK_MONOTONIC where the
+ * libc has it (glibc >= 2.30, checked at build time: MB_SLICE_CLOCK), so a wall-clock step
+ * (NTP, settimeofday) neither stretches nor cuts a slice; else pthread_mutex_timedlock on
+ * CLOCK_REALTIME (musl, older glibc).  Call with the GIL released.  Returns the pthread code. */
+#if defined(__GLIBC__) && defined(__GLIBC_PREREQ)
+#if __GLIBC_PREREQ(2, 30) && defined(__USE_GNU)
+#define MB_HAVE_CLOCKLOCK 1
+#endif
+#endif
+#ifdef MB_HAVE_CLOCKLOCK
+#define MB_SLICE_CLOCK CLOCK_MONOTONIC
+#else
+#define MB_SLICE_CLOCK CLOCK_REALTIME
+#endif
+
+static int lock_slice(pthread_mutex_t *mx, double seconds)
+{
+    struct timespec abs;
+    clock_gettime(MB_SLICE_CLOCK, &abs);
+    abs.tv_nsec += (long)(seconds * 1e9);
+    abs.tv_sec += abs.tv_nsec / 1000000000L;
+    abs.tv_nsec %= 1000000000L;
+#ifdef MB_HAVE_CLOCKLOCK
+    return pthread_mutex_clocklock(mx, CLOCK_MONOTONIC, &abs);
+#else
+    return pthread_mutex_timedlock(mx, &abs);
+#endif
+}
+
 static int got_lock(MutexObject *m, int rc)
 {
     if (rc == 0) {
@@ -114,14 +143,9 @@ int mb_mutex_wait_other(PyObject *obj)
     if (m->map == NULL || m->held_here > 0)
         return 1;
     for (;;) {
-        struct timespec abs;
         int rc;
-        clock_gettime(CLOCK_REALTIME, &abs);
-        abs.tv_nsec += 50000000L;
-        abs.tv_sec += abs.tv_nsec / 1000000000L;
-        abs.tv_nsec %= 1000000000L;
         Py_BEGIN_ALLOW_THREADS
-        rc = pthread_mutex_timedlock(mx_of(m), &abs);
+        rc = lock_slice(mx_of(m), 0.05);
         Py_END_ALLOW_THREADS
         if (rc == EINTR)
             rc = ETIMEDOUT;
@@ -304,8 +328,8 @@ static PyObject *mutex_try(MutexObject *self, PyObject *unused)
 }
 
 PyDoc_STRVAR(mutex_acquire_doc,
-"acquire(timeout=-1.0, /)\n--\n\nWait for the mutex: timeout in seconds (< 0: forever).  The wait is\n"
-"pthread_mutex_timedlock in slices of at most 50 ms with the GIL released; signal handlers\n"
+"acquire(timeout=-1.0, /)\n--\n\nWait for the mutex: timeout in seconds (< 0: forever), on the monotonic clock.\n"
+"The wait is pthread_mutex_clocklock(CLOCK_MONOTONIC) (glibc >= 2.30; else pthread_mutex_timedlock) in slices of at most 50 ms with the GIL released; signal handlers\n"
 "run between slices (an exception from one ends the wait, nothing held).  Returns True\n"
 "(held; a dead holder is recovered as in try_acquire) or False (timed out).");
 
@@ -326,7 +350,6 @@ static PyObject *mutex_acquire(MutexObject *self, PyObject *const *args, Py_ssiz
         deadline = mono_now() + timeout;
     for (;;) {
         double slice = 0.05;
-        struct timespec abs;
         if (timeout >= 0.0) {
             const double left = deadline - mono_now();
             if (left <= 0.0)
@@ -334,12 +357,8 @@ static PyObject *mutex_acquire(MutexObject *self, PyObject *const *args, Py_ssiz
             if (left < slice)
                 slice = left;
         }
-        clock_gettime(CLOCK_REALTIME, &abs);
-        abs.tv_nsec += (long)(slice * 1e9);
-        abs.tv_sec += abs.tv_nsec / 1000000000L;
-        abs.tv_nsec %= 1000000000L;
         Py_BEGIN_ALLOW_THREADS
-        rc = pthread_mutex_timedlock(mx_of(self), &abs);
+        rc = lock_slice(mx_of(self), slice);
         Py_END_ALLOW_THREADS
         if (rc == EINTR)
             rc = ETIMEDOUT;
@@ -385,7 +404,16 @@ static PyMethodDef mutex_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyObject *mutex_get_wait_clock(MutexObject *self, void *c)
+{
+    (void)self;
+    (void)c;
+    return PyUnicode_FromString(MB_SLICE_CLOCK == CLOCK_MONOTONIC ? "monotonic" : "realtime");
+}
+
 static PyGetSetDef mutex_getset[] = {
+    {"wait_clock", (getter)mutex_get_wait_clock, NULL,
+     "the clock of the wait slices: \"monotonic\" (pthread_mutex_clocklock, glibc >= 2.30) or \"realtime\"", NULL},
     {"recoveries", (getter)mutex_get_recoveries, NULL, "times a dead holder was recovered (EOWNERDEAD)", NULL},
     {"side_ino", (getter)mutex_get_side_ino, NULL, "st_ino of the side file mapped", NULL},
     {NULL, NULL, NULL, NULL, NULL},
