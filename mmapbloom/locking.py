@@ -200,6 +200,29 @@ def _requested_mode() -> str:
     raise ConfigError(f"{LOCK_ENV}={raw!r}: expected 'auto', 'flock', 'mutex' or unset (empty)")
 
 
+def _remove_stale_temporaries(side: str) -> None:
+    """Remove the temporaries ``SIDE.<pid>.<tid>.tmp`` that creators of this side file killed
+    mid-create left behind. Called by the creator, under ``LOCK_EX`` on the locked file: no
+    other creator of this side file is mid-create then (each creates under ``LOCK_EX``), so
+    every such name is stale. (A creator for *another* inode that had this path before a
+    rename over it holds its own file's lock, not ours: if its temporary goes, its rename
+    fails and it takes the path of a side file that cannot be made.) Errors are ignored:
+    one left is only litter."""
+    folder, prefix = os.path.split(side)
+    prefix += "."
+    try:
+        names = os.listdir(folder or ".")
+    except OSError:
+        return
+    for name in names:
+        if not (name.startswith(prefix) and name.endswith(".tmp")):
+            continue
+        parts = name[len(prefix) : -len(".tmp")].split(".")
+        if len(parts) == 2 and all(p.isdigit() for p in parts):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(folder, name))
+
+
 _Self = TypeVar("_Self", bound="_PyLockState")
 
 
@@ -762,6 +785,7 @@ class WriteLock(_LockState):
         (``& 0o666``), so every user who may write the file may open it whatever their umask
         and primary group (the group is kept when the creator may not give it: not a member)."""
         assert self._fd is not None and self._ino is not None
+        _remove_stale_temporaries(side)
         tmp = f"{side}.{os.getpid()}.{threading.get_ident()}.tmp"
         sfd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         try:
