@@ -65,6 +65,7 @@ class Mutex:
     recoveries: int
     side_ino: int
     wait_clock: str
+    path: str | None
     def __init__(self, fd: int, dev: int, ino: int, /) -> None: ...
     @staticmethod
     def create(fd: int, dev: int, ino: int, /) -> None: ...

@@ -766,7 +766,9 @@ class WriteLock(_LockState):
         except OSError as exc:
             return None, f"cannot open it: {exc}"
         try:
-            return _Mutex(sfd, self._ino[0], self._ino[1]), ""
+            mutex = _Mutex(sfd, self._ino[0], self._ino[1])
+            mutex.path = side  # named by the error of a fault (a side file truncated under us)
+            return mutex, ""
         except (ValueError, OSError) as exc:
             return None, str(exc)
         finally:
