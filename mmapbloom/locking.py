@@ -93,6 +93,10 @@ descriptor to flock, the stale and closed flags) lives in the compiled
 ``mmapbloom._kernels.LockState``, WriteLock's base class, so that the native handle
 (:mod:`mmapbloom.handle`) takes and releases a free lock in C, with the GIL held: thread
 lock, ``flock(LOCK_EX | LOCK_NB)`` (mutex mode: ``pthread_mutex_trylock``), the write, unlock.
+The lock's ``__enter__`` / ``__exit__`` (``with f.write_lock():``) are LockState's too, over
+the same C calls: entering takes a free lock or re-enters a held one without a Python call,
+leaving releases one level (a readonly handle's outermost mutex hold, and leaving a block
+entered before fork, go through :meth:`WriteLock.release`).
 Only a real wait (or a reopen after fork, the mode's first choice, or a closed lock) calls
 :meth:`WriteLock.acquire`, the one slow path, here; except that in mutex mode a mutex held
 by another *process* is waited for in C (a short spin, then ``pthread_mutex_timedlock`` in

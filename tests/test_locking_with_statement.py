@@ -125,3 +125,42 @@ def test_in_memory_filter_with_statement() -> None:
         with f.write_lock():
             f.add("m")
     assert "m" in f and not _lock(f).owned()
+
+
+def test_wait_for_another_thread_is_interruptible(tmp_path: Any) -> None:
+    """The thread lock's wait runs signal handlers between slices: Ctrl-C ends it promptly and
+    nothing is held afterwards."""
+    import os
+    import signal
+    import time
+
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGINT"):
+        pytest.skip("signals reach the main thread only")
+    with BloomFilter.create(str(tmp_path / "f.blm"), CFG) as f:
+        lock = f.write_lock()
+        held, leave = threading.Event(), threading.Event()
+
+        def holder() -> None:
+            with lock:
+                held.set()
+                leave.wait(30)
+
+        t = threading.Thread(target=holder)
+        t.start()
+        assert held.wait(30)
+        timer = threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGINT))
+        timer.start()
+        t0 = time.monotonic()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                with lock:
+                    pass
+            assert time.monotonic() - t0 < 5
+        finally:
+            timer.cancel()
+            leave.set()
+            t.join(30)
+        assert not lock.owned()
+        with lock:  # free again
+            f.add("after")
+        assert "after" in f
