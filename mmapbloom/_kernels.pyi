@@ -10,7 +10,7 @@ array).  Strategy ids: 1 = M3KM, 2 = M3MX, 3 = M3BL, 4 = M3M2, 5 = M3B2; ``width
 from typing import Any, Iterable, Optional, Protocol, Union
 
 import numpy as np
-from typing_extensions import Buffer
+from typing_extensions import Buffer, Self
 
 # numpy arrays are buffers, but numpy's stubs say so only for Python >= 3.12.
 _Buf = Union[Buffer, np.ndarray[Any, Any]]
@@ -50,7 +50,10 @@ class LockState:
     _closed: bool
     _pending: bool
     _mutex: Mutex | None
+    _readonly: bool
     def __init__(self, *args: object) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(self, et: object, ev: object, tb: object, /) -> None: ...
     def _tacquire(self, timeout: float | None = -1.0, /) -> bool: ...
     def _trelease(self) -> None: ...
     def _towned(self) -> bool: ...
@@ -61,6 +64,8 @@ class Mutex:
 
     recoveries: int
     side_ino: int
+    wait_clock: str
+    path: str | None
     def __init__(self, fd: int, dev: int, ino: int, /) -> None: ...
     @staticmethod
     def create(fd: int, dev: int, ino: int, /) -> None: ...

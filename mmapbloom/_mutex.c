@@ -1,5 +1,6 @@
 /* mmapbloom/_mutex.c: the side file's robust process-shared mutex (interface in _mutex.h). */
 #include "_mutex.h"
+#include "_guard.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -52,9 +53,119 @@ typedef struct {
     unsigned char *map;   /* SIDE_SIZE bytes, MAP_SHARED; NULL once unmapped */
     long held_here;       /* holds by threads of this process (changed with the GIL held) */
     unsigned long long side_ino;
+    unsigned long long locked_dev, locked_ino;   /* the inode whose write lock it is (messages) */
+    int broken;           /* its mapping faulted (side file truncated under us): refuse every op */
+    PyObject *path;       /* the side file's path (set by locking.py; messages), or NULL */
 } MutexObject;
 
-static pthread_mutex_t *mx_of(MutexObject *m) { return (pthread_mutex_t *)(m->map + MUTEX_OFF); }
+
+/* One wait slice of at most `seconds`: pthread_mutex_clocklock on CLOCK_MONOTONIC where the
+ * libc has it (glibc >= 2.30, checked at build time: MB_SLICE_CLOCK), so a wall-clock step
+ * (NTP, settimeofday) neither stretches nor cuts a slice; else pthread_mutex_timedlock on
+ * CLOCK_REALTIME (musl, older glibc).  Call with the GIL released.  Returns the pthread code. */
+#if defined(__GLIBC__) && defined(__GLIBC_PREREQ)
+#if __GLIBC_PREREQ(2, 30) && defined(__USE_GNU)
+#define MB_HAVE_CLOCKLOCK 1
+#endif
+#endif
+#ifdef MB_HAVE_CLOCKLOCK
+#define MB_SLICE_CLOCK CLOCK_MONOTONIC
+#else
+#define MB_SLICE_CLOCK CLOCK_REALTIME
+#endif
+
+static int lock_slice(pthread_mutex_t *mx, double seconds)
+{
+    struct timespec abs;
+    clock_gettime(MB_SLICE_CLOCK, &abs);
+    abs.tv_nsec += (long)(seconds * 1e9);
+    abs.tv_sec += abs.tv_nsec / 1000000000L;
+    abs.tv_nsec %= 1000000000L;
+#ifdef MB_HAVE_CLOCKLOCK
+    return pthread_mutex_clocklock(mx, CLOCK_MONOTONIC, &abs);
+#else
+    return pthread_mutex_timedlock(mx, &abs);
+#endif
+}
+
+/* The side file truncated (or overwritten shorter) under this process: its mapping faults
+ * (SIGBUS) at the next touch.  Every touch of the mapping by a lock operation runs in a
+ * guarded section (_guard.h: sigsetjmp without a system call, a thread-local store), so the
+ * fault becomes this error and the Mutex refuses every later operation (broken). */
+enum { OP_TRY, OP_UNLOCK, OP_SLICE };
+#define MB_FAULTED (-1)
+
+/* Guarded: one operation on the mutex of `map` (a slice of `slice` seconds for OP_SLICE, with
+ * the GIL released by the caller).  Returns the pthread code (EOWNERDEAD already made
+ * consistent and counted: 0 then, or consistent's error), or MB_FAULTED.  No Python call. */
+static int g_mutex_op(unsigned char *map, int op, double slice)
+{
+    GUARD_DECL(gd);
+    int rc;
+    GUARD_BEGIN(gd, map, SIDE_SIZE)
+        return MB_FAULTED;
+    {
+        pthread_mutex_t *mx = (pthread_mutex_t *)(map + MUTEX_OFF);
+        rc = op == OP_TRY ? pthread_mutex_trylock(mx) : op == OP_UNLOCK ? pthread_mutex_unlock(mx) : lock_slice(mx, slice);
+        if (rc == EOWNERDEAD) {   /* the holder died holding it: bits before counts (as after a SIGKILL of a flock holder) */
+            rc = pthread_mutex_consistent(mx);
+            if (rc == 0)
+                ((side_header *)map)->recoveries++;
+        }
+    }
+    GUARD_END();
+    return rc;
+}
+
+/* Set LengthMismatchError (mmapbloom.errors; a FormatError, a ValueError) for a fault. */
+static int fault_error(MutexObject *m)
+{
+    PyObject *mod = PyImport_ImportModule("mmapbloom.errors"), *cls, *exc;
+    m->broken = 1;
+    if (mod == NULL)
+        return -1;
+    cls = PyObject_GetAttrString(mod, "LengthMismatchError");
+    Py_DECREF(mod);
+    if (cls == NULL)
+        return -1;
+    {
+        PyObject *msg = PyUnicode_FromFormat(
+            "truncated or overwritten under this process (expected %d bytes): the mapping of this "
+            "mutex side file (inode %llu, the write lock of inode %llu:%llu) faulted (SIGBUS, caught) in a "
+            "lock operation.  This handle's lock is unusable: close every handle of the file, remove the "
+            "side file, reopen",
+            SIDE_SIZE, m->side_ino, m->locked_dev, m->locked_ino);
+        PyObject *args = msg != NULL ? PyTuple_Pack(1, msg) : NULL;
+        PyObject *kw = args != NULL ? Py_BuildValue("{s:O,s:i}", "source",
+                                                    m->path != NULL ? m->path : Py_None, "expected", SIDE_SIZE)
+                                    : NULL;
+        Py_XDECREF(msg);
+        if (kw != NULL && m->path == NULL && PyDict_DelItemString(kw, "source") < 0)
+            Py_CLEAR(kw);
+        exc = kw != NULL ? PyObject_Call(cls, args, kw) : NULL;
+        Py_XDECREF(args);
+        Py_XDECREF(kw);
+    }
+    if (exc != NULL) {
+        PyErr_SetObject(cls, exc);
+        Py_DECREF(exc);
+    }
+    Py_DECREF(cls);
+    return -1;
+}
+
+static int unusable(MutexObject *m)
+{
+    if (m->map == NULL) {
+        PyErr_SetString(PyExc_ValueError, "mutex side file is unmapped");
+        return 1;
+    }
+    if (m->broken) {
+        fault_error(m);
+        return 1;
+    }
+    return 0;
+}
 
 static int got_lock(MutexObject *m, int rc)
 {
@@ -62,17 +173,8 @@ static int got_lock(MutexObject *m, int rc)
         m->held_here++;
         return 0;
     }
-    if (rc == EOWNERDEAD) {   /* the holder died holding it: bits before counts (as after a SIGKILL of a flock holder) */
-        side_header *h = (side_header *)m->map;
-        if ((rc = pthread_mutex_consistent(mx_of(m))) != 0) {
-            errno = rc;
-            PyErr_SetFromErrno(PyExc_OSError);
-            return -1;
-        }
-        h->recoveries++;
-        m->held_here++;
-        return 0;
-    }
+    if (rc == MB_FAULTED)
+        return fault_error(m);
     if (rc == EBUSY || rc == ETIMEDOUT)
         return 1;
     errno = rc;
@@ -83,22 +185,23 @@ static int got_lock(MutexObject *m, int rc)
 int mb_mutex_trylock(PyObject *obj)
 {
     MutexObject *m = (MutexObject *)obj;
-    if (m->map == NULL) {
-        PyErr_SetString(PyExc_ValueError, "mutex side file is unmapped");
+    if (unusable(m))
         return -1;
-    }
-    return got_lock(m, pthread_mutex_trylock(mx_of(m)));
+    return got_lock(m, g_mutex_op(m->map, OP_TRY, 0.0));
 }
 
 int mb_mutex_unlock(PyObject *obj)
 {
     MutexObject *m = (MutexObject *)obj;
     int rc;
-    if (m->map == NULL) {
-        PyErr_SetString(PyExc_ValueError, "mutex side file is unmapped");
+    if (unusable(m))
         return -1;
+    rc = g_mutex_op(m->map, OP_UNLOCK, 0.0);
+    if (rc == MB_FAULTED) {
+        m->held_here--;   /* the hold went with the mapping */
+        return fault_error(m);
     }
-    if ((rc = pthread_mutex_unlock(mx_of(m))) != 0) {
+    if (rc != 0) {
         errno = rc;
         PyErr_SetFromErrno(PyExc_OSError);
         return -1;
@@ -113,15 +216,12 @@ int mb_mutex_wait_other(PyObject *obj)
     int r;
     if (m->map == NULL || m->held_here > 0)
         return 1;
+    if (unusable(m))
+        return -1;
     for (;;) {
-        struct timespec abs;
         int rc;
-        clock_gettime(CLOCK_REALTIME, &abs);
-        abs.tv_nsec += 50000000L;
-        abs.tv_sec += abs.tv_nsec / 1000000000L;
-        abs.tv_nsec %= 1000000000L;
         Py_BEGIN_ALLOW_THREADS
-        rc = pthread_mutex_timedlock(mx_of(m), &abs);
+        rc = g_mutex_op(m->map, OP_SLICE, 0.05);
         Py_END_ALLOW_THREADS
         if (rc == EINTR)
             rc = ETIMEDOUT;
@@ -216,11 +316,18 @@ static PyObject *mutex_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     self->map = map;
     self->side_ino = (unsigned long long)st.st_ino;
+    self->locked_dev = dev;
+    self->locked_ino = ino;
+    if (mb_guard_install() < 0) {   /* the pure path makes a Mutex without any Handle */
+        Py_DECREF(self);
+        return NULL;
+    }
     return (PyObject *)self;
 }
 
 static void mutex_dealloc(MutexObject *self)
 {
+    Py_CLEAR(self->path);
     /* Still held by a thread of this process: keep the 256 bytes mapped, for the kernel's
      * robust-list walk at that thread's exit (it marks the mutex's owner dead). */
     if (self->map != NULL && self->held_here == 0)
@@ -304,8 +411,8 @@ static PyObject *mutex_try(MutexObject *self, PyObject *unused)
 }
 
 PyDoc_STRVAR(mutex_acquire_doc,
-"acquire(timeout=-1.0, /)\n--\n\nWait for the mutex: timeout in seconds (< 0: forever).  The wait is\n"
-"pthread_mutex_timedlock in slices of at most 50 ms with the GIL released; signal handlers\n"
+"acquire(timeout=-1.0, /)\n--\n\nWait for the mutex: timeout in seconds (< 0: forever), on the monotonic clock.\n"
+"The wait is pthread_mutex_clocklock(CLOCK_MONOTONIC) (glibc >= 2.30; else pthread_mutex_timedlock) in slices of at most 50 ms with the GIL released; signal handlers\n"
 "run between slices (an exception from one ends the wait, nothing held).  Returns True\n"
 "(held; a dead holder is recovered as in try_acquire) or False (timed out).");
 
@@ -326,7 +433,6 @@ static PyObject *mutex_acquire(MutexObject *self, PyObject *const *args, Py_ssiz
         deadline = mono_now() + timeout;
     for (;;) {
         double slice = 0.05;
-        struct timespec abs;
         if (timeout >= 0.0) {
             const double left = deadline - mono_now();
             if (left <= 0.0)
@@ -334,12 +440,8 @@ static PyObject *mutex_acquire(MutexObject *self, PyObject *const *args, Py_ssiz
             if (left < slice)
                 slice = left;
         }
-        clock_gettime(CLOCK_REALTIME, &abs);
-        abs.tv_nsec += (long)(slice * 1e9);
-        abs.tv_sec += abs.tv_nsec / 1000000000L;
-        abs.tv_nsec %= 1000000000L;
         Py_BEGIN_ALLOW_THREADS
-        rc = pthread_mutex_timedlock(mx_of(self), &abs);
+        rc = g_mutex_op(self->map, OP_SLICE, slice);
         Py_END_ALLOW_THREADS
         if (rc == EINTR)
             rc = ETIMEDOUT;
@@ -385,7 +487,35 @@ static PyMethodDef mutex_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyObject *mutex_get_wait_clock(MutexObject *self, void *c)
+{
+    (void)self;
+    (void)c;
+    return PyUnicode_FromString(MB_SLICE_CLOCK == CLOCK_MONOTONIC ? "monotonic" : "realtime");
+}
+
+static PyObject *mutex_get_path(MutexObject *self, void *c)
+{
+    (void)c;
+    return Py_NewRef(self->path != NULL ? self->path : Py_None);
+}
+
+static int mutex_set_path(MutexObject *self, PyObject *value, void *c)
+{
+    (void)c;
+    if (value != NULL && value != Py_None && !PyUnicode_Check(value)) {
+        PyErr_SetString(PyExc_TypeError, "path must be a str or None");
+        return -1;
+    }
+    Py_XSETREF(self->path, value != NULL && value != Py_None ? Py_NewRef(value) : NULL);
+    return 0;
+}
+
 static PyGetSetDef mutex_getset[] = {
+    {"path", (getter)mutex_get_path, (setter)mutex_set_path,
+     "the side file's path (str, set by mmapbloom.locking; named by errors), or None", NULL},
+    {"wait_clock", (getter)mutex_get_wait_clock, NULL,
+     "the clock of the wait slices: \"monotonic\" (pthread_mutex_clocklock, glibc >= 2.30) or \"realtime\"", NULL},
     {"recoveries", (getter)mutex_get_recoveries, NULL, "times a dead holder was recovered (EOWNERDEAD)", NULL},
     {"side_ino", (getter)mutex_get_side_ino, NULL, "st_ino of the side file mapped", NULL},
     {NULL, NULL, NULL, NULL, NULL},

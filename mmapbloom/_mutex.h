@@ -15,6 +15,9 @@
  *   56 u64 recoveries (EOWNERDEAD seen)  64 u32 initialised (1, written last)
  *   72 u64 pid namespace of its creator (st_ino of /proc/self/ns/pid): only that namespace uses it
  *   128 pthread_mutex_t
+ * Every touch of the mapping by a lock operation runs in a SIGBUS guarded section (_guard.h):
+ * a side file truncated under this process makes that operation raise LengthMismatchError
+ * (naming Mutex.path) and the Mutex refuse every later one, never a crash.
  * Built only where robust process-shared mutexes exist (MB_HAVE_MUTEX: Linux with
  * PTHREAD_MUTEX_ROBUST); elsewhere mutex_supported() says why not and Mutex cannot be made. */
 #ifndef MMAPBLOOM_MUTEX_H

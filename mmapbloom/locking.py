@@ -18,7 +18,9 @@ st_ino (a copy is refused), the libc and ``sizeof(pthread_mutex_t)``, with an in
 word written last; a side file that does not match is never used. Used when the compiled
 extension is there (also on the pure backend), the file system is a known local one
 (``mutex_supported``), ``MMAPBLOOM_LOCK`` is not ``flock`` and the path is not a
-``storage`` temporary. An uncontended lock+unlock costs tens of ns instead of a ``flock``
+``storage`` temporary. ``MMAPBLOOM_LOCK=mutex`` requires it: where it cannot be used (any
+reason above but the temporary, or a side file that cannot be made or opened) the first
+acquire raises ConfigError naming the file and the reason, holding nothing. An uncontended lock+unlock costs tens of ns instead of a ``flock``
 pair's hundreds; a holder killed at any point leaves ``EOWNERDEAD`` to the next locker,
 which makes the mutex consistent (counted in the header) and goes on: as after a SIGKILL
 of a flock holder, the adds it acknowledged are in the bits, and ``items_added`` may lag
@@ -91,6 +93,10 @@ descriptor to flock, the stale and closed flags) lives in the compiled
 ``mmapbloom._kernels.LockState``, WriteLock's base class, so that the native handle
 (:mod:`mmapbloom.handle`) takes and releases a free lock in C, with the GIL held: thread
 lock, ``flock(LOCK_EX | LOCK_NB)`` (mutex mode: ``pthread_mutex_trylock``), the write, unlock.
+The lock's ``__enter__`` / ``__exit__`` (``with f.write_lock():``) are LockState's too, over
+the same C calls: entering takes a free lock or re-enters a held one without a Python call,
+leaving releases one level (a readonly handle's outermost mutex hold, and leaving a block
+entered before fork, go through :meth:`WriteLock.release`).
 Only a real wait (or a reopen after fork, the mode's first choice, or a closed lock) calls
 :meth:`WriteLock.acquire`, the one slow path, here; except that in mutex mode a mutex held
 by another *process* is waited for in C (a short spin, then ``pthread_mutex_timedlock`` in
@@ -110,10 +116,10 @@ import threading
 import time
 import weakref
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, cast
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, TypeVar, cast
 
 from ._lazy import LazyModule
-from .errors import FilterClosedError, LockTimeout, SelfDeadlockError
+from .errors import ConfigError, FilterClosedError, LockTimeout, SelfDeadlockError
 from .kernels import native_module
 
 if TYPE_CHECKING:
@@ -170,7 +176,10 @@ except ImportError:  # pragma: no cover - no compiled extension: flock only
 _Mutex: Any = getattr(_mutex_kernels, "Mutex", None)
 
 #: The environment variable that chooses the cross-process lock: ``"flock"`` forces the file
-#: lock; unset, empty or ``"auto"`` uses the robust mutex where it can (module docstring).
+#: lock; ``"mutex"`` requires the robust mutex (a write lock that cannot use it raises
+#: ConfigError naming the file and the reason, never falls back to flock); unset, empty or
+#: ``"auto"`` uses the robust mutex where it can (module docstring). Any other value:
+#: ConfigError at the first write lock.
 LOCK_ENV = "MMAPBLOOM_LOCK"
 #: The side file of a write lock in mutex mode: the locked file's path plus this suffix.
 SIDE_SUFFIX = ".mutex"
@@ -184,12 +193,41 @@ def _is_temporary(path: str) -> bool:
 
 
 def _requested_mode() -> str:
-    value = os.environ.get(LOCK_ENV, "").strip().lower()
+    """``"auto"``, ``"flock"`` or ``"mutex"`` from :data:`LOCK_ENV` (read at each lock's first
+    acquire). Raises ConfigError for any other value, naming the valid ones."""
+    raw = os.environ.get(LOCK_ENV, "")
+    value = raw.strip().lower()
     if value in ("", "auto"):
         return "auto"
-    if value == "flock":
-        return "flock"
-    raise ValueError(f"{LOCK_ENV}={value!r}: expected 'flock', 'auto' or unset")
+    if value in ("flock", "mutex"):
+        return value
+    raise ConfigError(f"{LOCK_ENV}={raw!r}: expected 'auto', 'flock', 'mutex' or unset (empty)")
+
+
+def _remove_stale_temporaries(side: str) -> None:
+    """Remove the temporaries ``SIDE.<pid>.<tid>.tmp`` that creators of this side file killed
+    mid-create left behind. Called by the creator, under ``LOCK_EX`` on the locked file: no
+    other creator of this side file is mid-create then (each creates under ``LOCK_EX``), so
+    every such name is stale. (A creator for *another* inode that had this path before a
+    rename over it holds its own file's lock, not ours: if its temporary goes, its rename
+    fails and it takes the path of a side file that cannot be made.) Errors are ignored:
+    one left is only litter."""
+    folder, prefix = os.path.split(side)
+    prefix += "."
+    try:
+        names = os.listdir(folder or ".")
+    except OSError:
+        return
+    for name in names:
+        if not (name.startswith(prefix) and name.endswith(".tmp")):
+            continue
+        parts = name[len(prefix) : -len(".tmp")].split(".")
+        if len(parts) == 2 and all(p.isdigit() for p in parts):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(folder, name))
+
+
+_Self = TypeVar("_Self", bound="_PyLockState")
 
 
 class _PyLockState:
@@ -197,7 +235,7 @@ class _PyLockState:
     a re-entrant thread lock, the file-lock depth, the descriptor to flock (-1: none), the
     stale and closed flags."""
 
-    __slots__ = ("_rlock", "_depth", "_flock_fd", "_stale", "_closed", "_pending", "_mutex")
+    __slots__ = ("_rlock", "_depth", "_flock_fd", "_stale", "_closed", "_pending", "_mutex", "_readonly")
 
     def __init__(self, *args: object) -> None:
         self._rlock = threading.RLock()
@@ -207,6 +245,18 @@ class _PyLockState:
         self._closed = False
         self._pending = False
         self._mutex: Any = None
+        self._readonly = False
+
+    def __enter__(self: _Self) -> _Self:
+        """Take the write lock (``WriteLock.acquire``); returns the lock."""
+        cast(Any, self).acquire()
+        return self
+
+    def __exit__(
+        self, et: Optional[type[BaseException]], ev: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        """Release one level (``WriteLock.release``)."""
+        cast(Any, self).release()
 
     def _tacquire(self, timeout: Optional[float] = -1.0) -> bool:
         return self._rlock.acquire(timeout=-1 if timeout is None else timeout)
@@ -291,7 +341,6 @@ class WriteLock(_LockState):
         "_inherited",
         "_mode",
         "_soft",
-        "_readonly",
         "__weakref__",
     )
 
@@ -566,7 +615,10 @@ class WriteLock(_LockState):
         others hold ``LOCK_SH`` cannot be replaced: this waits like a blocked writer."""
         assert self._fd is not None and self._ino is not None
         why = self._mutex_unusable()
+        required = _requested_mode() == "mutex"
         if why:
+            if required and not (self._path is not None and _is_temporary(self._path)):
+                raise self._mutex_required_error(why)
             self._set_mode("flock")
             return
         assert self._own_fd is not None and self._path is not None
@@ -594,6 +646,8 @@ class WriteLock(_LockState):
                     self._soft = True  # it joins the mutex instead of waiting with LOCK_EX for
                     return  # writers to close; a wait already under way polls for it (_wait_soft)
                 if made:  # the side file this call made cannot be opened (EACCES, ...): never loop
+                    if required:
+                        raise self._mutex_required_error(f"its side file {side} cannot be used: {why}")
                     self._set_mode("flock")  # LOCK_EX per write, as when it cannot be made
                     self._soft = True
                     return
@@ -601,8 +655,10 @@ class WriteLock(_LockState):
                     try:
                         made = True
                         self._create_side(side)
-                    except OSError:
+                    except OSError as exc:
                         _FLOCK(fd, _LOCK_UN)
+                        if required:
+                            raise self._mutex_required_error(f"its side file {side} cannot be made: {exc}") from exc
                         self._set_mode("flock")  # side file impossible: LOCK_EX per write
                         self._soft = True  # another user may make one: _wait_soft
                         return
@@ -623,6 +679,12 @@ class WriteLock(_LockState):
                 with contextlib.suppress(OSError):
                     _FLOCK(fd, _LOCK_UN)  # no LOCK_SH / LOCK_EX left behind by a failed choice
             raise
+
+    def _mutex_required_error(self, why: str) -> ConfigError:
+        return ConfigError(
+            f"{self._path}: {LOCK_ENV}=mutex requires the robust mutex, but this file cannot use it "
+            f"({why}); unset {LOCK_ENV} (or set it to 'auto') to fall back to flock"
+        )
 
     def _wait_soft(self, fd: int, deadline: Optional[float], timeout: Optional[float]) -> bool:
         """The wait of a lock in flock mode for a reason that may pass (a readonly handle that
@@ -708,7 +770,9 @@ class WriteLock(_LockState):
         except OSError as exc:
             return None, f"cannot open it: {exc}"
         try:
-            return _Mutex(sfd, self._ino[0], self._ino[1]), ""
+            mutex = _Mutex(sfd, self._ino[0], self._ino[1])
+            mutex.path = side  # named by the error of a fault (a side file truncated under us)
+            return mutex, ""
         except (ValueError, OSError) as exc:
             return None, str(exc)
         finally:
@@ -727,6 +791,7 @@ class WriteLock(_LockState):
         (``& 0o666``), so every user who may write the file may open it whatever their umask
         and primary group (the group is kept when the creator may not give it: not a member)."""
         assert self._fd is not None and self._ino is not None
+        _remove_stale_temporaries(side)
         tmp = f"{side}.{os.getpid()}.{threading.get_ident()}.tmp"
         sfd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         try:
@@ -868,14 +933,9 @@ class WriteLock(_LockState):
         file lock."""
         return _ThreadLockView(self)
 
-    def __enter__(self) -> "WriteLock":
-        self.acquire()
-        return self
-
-    def __exit__(
-        self, et: Optional[type[BaseException]], ev: Optional[BaseException], tb: Optional[TracebackType]
-    ) -> None:
-        self.release()
+    # __enter__ / __exit__ come from the base: in C (LockState: the uncontended take and
+    # release, and re-entry, without a Python call; anything else calls acquire / release),
+    # or _PyLockState's on the pure path.
 
     def close(self) -> None:
         """Refuse later acquisitions and close the descriptor this lock reopened after a

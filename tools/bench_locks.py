@@ -6,8 +6,12 @@ Rows (medians of ``--rounds`` rounds, ns; every ratio is mutex / flock from this
 * ``add held``: the same inside ``write_lock()`` (no lock per call: the floor);
 * ``lock pair``: ``add locked - add held``, the cost of one lock+unlock pair on the C path
   (thread lock included);
-* ``bare pair``: the cross-process lock alone, lock+unlock from Python minus the same loop
+* ``bare pair``: the cross-process lock alone (CPU time), lock+unlock from Python minus the same loop
   of two bare C calls (``Mutex.try_acquire/release`` against ``flock_try/flock_unlock``);
+* ``with write_lock()``: ``with f.write_lock(): pass`` per mode, minus an empty loop, and
+  the same ratio against the ``bare pair`` row's flock (a bare ``LOCK_EX``/``LOCK_UN`` pair
+  from Python); ``with threading.Lock()`` is the floor of any ``with`` statement on this
+  interpreter, printed for scale;
 * ``4 writers / 1``: wall time of 4 writer processes adding ``--keys`` distinct keys between
   them (a quarter each, lock per call) over one writer adding them all, per mode; the
   bits are checked against the single writer's file (0 lost bits) and the new-key counts
@@ -102,6 +106,62 @@ def _wall(path: str, cfg: BloomConfig, keys: list[str], mode: str, writers: int)
     return seconds, sum(news), image
 
 
+def _with_lock(path: str, cfg: BloomConfig, mode: str, n: int) -> tuple[float, float]:
+    """ns per ``with f.write_lock(): pass`` and per ``with lock: pass`` (the lock object
+    fetched once), minus an empty loop; CPU time of this process (the machine is shared)."""
+    _set_mode(mode)
+    if os.path.exists(path):
+        os.unlink(path)
+    with BloomFilter.create(path, cfg) as f:
+        f.add("warm")  # chooses the mode
+        lock = f.write_lock()
+
+        def base() -> float:
+            t0 = time.process_time()
+            for _ in range(n):
+                pass
+            return time.process_time() - t0
+
+        def full() -> float:
+            t0 = time.process_time()
+            for _ in range(n):
+                with f.write_lock():
+                    pass
+            return time.process_time() - t0
+
+        def bare() -> float:
+            t0 = time.process_time()
+            for _ in range(n):
+                with lock:
+                    pass
+            return time.process_time() - t0
+
+        got: dict[str, list[float]] = {"base": [], "full": [], "bare": []}
+        for _ in range(5):
+            for name, fn in (("base", base), ("full", full), ("bare", bare)):
+                got[name].append(fn() / n * 1e9)
+    b = statistics.median(got["base"])
+    return statistics.median(got["full"]) - b, statistics.median(got["bare"]) - b
+
+
+def _with_thread_lock(n: int) -> float:
+    import threading
+
+    tl = threading.Lock()
+    got = []
+    for _ in range(5):
+        t0 = time.process_time()
+        for _ in range(n):
+            pass
+        t1 = time.process_time()
+        for _ in range(n):
+            with tl:
+                pass
+        t2 = time.process_time()
+        got.append(((t2 - t1) - (t1 - t0)) / n * 1e9)
+    return statistics.median(got)
+
+
 def _bare_pairs(d: str, n: int) -> dict[str, float]:
     """ns per lock+unlock pair from Python, minus a loop of two bare C method calls: the
     side file's Mutex (try_acquire, release) against flock (flock_try, flock_unlock, the
@@ -121,25 +181,25 @@ def _bare_pairs(d: str, n: int) -> dict[str, float]:
         z = (0).bit_length
 
         def base() -> float:
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             for _ in range(n):
                 z()
                 z()
-            return time.perf_counter() - t0
+            return time.process_time() - t0
 
         def mutex() -> float:
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             for _ in range(n):
                 lock()
                 unlock()
-            return time.perf_counter() - t0
+            return time.process_time() - t0
 
         def flock() -> float:
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             for _ in range(n):
                 ftry(fd)
                 fun(fd)
-            return time.perf_counter() - t0
+            return time.process_time() - t0
 
         got: dict[str, list[float]] = {"base": [], "mutex": [], "flock": []}
         for _ in range(5):
@@ -162,6 +222,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-locks-") as d:
         bare = _bare_pairs(d, args.keys)
         path = os.path.join(d, "f.blm")
+        withs = {mode: _with_lock(path, cfg, mode, args.keys) for mode in MODES}
+        floor = _with_thread_lock(args.keys)
         used: dict[str, str] = {}
         ns: dict[tuple[str, str], float] = {}
         for row, held in (("add locked", False), ("add held", True)):
@@ -196,6 +258,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for row in ("add locked", "add held", "lock pair", "bare pair"):
         a, b = ns[(row, "mutex")], ns[(row, "flock")]
         print(f"{row:28} {a:10.1f} {b:10.1f} {a / b if b > 0 else float('nan'):8.3f}")
+    print(f"{'with f.write_lock(): pass':28} {withs['mutex'][0]:10.1f} {withs['flock'][0]:10.1f}")
+    print(f"{'with lock: pass':28} {withs['mutex'][1]:10.1f} {withs['flock'][1]:10.1f}")
+    fl = bare["flock"]
+    print(
+        f"with f.write_lock(): pass / bare flock pair ({fl:.1f} ns, CPU time): "
+        f"mutex {withs['mutex'][0] / fl:.3f}x, flock {withs['flock'][0] / fl:.3f}x; "
+        f"with lock: pass {withs['mutex'][1] / fl:.3f}x; floor, with threading.Lock(): pass "
+        f"{floor:.1f} ns = {floor / fl:.3f}x"
+    )
     for mode in MODES:
         one, four = statistics.median(walls[(1, mode)]), statistics.median(walls[(4, mode)])
         print(f"{'4 writers / 1 (' + mode + ')':28} {four:10.3f} {one:10.3f} {four / one:8.3f}  (s, s, 4/1)")
