@@ -364,6 +364,11 @@ PyObject *mb_handle_write_one(Handle *h, PyObject *key, int op)
     state = mb_h_lock(h);
     if (state < 0)
         goto fail;
+    if (mb_guard_check() < 0) {   /* a Python SIGBUS handler set since: re-arm over it */
+        if (state == LOCK_TAKEN)
+            mb_lock_release(h->lock);
+        goto fail;
+    }
     if (g_write_one(h, pos, n, op, &fresh, &sat, &removed, &over, &stored) < 0) {
         if (state == LOCK_TAKEN && mb_lock_release(h->lock) < 0)
             goto fail;
@@ -430,7 +435,7 @@ int mb_handle_contains(Handle *h, PyObject *key)
     }
     /* Lazily: the head positions first; an absent key usually stops there. */
     mb_positions_n(&h->g, hv, pos, 0, head);
-    present = g_contains(h, hv, pos, head);
+    present = mb_guard_check() < 0 ? -2 : g_contains(h, hv, pos, head);
     if (present == 0 && h->lp.size_fn != NULL) {   /* a zero read past a truncation in the last page? */
         int last = h_in_last_page(h, pos, head, 0);
         if (!last && head < k) {   /* the rest: computed in g_contains only if the head was set */
@@ -474,6 +479,11 @@ static PyObject *h_count(Handle *h, PyObject *key)
         return mb_h_refuse(h, 0);
     }
     if (h_in_last_page(h, pos, h->g.k, 0) && mb_h_check_size(h) < 0) {
+        if (pos != small)
+            PyMem_Free(pos);
+        return NULL;
+    }
+    if (mb_guard_check() < 0) {
         if (pos != small)
             PyMem_Free(pos);
         return NULL;

@@ -99,6 +99,11 @@ static Py_ssize_t h_add_keys(Handle *h, keyset *ks, uint8_t *out)
         state = mb_h_lock(h);
         if (state < 0)
             goto fail;
+        if (mb_guard_check() < 0) {   /* per chunk: a Python SIGBUS handler set since */
+            if (state == LOCK_TAKEN)
+                mb_lock_release(h->lock);
+            goto fail;
+        }
         fresh = 0;
         o = 0;
         if (g_commit(h, refs, (size_t)c, rows, out ? out + start : NULL, &sat, &fresh, &o, &s) < 0) {
@@ -256,6 +261,12 @@ PyObject *mb_h_contains_many(Handle *h, PyObject *const *args, Py_ssize_t nargs)
         PyBuffer_Release(&out);
         mb_keys_end(&ks);
         return mb_h_refuse(h, 0);
+    }
+    if (mb_guard_check() < 0) {   /* a Python SIGBUS handler set since: re-arm over it */
+        PyMem_Free(ring);
+        PyBuffer_Release(&out);
+        mb_keys_end(&ks);
+        return NULL;
     }
     h->busy++;
     if (ks.n >= GIL_MIN_KEYS) {
