@@ -214,11 +214,30 @@ int mb_h_warn(Handle *h, int over, uint32_t stored, int sat)
     return 0;
 }
 
-/* Take the write lock for a write: the uncontended path in C, else WriteLock.acquire.
- * Returns LOCK_HELD or LOCK_TAKEN, or -1 with an exception set. */
+/* After a real wait for the lock (taken: LOCK_TAKEN): the caller's size check ran before
+ * it, so a truncation inside the last page made meanwhile (say by the holder) would take
+ * this write unseen: check again.  LOCK_TAKEN, or -1 with the lock released. */
+static int h_recheck_size(Handle *h)
+{
+    if (h->lp.size_fn != NULL && mb_h_check_size(h) < 0) {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        if (mb_lock_release(h->lock) < 0)
+            PyErr_Clear();   /* the size error is the one to raise */
+        PyErr_Restore(et, ev, tb);
+        return -1;
+    }
+    return LOCK_TAKEN;
+}
+
+/* Take the write lock for a write: the uncontended path in C, else WriteLock.acquire,
+ * then the file's size checked again (mb_h_check_size).  Returns LOCK_HELD or LOCK_TAKEN,
+ * or -1 with an exception set (the lock not held). */
 int mb_h_lock(Handle *h)
 {
     int state = mb_lock_try(h->lock);
+    if (state == LOCK_TAKEN && mb_lock_waited(h->lock))
+        return h_recheck_size(h);
     if (state != LOCK_SLOW)
         return state;
     h->busy++;
@@ -236,7 +255,7 @@ int mb_h_lock(Handle *h)
         mb_h_refuse(h, 0);
         return -1;
     }
-    return LOCK_TAKEN;
+    return h_recheck_size(h);
 }
 
 /* Raise for a fault of the mapping inside a guarded section (the file was truncated under
