@@ -85,8 +85,8 @@ int mb_guard_install(void);
  * remembered when the guard was last armed; only a change (signal.signal(SIGBUS, ...) ran
  * since) costs the sigaction query of mb_guard_install, which installs over the Python
  * handler and chains to it.  Not seen by this check: a handler set again to the very object
- * already remembered, or one installed by C code (sigaction): the per-chunk mb_guard_install
- * of a batch still re-arms over the former.  0, or -1 with an exception. */
+ * already remembered, or one installed by C code (sigaction): a batch chunk of 4096 keys
+ * or more calls mb_guard_install instead, which re-arms over the former.  0, or -1 with an exception. */
 #if !defined(_WIN32) && (defined(__GNUC__) || defined(__clang__))
 extern PyCFunction mb_getsignal_fn;
 extern PyObject *mb_getsignal_self, *mb_sigbus_num, *mb_bus_seen;

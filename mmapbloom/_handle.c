@@ -377,7 +377,7 @@ PyObject *mb_handle_write_one(Handle *h, PyObject *key, int op)
         return mb_h_refuse(h, 1);
     if ((pos = h_positions(h, key, small)) == NULL)
         return NULL;
-    n = mb_cells_distinct(h->width, pos, h->g.k);
+    n = h->width == 1 ? h->g.k : mb_cells_distinct(h->width, pos, h->g.k);   /* bits: no dedup */
     if (h_in_last_page(h, pos, n, 1) && mb_h_check_size(h) < 0)
         goto fail;
     state = mb_h_lock(h);
