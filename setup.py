@@ -17,7 +17,7 @@ import sys
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-_GCC_LIKE_FLAGS = ["-O3", "-Wall", "-Wextra"]
+_GCC_LIKE_FLAGS = ["-O3", "-Wall", "-Wextra", "-fvisibility=hidden"]
 
 # The C units of mmapbloom._kernels (mmapbloom/_<unit>.c, each with its header but the module
 # file and _handle_batch.c, which shares _handle_impl.h with _handle.c; _module.c lists what

@@ -2,9 +2,15 @@
 #include "_guard.h"
 
 #ifdef MB_GUARD
+static int mb_guard_arm(void);
 __thread mb_guard *volatile mb_active MB_TLS_MODEL;
 static struct sigaction mb_prev_bus;
 static int mb_bus_installed;
+/* The per-op check (mb_guard_check in _guard.h): _signal.getsignal's C function, its
+ * module, the int SIGBUS, and what it answered when the guard was last (re)armed. */
+PyCFunction mb_getsignal_fn;
+PyObject *mb_getsignal_self, *mb_sigbus_num, *mb_bus_seen;
+static PyObject *mb_getsignal_obj;   /* the callable itself (kept alive; the fallback) */
 
 static void mb_bus_handler(int sig, siginfo_t *si, void *ctx)
 {
@@ -55,10 +61,49 @@ static int python_bus_handler(void)
     return py;
 }
 
-/* Install the handler (the first call; the caller holds the GIL), and re-install it when a
- * later call finds the default action back in its place.  Called by every Handle made and
- * every scan: one sigaction query each.  -1 with OSError. */
+/* signal.getsignal(SIGBUS) through the callable (the fallback when _signal.getsignal is not
+ * a METH_O builtin).  A new reference, or NULL with an exception. */
+PyObject *mb_guard_getsignal_slow(void)
+{
+    if (mb_getsignal_obj == NULL && mb_guard_install() < 0)
+        return NULL;
+    return PyObject_CallOneArg(mb_getsignal_obj, mb_sigbus_num);
+}
+
+/* Remember what signal.getsignal(SIGBUS) answers now (the per-op check's reference). */
+static int remember_seen(void)
+{
+    PyObject *cur;
+    if (mb_getsignal_obj == NULL) {
+        PyObject *mod = PyImport_ImportModule("_signal");
+        if (mod == NULL)
+            return -1;
+        mb_getsignal_obj = PyObject_GetAttrString(mod, "getsignal");
+        Py_DECREF(mod);
+        if (mb_getsignal_obj == NULL || (mb_sigbus_num = PyLong_FromLong(SIGBUS)) == NULL) {
+            Py_CLEAR(mb_getsignal_obj);
+            return -1;
+        }
+        if (PyCFunction_Check(mb_getsignal_obj) && PyCFunction_GET_FLAGS(mb_getsignal_obj) == METH_O) {
+            mb_getsignal_self = PyCFunction_GET_SELF(mb_getsignal_obj);
+            mb_getsignal_fn = PyCFunction_GET_FUNCTION(mb_getsignal_obj);
+        }
+    }
+    if ((cur = PyObject_CallOneArg(mb_getsignal_obj, mb_sigbus_num)) == NULL)
+        return -1;
+    Py_XSETREF(mb_bus_seen, cur);   /* a strong reference: its address is never reused */
+    return 0;
+}
+
+/* _guard.h.  Also remembers signal.getsignal(SIGBUS) for mb_guard_check. */
 int mb_guard_install(void)
+{
+    if (mb_guard_arm() < 0)
+        return -1;
+    return remember_seen();
+}
+
+static int mb_guard_arm(void)
 {
     struct sigaction act, cur;
     if (mb_bus_installed) {

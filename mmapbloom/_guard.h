@@ -76,6 +76,37 @@ static inline void mb_items_store(uint8_t *p, uint32_t v)
  * every Handle made and every scan: one sigaction query each.  -1 with OSError. */
 int mb_guard_install(void);
 
+/* Issue 29 item 7: a Python-level handler installed by signal.signal(SIGBUS, fn) AFTER the
+ * guard replaces it (Python's C handler only sets a flag and returns, so a fault inside a
+ * guarded section would repeat forever).  Every per-item op (and batch chunk) calls
+ * mb_guard_check with the GIL held, just before its guarded section: it asks
+ * _signal.getsignal for SIGBUS through its C function (no system call: it reads the
+ * interpreter's handler table, about 20 instructions) and compares the answer with the one
+ * remembered when the guard was last armed; only a change (signal.signal(SIGBUS, ...) ran
+ * since) costs the sigaction query of mb_guard_install, which installs over the Python
+ * handler and chains to it.  Not seen by this check: a handler set again to the very object
+ * already remembered, or one installed by C code (sigaction): a batch chunk of 4096 keys
+ * or more calls mb_guard_install instead, which re-arms over the former.  0, or -1 with an exception. */
+#if !defined(_WIN32) && (defined(__GNUC__) || defined(__clang__))
+extern PyCFunction mb_getsignal_fn;
+extern PyObject *mb_getsignal_self, *mb_sigbus_num, *mb_bus_seen;
+PyObject *mb_guard_getsignal_slow(void);
+static inline int mb_guard_check(void)
+{
+    PyObject *cur = mb_getsignal_fn != NULL ? mb_getsignal_fn(mb_getsignal_self, mb_sigbus_num)
+                                            : mb_guard_getsignal_slow();
+    if (cur == NULL)
+        return -1;
+    Py_DECREF(cur);   /* the identity is compared only: mb_bus_seen holds its own reference */
+    return cur == mb_bus_seen ? 0 : mb_guard_install();
+}
+#else
+static inline int mb_guard_check(void)
+{
+    return 0;
+}
+#endif
+
 #if !defined(_WIN32) && (defined(__GNUC__) || defined(__clang__))
 #define MB_GUARD 1
 #include <setjmp.h>

@@ -214,11 +214,30 @@ int mb_h_warn(Handle *h, int over, uint32_t stored, int sat)
     return 0;
 }
 
-/* Take the write lock for a write: the uncontended path in C, else WriteLock.acquire.
- * Returns LOCK_HELD or LOCK_TAKEN, or -1 with an exception set. */
+/* After a real wait for the lock (taken: LOCK_TAKEN): the caller's size check ran before
+ * it, so a truncation inside the last page made meanwhile (say by the holder) would take
+ * this write unseen: check again.  LOCK_TAKEN, or -1 with the lock released. */
+static int h_recheck_size(Handle *h)
+{
+    if (h->lp.size_fn != NULL && mb_h_check_size(h) < 0) {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        if (mb_lock_release(h->lock) < 0)
+            PyErr_Clear();   /* the size error is the one to raise */
+        PyErr_Restore(et, ev, tb);
+        return -1;
+    }
+    return LOCK_TAKEN;
+}
+
+/* Take the write lock for a write: the uncontended path in C, else WriteLock.acquire,
+ * then the file's size checked again (mb_h_check_size).  Returns LOCK_HELD or LOCK_TAKEN,
+ * or -1 with an exception set (the lock not held). */
 int mb_h_lock(Handle *h)
 {
     int state = mb_lock_try(h->lock);
+    if (state == LOCK_TAKEN && mb_lock_waited(h->lock))
+        return h_recheck_size(h);
     if (state != LOCK_SLOW)
         return state;
     h->busy++;
@@ -236,7 +255,7 @@ int mb_h_lock(Handle *h)
         mb_h_refuse(h, 0);
         return -1;
     }
-    return LOCK_TAKEN;
+    return h_recheck_size(h);
 }
 
 /* Raise for a fault of the mapping inside a guarded section (the file was truncated under
@@ -358,12 +377,17 @@ PyObject *mb_handle_write_one(Handle *h, PyObject *key, int op)
         return mb_h_refuse(h, 1);
     if ((pos = h_positions(h, key, small)) == NULL)
         return NULL;
-    n = mb_cells_distinct(h->width, pos, h->g.k);
+    n = h->width == 1 ? h->g.k : mb_cells_distinct(h->width, pos, h->g.k);   /* bits: no dedup */
     if (h_in_last_page(h, pos, n, 1) && mb_h_check_size(h) < 0)
         goto fail;
     state = mb_h_lock(h);
     if (state < 0)
         goto fail;
+    if (mb_guard_check() < 0) {   /* a Python SIGBUS handler set since: re-arm over it */
+        if (state == LOCK_TAKEN)
+            mb_lock_release(h->lock);
+        goto fail;
+    }
     if (g_write_one(h, pos, n, op, &fresh, &sat, &removed, &over, &stored) < 0) {
         if (state == LOCK_TAKEN && mb_lock_release(h->lock) < 0)
             goto fail;
@@ -430,7 +454,7 @@ int mb_handle_contains(Handle *h, PyObject *key)
     }
     /* Lazily: the head positions first; an absent key usually stops there. */
     mb_positions_n(&h->g, hv, pos, 0, head);
-    present = g_contains(h, hv, pos, head);
+    present = mb_guard_check() < 0 ? -2 : g_contains(h, hv, pos, head);
     if (present == 0 && h->lp.size_fn != NULL) {   /* a zero read past a truncation in the last page? */
         int last = h_in_last_page(h, pos, head, 0);
         if (!last && head < k) {   /* the rest: computed in g_contains only if the head was set */
@@ -474,6 +498,11 @@ static PyObject *h_count(Handle *h, PyObject *key)
         return mb_h_refuse(h, 0);
     }
     if (h_in_last_page(h, pos, h->g.k, 0) && mb_h_check_size(h) < 0) {
+        if (pos != small)
+            PyMem_Free(pos);
+        return NULL;
+    }
+    if (mb_guard_check() < 0) {
         if (pos != small)
             PyMem_Free(pos);
         return NULL;

@@ -57,8 +57,10 @@ int mb_h_items_bump(Handle *h, long long delta, uint32_t *stored);
 /* The warnings of a write, after the lock is released (the hooks find the user's frame). */
 int mb_h_warn(Handle *h, int over, uint32_t stored, int sat);
 
-/* Take the write lock for a write: the uncontended path in C, else WriteLock.acquire.
- * Returns LOCK_HELD or LOCK_TAKEN, or -1 with an exception set. */
+/* Take the write lock for a write: the uncontended path in C, else WriteLock.acquire;
+ * after such a real wait the file's size is checked again (a truncation inside the last
+ * page made while this thread waited).  Returns LOCK_HELD or LOCK_TAKEN, or -1 with an
+ * exception set (the lock then not held). */
 int mb_h_lock(Handle *h);
 
 /* Raise for a fault of the mapping inside a guarded section (the file was truncated under

@@ -155,7 +155,13 @@ struct mb_lock_state {
     char readonly;         /* WriteLock._readonly: a readonly handle (leaves mutex mode at release) */
     PyObject *mutex;       /* WriteLock._mutex: the side file's Mutex in mutex mode (used instead of
                             * flock_fd), NULL: flock mode */
+    char waited;           /* the last LOCK_TAKEN of mb_lock_try found the mutex busy first */
 };
+
+int mb_lock_waited(LockState *L)
+{
+    return L->waited;
+}
 
 static PyObject *ls_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
@@ -422,6 +428,7 @@ int mb_lock_try(LockState *L)
         /* Another process's write holds it for about 100 ns: spin a little (a bounded number
          * of tries, about 2 us) before the slow path's futex wait, which costs microseconds. */
         int r = mb_mutex_trylock(L->mutex), spins;
+        L->waited = r == 1;
         for (spins = 0; r == 1 && spins < MB_LOCK_SPINS; spins++) {
             cpu_relax();
             r = mb_mutex_trylock(L->mutex);
@@ -437,6 +444,7 @@ int mb_lock_try(LockState *L)
         }
     } else if (L->flock_fd >= 0) {
 #ifndef _WIN32
+        L->waited = 0;
         if (flock(L->flock_fd, LOCK_EX | LOCK_NB) != 0) {
             const int err = errno;
             L->owner = 0;

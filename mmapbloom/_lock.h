@@ -30,6 +30,11 @@ enum { LOCK_HELD = 0, LOCK_TAKEN = 1, LOCK_SLOW = 2 };
  * the closed check is needed: call mb_lock_wait), -1 (OSError set). */
 int mb_lock_try(LockState *L);
 
+/* 1 if the last LOCK_TAKEN of mb_lock_try waited for (or spun on) another process's hold
+ * first, 0 if it found the lock free: the caller then re-checks what a holder may have
+ * changed meanwhile (the file's size). */
+int mb_lock_waited(LockState *L);
+
 /* Release one level taken by mb_lock_try / mb_lock_wait, as WriteLock.release; -1 with OSError. */
 int mb_lock_release(LockState *L);
 

@@ -59,13 +59,21 @@ void mmb_murmur3_x64_128(const void *key, size_t len, uint32_t seed, uint64_t ou
         size_t j;
         k1 = 0;
         k2 = 0;
-        if (rest > 8) {
-            for (j = rest; j > 8; j--)
-                k2 = (k2 << 8) | tail[j - 1];
-            k2 *= c2; k2 = rotl64(k2, 33); k2 *= c1; h2 ^= k2;
-        }
-        if (rest > 0) {
-            for (j = rest < 8 ? rest : 8; j > 0; j--)
+        if (len >= 8 && rest > 0) {
+            /* The same words from whole loads: the 8 bytes ending at the key's end hold the
+             * tail's last bytes (their top ones), shifted down; bytes before the tail are
+             * the last block's (or the tail's first word), inside the key. */
+            const uint64_t last = load_le64(data + len - 8);
+            if (rest > 8) {
+                k2 = last >> (8 * (16 - rest));
+                k2 *= c2; k2 = rotl64(k2, 33); k2 *= c1; h2 ^= k2;
+                k1 = load_le64(tail);
+            } else {
+                k1 = last >> (8 * (8 - rest));
+            }
+            k1 *= c1; k1 = rotl64(k1, 31); k1 *= c2; h1 ^= k1;
+        } else if (rest > 0) {   /* a key shorter than 8 bytes: byte by byte */
+            for (j = rest; j > 0; j--)
                 k1 = (k1 << 8) | tail[j - 1];
             k1 *= c1; k1 = rotl64(k1, 31); k1 *= c2; h1 ^= k1;
         }

@@ -126,6 +126,12 @@ int mb_hash_object(PyObject *o, uint64_t h[2])
     mb_key r;
     Py_buffer view;
     int got;
+    if (PyUnicode_CheckExact(o) && PyUnicode_IS_COMPACT_ASCII(o)) {   /* the common key: resolve_key's bytes */
+        r.ptr = (const char *)PyUnicode_DATA(o);
+        r.len = PyUnicode_GET_LENGTH(o);
+        mb_hash_key(&r, h);
+        return 0;
+    }
     if (PyLong_CheckExact(o)) {
         uint8_t b[8];
         if (int_key_bytes(o, b) < 0)

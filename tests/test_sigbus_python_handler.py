@@ -51,3 +51,62 @@ def test_python_sigbus_handler_does_not_make_ops_spin(tmp_path: Any, when: str) 
     except subprocess.TimeoutExpired:
         pytest.fail("a per-item op spun (no answer within 30 s)")
     assert run.returncode == 0 and "ok" in run.stdout, (run.returncode, run.stdout, run.stderr[-2000:])
+
+
+# A handler installed AFTER the filter is open replaces the guard's C handler; every op then
+# re-arms the guard over it (a check of signal.getsignal, no system call) and raises. Also
+# after a second, different handler; and the chained handler still sees a SIGBUS sent to the
+# process outside a guarded section.
+AFTER = r"""
+import os, signal, sys, warnings
+warnings.simplefilter("ignore")
+from mmapbloom import BloomConfig, BloomFilter, CountingBloomFilter, LengthMismatchError
+path, kind = sys.argv[1], sys.argv[2]
+cls = CountingBloomFilter if kind == "counting" else BloomFilter
+f = cls.create(path, BloomConfig.for_items(200_000, 0.01))
+f.add("present")
+seen = []
+os.truncate(path, 64)
+ops = {
+    "in": lambda: "present" in f,
+    "add": lambda: f.add("new"),
+    "update": lambda: f.update(["x", "y"]),
+    "add_many": lambda: f.add_many(["x", "y"]),
+    "contains_many": lambda: f.contains_many(["present", "y"]),
+}
+if kind == "counting":
+    ops["count"] = lambda: f.count("present")
+    ops["remove"] = lambda: f.remove("present")
+for round, handler in enumerate([lambda *a: seen.append(1), lambda *a: seen.append(2)]):
+    signal.signal(signal.SIGBUS, handler)
+    for name, op in ops.items():
+        try:
+            op()
+        except LengthMismatchError:
+            continue
+        print("NO ERROR", round, name); sys.exit(3)
+# The very handler the guard chains to, set again: a batch of 4096 keys or more asks
+# sigaction itself and re-arms (a smaller op does not see it: README "Limits").
+signal.signal(signal.SIGBUS, handler)
+for name, op in {"update": f.update, "contains_many": f.contains_many}.items():
+    try:
+        op([f"b{i}" for i in range(5000)])
+    except LengthMismatchError:
+        continue
+    print("NO ERROR again", name); sys.exit(3)
+os.kill(os.getpid(), signal.SIGBUS)   # outside a guarded section: reaches the Python handler
+signal.signal(signal.SIGBUS, signal.SIG_DFL)
+print("ok", seen)
+"""
+
+
+@pytest.mark.parametrize("kind", ["plain", "counting"])
+def test_python_sigbus_handler_set_after_open_does_not_make_ops_spin(tmp_path: Any, kind: str) -> None:
+    path = os.path.join(tmp_path, "f.blm")
+    try:
+        run = subprocess.run(
+            [sys.executable, "-c", AFTER, path, kind], cwd=ROOT, capture_output=True, text=True, timeout=30
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("an op spun (no answer within 30 s)")
+    assert run.returncode == 0 and "ok [2]" in run.stdout, (run.returncode, run.stdout, run.stderr[-2000:])
