@@ -99,7 +99,7 @@ def _good() -> bytearray:
 
 
 def _damaged() -> list[tuple[str, bytes, type]]:
-    out = []
+    out: list[tuple[str, bytes, type]] = []
     b = _good()
     b[24] = 5
     out.append(("width", bytes(b), BadHeaderError))

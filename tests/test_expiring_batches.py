@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -36,7 +37,7 @@ def test_a_key_of_an_older_live_period_is_not_new(tmp_path: Path, form: str) -> 
     old = [f"old-{i}" for i in range(50)] if form != "numpy-int" else list(range(50))
     fresh = [f"new-{i}" for i in range(30)] if form != "numpy-int" else list(range(1000, 1030))
 
-    def batch(keys: list) -> object:  # type: ignore[type-arg]
+    def batch(keys: list[Any]) -> Any:
         if form == "list":
             return keys
         if form == "numpy-bytes":
@@ -79,9 +80,9 @@ def test_read_only_and_closed_refusals_carry_committed_items(tmp_path: Path) -> 
             r.write_lock()
     f = ExpiringBloomFilter.open(path, clock=clock)
     f.close()
-    with pytest.raises(FilterClosedError, match="closed") as info:
+    with pytest.raises(FilterClosedError, match="closed") as closed:
         f.update(["a"])
-    assert info.value.committed_items == 0  # type: ignore[attr-defined]
+    assert closed.value.committed_items == 0  # type: ignore[attr-defined]
     with pytest.raises(FilterClosedError):
         f.add("a")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import struct
+from typing import Callable
 from pathlib import Path
 import time
 
@@ -66,7 +67,7 @@ def good() -> bytearray:
 
 
 def damaged() -> list[tuple[str, bytes, type]]:
-    cases = []
+    cases: list[tuple[str, bytes, type]] = []
     b = good()
     b[0:4] = b"XXXX"
     cases.append(("magic", bytes(b), BadMagicError))
@@ -258,7 +259,7 @@ def test_forged_huge_k_is_refused_at_open(tmp_path: Path, kind: str) -> None:
     if kind == "bloom":
         path.write_bytes(struct.pack("<4s4sQII", b"BLM1", b"M3KM", m, 2**32 - 1, 0))
         os.truncate(path, 24 + m // 8)
-        opener = BloomFilter.open
+        opener: Callable[..., object] = BloomFilter.open
     else:
         path.write_bytes(struct.pack("<4s4sQIIB7s", b"BLC1", b"M3KM", m, 2**32 - 1, 0, 4, bytes(7)))
         os.truncate(path, 32 + m // 2)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mmapbloom import BloomConfig, BloomFilter, FilterClosedError, LockTimeout, SelfDeadlockError
-from mmapbloom.locking import LOCK_ENV
+from mmapbloom.locking import LOCK_ENV, WriteLock
 
 CFG = BloomConfig(num_bits=8192, num_hashes=3)
 
@@ -84,6 +84,7 @@ def test_the_mode_is_chosen_at_the_first_write(tmp_path: Path, mode: str) -> Non
     path = str(tmp_path / "f.blm")
     with BloomFilter.create(path, CFG) as f:
         lock = f.write_lock()
+        assert isinstance(lock, WriteLock)
         f.add("x")
         assert lock.mode in ("mutex", "flock")
         if mode == "flock":
