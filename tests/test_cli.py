@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import errno
 import functools
+import math
+import mmap
+import signal
+import struct
+import time
+from pathlib import Path
+from typing import Any
 import json
 import os
 import shutil
@@ -13,6 +21,9 @@ import sys
 import pytest
 
 from mmapbloom import BloomConfig, BloomFilter
+from mmapbloom import CountingBloomFilter
+from mmapbloom.cli import main as cli_main
+from tests.cli_support import cli
 from tests.conftest import ROOT, run_on_terminal
 
 # One BLAS thread: numpy's import then costs a third less CPU in each of the many processes.
@@ -524,3 +535,111 @@ def test_console_script() -> None:
         pytest.skip("package not installed with its console script")
     proc = subprocess.run([script, "plan", "-n", "1000", "-p", "1%"], capture_output=True, timeout=60)
     assert proc.returncode == 0 and b"9,586" in proc.stdout
+
+
+# -- interrupted add, numbers a user reads wrong, the CLI on counting and scalable filters,
+# OS errors named with the file (moved from test_edge_cases.py and test_errors.py) --
+def test_cli_add_interrupted_reports_what_was_committed(tmp_path: Path) -> None:
+    path = str(tmp_path / "i.blm")
+    assert cli("create", path, "-n", "5M", "-p", "1e-6").returncode == 0
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mmapbloom", "add", path], stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    assert proc.stdin is not None
+    for i in range(4):
+        proc.stdin.write(b"".join(b"line-%d\n" % j for j in range(i * 100_000, (i + 1) * 100_000)))
+        proc.stdin.flush()
+    deadline = time.time() + 60
+    with BloomFilter.open(path, readonly=True) as f:
+        while f.items_added == 0 and time.time() < deadline:
+            time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    text = err.decode()
+    committed = int(text.split("the first ")[1].split(" item")[0].replace(",", ""))
+    with BloomFilter.open(path, readonly=True) as f:
+        present = f.contains_many([f"line-{j}" for j in range(400_000)])
+        assert f.items_added == committed == int(present.sum()) and present[:committed].all()
+
+
+def test_empty_filter_numbers_are_not_negative_zero(tmp_path: Path) -> None:
+    f = BloomFilter(BloomConfig.for_items(1000, 0.01))
+    for value in (f.approx_items(), f.expected_fp_rate(), f.observed_fp_rate(), f.fill_ratio()):
+        assert value == 0 and math.copysign(1, value) == 1
+    path = str(tmp_path / "e.blm")
+    assert cli("create", path, "-n", "1000", "-p", "1%").returncode == 0
+    text, js = cli("info", path).stdout.decode(), cli("info", path, "--json").stdout.decode()
+    # the path itself may hold "-0" (pytest's basetemp is often .../pytest-0/...)
+    assert "-0" not in text.replace(path, "FILE") and "-0" not in js.replace(path, "FILE")
+    report = json.loads(js)
+    assert report["approx_items"] == 0 and report["expected_fp_rate"] == 0
+
+
+def test_saturated_items_counter_is_labelled(tmp_path: Path) -> None:
+    path = tmp_path / "s.blm"
+    with BloomFilter.create(path, BloomConfig(num_bits=1000, num_hashes=3)) as f:
+        f.add("x")
+    data = bytearray(path.read_bytes())
+    data[20:24] = struct.pack("<I", 2**32 - 1)
+    path.write_bytes(bytes(data))
+    text = cli("info", str(path)).stdout.decode()
+    assert "4,294,967,295 (saturated" in text
+    assert json.loads(cli("info", str(path), "--json").stdout)["items_saturated"] is True
+
+
+def test_plural_in_add_report(tmp_path: Path) -> None:
+    path = str(tmp_path / "p.blm")
+    assert cli("create", path, "-n", "1000", "-p", "1%").returncode == 0
+    err = cli("add", path, stdin=b"one\n").stderr.decode()
+    assert "added 1 item from 1 input to" in err
+
+
+def test_cli_add_and_check_on_a_counting_filter(tmp_path: Path) -> None:
+    path = str(tmp_path / "c.blc")
+    made = cli("create", path, "-n", "1000", "-p", "1%", "--counting", "--counter-bits", "8")
+    assert made.returncode == 0 and b"counting filter, 8-bit counters" in made.stderr
+    assert cli("add", path, stdin=b"a\nb\n").returncode == 0
+    check = cli("check", path, stdin=b"a\nb\nzz\n")
+    assert check.returncode == 1 and check.stdout == b"a\nb\n"
+    info = json.loads(cli("info", path, "--json").stdout)
+    assert info["kind"] == "CountingBloomFilter" and info["counter_bits"] == 8 and info["items_added"] == 2
+    assert cli("verify", path).returncode == 0
+    with CountingBloomFilter.open(path) as f:
+        f.remove("a")
+        assert "a" not in f and "b" in f
+
+
+def test_cli_on_a_scalable_filter(tmp_path: Path) -> None:
+    path = str(tmp_path / "grow")
+    made = cli("create", path, "--scalable", "-n", "1000", "-p", "1%")
+    assert made.returncode == 0 and b"scalable filter" in made.stderr
+    assert cli("add", path, stdin=b"".join(b"u%d\n" % i for i in range(5000))).returncode == 0
+    check = cli("check", path, "-c", stdin=b"".join(b"u%d\n" % i for i in range(5000)))
+    assert check.returncode == 0 and b"5000 might be present" in check.stdout
+    info = json.loads(cli("info", path, "--json").stdout)
+    assert info["kind"] == "scalable" and info["num_layers"] == 3 and len(info["layers"]) == 3
+    assert "layers:" in cli("info", path).stdout.decode()
+    assert cli("verify", path).returncode == 0
+    assert cli("create", path, "--scalable", "-n", "10", "-p", "1%").returncode == 2  # exists
+
+
+@pytest.mark.slow
+def test_verify_and_info_name_the_file_on_a_bare_os_error(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    path = str(tmp_path / "v.blm")
+    BloomFilter.create(path, BloomConfig(num_bits=800, num_hashes=3)).close()
+
+    def no_memory(*a: Any, **k: Any) -> Any:
+        raise OSError(errno.ENOMEM, "Cannot allocate memory")
+
+    monkeypatch.setattr(mmap, "mmap", no_memory)
+    assert cli_main(["verify", path]) == 2
+    err = capsys.readouterr().err
+    assert "FAILED" in err and path in err and "Cannot allocate memory" in err, err
+    for sub in (["info", path], ["check", path], ["add", path]):
+        assert cli_main(sub) == 2
+        err = capsys.readouterr().err
+        assert path in err and "Cannot allocate memory" in err, (sub, err)

@@ -6,15 +6,22 @@ from __future__ import annotations
 
 import io
 import os
+import pty
 import random
+import select
+import time
+from typing import Any
+
+import pytest
 import subprocess
 import sys
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mmapbloom import BloomFilter, open_filter
+from mmapbloom import BloomConfig, BloomFilter, open_filter
 from mmapbloom import cli
+from tests.cli_support import run_cli
 from tests.conftest import ROOT
 
 ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), "OPENBLAS_NUM_THREADS": "1"}
@@ -222,3 +229,47 @@ def test_keys_on_the_command_line(tmp_path) -> None:  # type: ignore[no-untyped-
     proc = run("add", filt, "--key", "k1", "-", stdin=b"s1\n")
     assert "added 2 items from 1 key and 1 input" in proc.stderr.decode()
     assert items_added(filt) == 6
+
+
+# -- add and check read stdin by default (moved from test_errors.py) --
+@pytest.mark.slow
+def test_add_usage_does_not_require_input(tmp_path: Any) -> None:
+    err = run_cli("add", cwd=tmp_path).stderr
+    assert "required: file" in err and "INPUT" not in err.split("required")[1], err
+    path = str(tmp_path / "a.blm")
+    BloomFilter.create(path, BloomConfig.for_items(100, 0.01)).close()
+    proc = run_cli("add", path, stdin=b"x\ny\n")
+    assert proc.returncode == 0 and "2 items" in proc.stderr  # stdin is the default
+    assert "until end of input" not in proc.stderr  # a pipe: no prompt
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sub", ["add", "check"])
+def test_terminal_stdin_says_what_it_waits_for(tmp_path: Any, sub: str) -> None:
+    path = str(tmp_path / "a.blm")
+    BloomFilter.create(path, BloomConfig.for_items(100, 0.01)).close()
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mmapbloom", sub, path], stdin=slave, stdout=subprocess.DEVNULL, stderr=slave, env=ENV
+    )
+    os.close(slave)
+    seen = b""
+    deadline = time.monotonic() + 30
+    try:
+        while b"end of input" not in seen and time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if ready:
+                try:
+                    seen += os.read(master, 4096)
+                except OSError:
+                    break
+        assert b"stdin" in seen and b"end of input" in seen, seen
+        os.write(master, b"item\n\x04")  # one item, then end of input (Ctrl-D)
+        assert proc.wait(30) in (0, 1)
+    finally:
+        proc.kill()
+        proc.wait()
+        os.close(master)
+    if sub == "add":
+        with BloomFilter.open(path) as f:
+            assert "item" in f

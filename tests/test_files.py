@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import time
 from typing import Any
 
 import pytest
@@ -15,6 +16,10 @@ from mmapbloom import BloomConfig, BloomFilter, ExpiringBloomFilter, NoSpaceErro
 from mmapbloom import files
 from mmapbloom.files import about_destination
 from mmapbloom.units import format_bytes
+from mmapbloom import CountingBloomFilter, merge_shards
+from mmapbloom.files import ALLOCATE_ON_READ, file_system_type
+from tests.cli_support import one_line_error, run_cli
+from tests.conftest import write_shards
 
 
 def _enospc(name: str) -> OSError:
@@ -98,3 +103,96 @@ def test_a_full_disk_at_allocation_has_the_same_wording_with_the_bytes_needed(
     expected = f"{dest}: No space left on device (while writing it; {needed:,} bytes ({format_bytes(needed)}) needed, N bytes free)"
     assert text == expected, text
     assert err.value.filename == dest and os.listdir(tmp_path) == []
+
+
+# -- the user's path, not the temporary's; too large: say so first, refuse before allocating
+# (moved from test_errors.py) --
+@pytest.fixture
+def shard(tmp_path: Any) -> str:
+    (path,) = write_shards(tmp_path, BloomConfig(num_bits=800, num_hashes=3), [["a"]])
+    return path
+
+
+@pytest.mark.slow
+def test_missing_directory_names_the_users_path(tmp_path: Any, shard: str) -> None:
+    err = one_line_error(run_cli("create", "nodir/x.blm", "-n", "1000", "-p", "1%", cwd=tmp_path), "nodir/x.blm")
+    assert "does not exist" in err
+    one_line_error(run_cli("merge", "nodir/m.blm", shard, cwd=tmp_path), "nodir/m.blm", "does not exist")
+    for cls in (BloomFilter, CountingBloomFilter):
+        with pytest.raises(FileNotFoundError) as info:
+            cls.create(str(tmp_path / "nodir" / "x.blm"), BloomConfig(num_bits=800, num_hashes=3))
+        assert info.value.filename == str(tmp_path / "nodir" / "x.blm")
+    with pytest.raises(FileNotFoundError) as info:
+        merge_shards(str(tmp_path / "nodir" / "m.blm"), [shard], progress=False)
+    assert info.value.filename == str(tmp_path / "nodir" / "m.blm")
+    assert sorted(os.listdir(tmp_path)) == [os.path.basename(shard)]
+
+
+@pytest.mark.slow
+def test_force_onto_a_directory_names_it_and_fails_first(tmp_path: Any, shard: str) -> None:
+    (tmp_path / "d").mkdir()
+    for force in (["--force"], []):
+        err = one_line_error(run_cli("create", *force, "d", "-n", "1000", "-p", "1%", cwd=tmp_path), "d: ")
+        assert "directory" in err
+        err = one_line_error(run_cli("merge", *force, "d", shard, cwd=tmp_path), "d: ")
+        assert "directory" in err
+    with pytest.raises(IsADirectoryError) as info:
+        BloomFilter.create(str(tmp_path / "d"), BloomConfig(num_bits=800, num_hashes=3), overwrite=True)
+    assert info.value.filename == str(tmp_path / "d")
+    assert sorted(os.listdir(tmp_path)) == sorted([os.path.basename(shard), "d"])  # no temporary left
+    assert os.listdir(tmp_path / "d") == []
+
+
+@pytest.mark.slow
+def test_one_wording_for_force(tmp_path: Any, shard: str) -> None:
+    (tmp_path / "e.blm").write_bytes(b"")
+    a = one_line_error(run_cli("create", "e.blm", "--bits", "80", "--hashes", "3", cwd=tmp_path), "e.blm")
+    b = one_line_error(run_cli("merge", "e.blm", shard, cwd=tmp_path), "e.blm")
+    assert a.endswith("file exists (use --force to replace it)"), a
+    assert b.endswith("file exists (use --force to replace it)"), b
+
+
+def _free(directory: Any) -> int:
+    """Bytes an unprivileged process may allocate there (what the free-space check counts,
+    even for root: never the blocks reserved for root)."""
+    v = os.statvfs(directory)
+    return v.f_bavail * v.f_frsize
+
+
+@pytest.mark.slow
+def test_create_that_cannot_fit_is_refused_before_allocating(tmp_path: Any) -> None:
+    free = _free(tmp_path)
+    bits = 8 * 2 * max(free, 2**30)  # twice the free space
+    t0 = time.monotonic()
+    proc = run_cli("create", "big.blm", "--bits", str(bits), "--hashes", "7", cwd=tmp_path)
+    assert time.monotonic() - t0 < 30
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    size = 24 + bits // 8
+    assert len(lines) == 2 and lines[0].startswith("creating big.blm"), lines
+    assert f"{size:,} bytes" in lines[0], lines  # the size first, then the refusal
+    assert "big.blm" in lines[-1] and f"{size:,}" in lines[-1] and "free" in lines[-1], lines
+    assert os.listdir(tmp_path) == []  # nothing allocated, no temporary
+    # The issue's example where it cannot fit either: -n 1e12 -p 1% is 1.2 TB.
+    if free < 1_198_132_297_195:
+        proc = run_cli("create", "-n", "1e12", "-p", "1%", "t.blm", cwd=tmp_path)
+        assert proc.returncode == 2 and "1,198,132,297,195 bytes" in proc.stderr and "t.blm" in proc.stderr
+        assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_sparse_create_beyond_free_space_warns(tmp_path: Any) -> None:
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        fstype = file_system_type(fd)
+    finally:
+        os.close(fd)
+    free = _free(tmp_path)
+    bits = 8 * 2 * max(free, 2**30)
+    proc = run_cli("create", "--sparse", "s.blm", "--bits", str(bits), "--hashes", "7", cwd=tmp_path)
+    if fstype in ALLOCATE_ON_READ:  # tmpfs: refused (tests/test_storage.py)
+        assert proc.returncode == 2 and "SIGBUS" in proc.stderr
+        return
+    assert proc.returncode == 0, proc.stderr
+    assert "warning" in proc.stderr and "SIGBUS" in proc.stderr and f"{free:,}"[:2] in proc.stderr, proc.stderr
+    assert os.stat(tmp_path / "s.blm").st_blocks * 512 < 2**20  # sparse indeed

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import struct
+from typing import Callable
+from pathlib import Path
+import time
 
 import pytest
 
@@ -21,6 +24,8 @@ from mmapbloom import (
     verify_file,
 )
 from mmapbloom.verify import open_any
+from mmapbloom import CountingBloomFilter
+from tests.cli_support import cli
 
 # M3KM pinned: the golden bytes below were written by that strategy (still readable forever).
 CFG = BloomConfig(num_bits=20, num_hashes=3, strategy=M3KM())
@@ -62,7 +67,7 @@ def good() -> bytearray:
 
 
 def damaged() -> list[tuple[str, bytes, type]]:
-    cases = []
+    cases: list[tuple[str, bytes, type]] = []
     b = good()
     b[0:4] = b"XXXX"
     cases.append(("magic", bytes(b), BadMagicError))
@@ -243,3 +248,25 @@ def test_open_parses_the_header_once(tmp_path, monkeypatch, counting: bool) -> N
     parsed.clear()
     with open_any(path) as g:  # the kind chosen by magic, still one open and one parse
         assert type(g) is kind and parsed == [str(path)]
+
+
+# -- work proportional to a header field (moved from test_edge_cases.py) --
+@pytest.mark.parametrize("kind", ["bloom", "counting"])
+def test_forged_huge_k_is_refused_at_open(tmp_path: Path, kind: str) -> None:
+    """A forged file with k = 2**32 - 1 made each add take 45 s under the write lock."""
+    m = 2**20
+    path = tmp_path / "k.blm"
+    if kind == "bloom":
+        path.write_bytes(struct.pack("<4s4sQII", b"BLM1", b"M3KM", m, 2**32 - 1, 0))
+        os.truncate(path, 24 + m // 8)
+        opener: Callable[..., object] = BloomFilter.open
+    else:
+        path.write_bytes(struct.pack("<4s4sQIIB7s", b"BLC1", b"M3KM", m, 2**32 - 1, 0, 4, bytes(7)))
+        os.truncate(path, 32 + m // 2)
+        opener = CountingBloomFilter.open
+    t0 = time.perf_counter()
+    with pytest.raises(BadHeaderError, match="num_hashes is 4294967295: expected at most 4096"):
+        opener(path)
+    assert time.perf_counter() - t0 < 1
+    result = cli("info", str(path))
+    assert result.returncode == 2 and b"at most 4096" in result.stderr

@@ -97,3 +97,17 @@ def test_a_warning_made_an_error_never_replaces_the_interrupt() -> None:
             f.update(urls(3 * CHUNK_KEYS))
         f._h._k.add_many = real
         assert f.add(urls(1)[0]) is False  # nothing pending: no OverCapacityWarning raised here
+
+
+def test_plain_union_past_its_design_point_warns() -> None:
+    """10 full shards of for_items(10_000, 0.01) OR-ed together: the plain union warns too."""
+    config = BloomConfig.for_items(10_000, 0.01)
+    total = BloomFilter(config)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for shard in range(10):
+            part = BloomFilter(config)
+            part.update([f"s{shard}-{i}" for i in range(10_000)])
+            total |= part
+    assert any(issubclass(w.category, OverCapacityWarning) for w in caught)
+    assert total.is_over_capacity()

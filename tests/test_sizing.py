@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import fractions
 import math
+import os
+from typing import Any
 
 import pytest
 
 from mmapbloom import M3KM, M3M2, M3MX, BloomConfig, ConfigError
+from tests.cli_support import one_line_error, run_cli
 from mmapbloom.sizing import MAX_NUM_HASHES, approx_items, expected_fill_ratio, expected_fp_rate, observed_fp_rate
 
 
@@ -290,3 +294,29 @@ def test_expected_fp_rate_of_a_filter_is_the_rate_at_its_distinct_adds(name: str
     at_n = strategy.expected_fp_rate(n, f.num_bits, f.num_hashes)
     at_count = strategy.expected_fp_rate(f.items_added, f.num_bits, f.num_hashes)
     assert abs(f.expected_fp_rate() - at_n) < 0.25 * abs(at_count - at_n)
+
+
+# -- capacities beyond the float range (moved from test_errors.py) --
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "capacity",
+    [10**309, 10**5000, fractions.Fraction(10**400), 2**1024],
+    ids=["1e309", "1e5000", "Fraction-1e400", "2^1024"],
+)
+def test_for_items_beyond_float_range_is_a_config_error(capacity: Any) -> None:
+    with pytest.raises(ConfigError, match="capacity"):
+        BloomConfig.for_items(capacity, 0.5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sub", ["plan", "create"])
+def test_cli_capacity_beyond_float_range(tmp_path: Any, sub: str) -> None:
+    args = ["plan", "-n", "1e309", "-p", "1%"] if sub == "plan" else ["create", "x.blm", "-n", "1e309", "-p", "1%"]
+    one_line_error(run_cli(*args, cwd=tmp_path), "capacity")
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_fp_rate_that_rounds_to_zero_is_refused_by_the_parser(tmp_path: Any) -> None:
+    err = run_cli("plan", "-n", "1000", "-p", "1e-400", cwd=tmp_path).stderr
+    assert "1e-400" in err and "Traceback" not in err, err

@@ -32,6 +32,7 @@ from mmapbloom import (
     merge_shards,
 )
 from mmapbloom.hashing import M3KM_FP_FLOOR
+from mmapbloom import register_strategy
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 M64 = 2**64 - 1
@@ -525,3 +526,28 @@ def test_collapse_cases_of_the_released_strategies() -> None:
     m = 2**20
     short = [s for s in (m // 2, m // 4, 3 * m // 4, m // 8, 1) if m // math.gcd(s, m) < 7]
     assert short == [m // 2, m // 4, 3 * m // 4]
+
+
+# -- strategies are a protocol (moved from test_edge_cases.py) --
+class PlainStrategy:
+    """A custom strategy that does not subclass HashStrategy (only name and positions)."""
+
+    name = "PLN1"
+
+    def positions(self, key: bytes, num_hashes: int, num_bits: int) -> list[int]:
+        h = int.from_bytes(key[:8].ljust(8, b"\0"), "little") * 0x9E3779B97F4A7C15
+        return [(h + i * 7919) % num_bits for i in range(num_hashes)]
+
+
+def test_protocol_strategy_registers_and_round_trips(tmp_path: Path) -> None:
+    strategy = register_strategy(PlainStrategy())
+    config = BloomConfig(num_bits=5000, num_hashes=4, strategy=strategy)
+    for kind in (BloomFilter, CountingBloomFilter):
+        path = tmp_path / f"plain-{kind.__name__}"
+        with kind.create(path, config) as f:
+            assert f.add("a") and f.update(["b", "c", "a"]) == 2
+            assert f.contains_many(["a", "b", "c"]).all()
+            assert f.expected_fp_rate() > 0 and f.approx_items() == pytest.approx(3, abs=1)
+        assert path.read_bytes()[4:8] == b"PLN1"
+        with kind.open(path, readonly=True) as g:
+            assert g.strategy is strategy and all(x in g for x in "abc")

@@ -33,7 +33,6 @@ for ``contains_many``, and its ``add`` for both ``add`` rows.
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import multiprocessing as mp
 import os
@@ -49,7 +48,15 @@ if __package__ in (None, ""):  # run as a file path: make ``tools.bench`` import
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     __package__ = "tools.bench"
 
-from tools.bench.measure import ROOT, make_keys  # noqa: E402
+from tools.bench.measure import (
+    ROOT,
+    add_each,
+    callgrind_parts,
+    child_env,
+    contains_each,
+    make_keys,
+    time_update_writers,
+)  # noqa: E402
 
 if ROOT not in sys.path:  # the working tree's mmapbloom, not another install
     sys.path.insert(0, ROOT)
@@ -98,23 +105,14 @@ def _ops(
         def per_item(name: str) -> None:
             state[name] = fresh()
 
-        def add_loop(f: Any) -> None:
-            add = f.add
-            for k in keys:
-                add(k)
-
-        def in_loop(f: Any, ks: list[str]) -> None:
-            for k in ks:
-                k in f  # noqa: B015
-
         return [
             ("update", lambda: state.__setitem__("u", fresh()), lambda: state["u"].update(keys)),
-            ("contains_many present", setup_built, lambda: in_loop(state["f"], keys)),
-            ("contains_many absent", lambda: None, lambda: in_loop(state["f"], absent)),
-            ("add, lock per call", lambda: per_item("a"), lambda: add_loop(state["a"])),
-            ("add inside write_lock()", lambda: per_item("w"), lambda: add_loop(state["w"])),
-            ("x in f present", lambda: None, lambda: in_loop(state["f"], keys)),
-            ("x in f absent", lambda: None, lambda: in_loop(state["f"], absent)),
+            ("contains_many present", setup_built, lambda: contains_each(state["f"], keys)),
+            ("contains_many absent", lambda: None, lambda: contains_each(state["f"], absent)),
+            ("add, lock per call", lambda: per_item("a"), lambda: add_each(state["a"], keys)),
+            ("add inside write_lock()", lambda: per_item("w"), lambda: add_each(state["w"], keys)),
+            ("x in f present", lambda: None, lambda: contains_each(state["f"], keys)),
+            ("x in f absent", lambda: None, lambda: contains_each(state["f"], absent)),
         ]
     import mmapbloom
     from mmapbloom import BloomConfig, BloomFilter
@@ -136,20 +134,11 @@ def _ops(
         replace("f")
         state["f"].update(keys)
 
-    def add_loop(f: Any) -> None:
-        add = f.add
-        for k in keys:
-            add(k)
-
     def add_locked(f: Any) -> None:
         add = f.add
         with f.write_lock():
             for k in keys:
                 add(k)
-
-    def in_loop(f: Any, ks: list[str]) -> None:
-        for k in ks:
-            k in f  # noqa: B015
 
     def flock_pairs() -> None:
         import fcntl
@@ -166,10 +155,10 @@ def _ops(
         ("update", lambda: replace("u"), lambda: state["u"].update(keys)),
         ("contains_many present", setup_built, lambda: state["f"].contains_many(keys)),
         ("contains_many absent", lambda: None, lambda: state["f"].contains_many(absent)),
-        ("add, lock per call", lambda: replace("a"), lambda: add_loop(state["a"])),
+        ("add, lock per call", lambda: replace("a"), lambda: add_each(state["a"], keys)),
         ("add inside write_lock()", lambda: replace("w"), lambda: add_locked(state["w"])),
-        ("x in f present", lambda: None, lambda: in_loop(state["f"], keys)),
-        ("x in f absent", lambda: None, lambda: in_loop(state["f"], absent)),
+        ("x in f present", lambda: None, lambda: contains_each(state["f"], keys)),
+        ("x in f absent", lambda: None, lambda: contains_each(state["f"], absent)),
         ("bare flock pair", lambda: None, flock_pairs),
     ]
 
@@ -216,10 +205,6 @@ def _child_cmd(mode: str, lib: str, strategy: Optional[str], a: argparse.Namespa
     ]
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-
-
 # -- the parent ---------------------------------------------------------------------------
 def measure_instructions(a: argparse.Namespace) -> dict[str, dict[str, float]]:
     """{config label: {row: instructions per key}} (valgrind callgrind, one child each)."""
@@ -236,22 +221,12 @@ def measure_instructions(a: argparse.Namespace) -> dict[str, dict[str, float]]:
                 "--dump-instr=no",
                 *_child_cmd("callgrind", lib, strategy, a, work),
             ]
-            proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=_env())
+            proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=child_env())
             if proc.returncode != 0:
                 print(f"{label}: failed ({proc.returncode}): {proc.stderr[-2000:]}", file=sys.stderr)
                 continue
             rows = json.loads(proc.stdout.strip().splitlines()[-1])
-            parts: dict[int, int] = {}
-            for path in glob.glob(out + "*"):
-                part = total = None
-                with open(path) as fh:
-                    for line in fh:
-                        if line.startswith("part:"):
-                            part = int(line.split()[1])
-                        elif line.startswith("totals:"):
-                            total = int(line.split()[1])
-                if part is not None and total is not None:
-                    parts[part] = total
+            parts = callgrind_parts(out)
             # part 1: start-up and the first setup; then op i is part 2 + 2 i (setup i + 1
             # is part 3 + 2 i); the last part is the exit
             result[label] = {row: parts[2 + 2 * i] / a.keys for i, row in enumerate(rows)}
@@ -267,7 +242,7 @@ def measure_times(a: argparse.Namespace) -> dict[str, dict[str, float]]:
         work = tempfile.mkdtemp(prefix="mmapbloom-ns.")
         try:
             proc = subprocess.run(
-                _child_cmd("time", lib, strategy, a, work), capture_output=True, text=True, cwd=ROOT, env=_env()
+                _child_cmd("time", lib, strategy, a, work), capture_output=True, text=True, cwd=ROOT, env=child_env()
             )
             if proc.returncode != 0:
                 print(f"{label}: failed ({proc.returncode}): {proc.stderr[-2000:]}", file=sys.stderr)
@@ -276,14 +251,6 @@ def measure_times(a: argparse.Namespace) -> dict[str, dict[str, float]]:
         finally:
             shutil.rmtree(work, ignore_errors=True)
     return result
-
-
-def _writer(path: str, keys: list[str], barrier: Any) -> None:
-    from mmapbloom import BloomFilter
-
-    with BloomFilter.open(path) as f:
-        barrier.wait()
-        f.update(keys)
 
 
 def measure_writers(n: int, capacity: int, p: float, seed: int, rounds: int, writers: int = 4) -> dict[str, Any]:
@@ -305,18 +272,8 @@ def measure_writers(n: int, capacity: int, p: float, seed: int, rounds: int, wri
             for procs in (1, writers):
                 path = os.path.join(work, f"w{r}-{procs}.blm")
                 BloomFilter.create(path, config).close()
-                barrier = ctx.Barrier(procs + 1)
                 parts = [keys[i * n // procs : (i + 1) * n // procs] for i in range(procs)]  # disjoint quarters
-                children = [ctx.Process(target=_writer, args=(path, part, barrier)) for part in parts]
-                for c in children:
-                    c.start()
-                barrier.wait()
-                t0 = time.perf_counter()
-                for c in children:
-                    c.join()
-                times[procs].append(time.perf_counter() - t0)
-                if any(c.exitcode != 0 for c in children):
-                    raise RuntimeError(f"a writer failed: {[c.exitcode for c in children]}")
+                times[procs].append(time_update_writers(ctx, path, parts))
             with (
                 BloomFilter.open(os.path.join(work, f"w{r}-1.blm"), readonly=True) as one,
                 BloomFilter.open(os.path.join(work, f"w{r}-{writers}.blm"), readonly=True) as many,

@@ -12,6 +12,7 @@ import argparse
 import cProfile
 import functools
 import gc
+import glob
 import io
 import math
 import multiprocessing as mp
@@ -34,9 +35,14 @@ __all__ = [
     "ROOT",
     "LibResult",
     "Run",
+    "add_each",
+    "callgrind_parts",
+    "child_env",
+    "contains_each",
     "count_true",
     "log",
     "make_keys",
+    "ns_per_key",
     "measure_counting",
     "measure_open",
     "measure_ops",
@@ -45,7 +51,10 @@ __all__ = [
     "profile_mmapbloom",
     "release_filters",
     "run_big",
+    "time_update_writers",
     "timed",
+    "update_writer",
+    "wall_seconds",
 ]
 
 #: The repository root: first on ``sys.path`` (set by ``__main__``) and on ``PYTHONPATH``
@@ -128,6 +137,52 @@ def count_true(answers: Any) -> int:
 
 
 _T0 = time.perf_counter()
+
+
+def add_each(f: Any, keys: list[str]) -> None:
+    """``f.add(k)`` for each key, from a Python loop (the per-item rows)."""
+    add = f.add
+    for k in keys:
+        add(k)
+
+
+def contains_each(f: Any, keys: list[str]) -> None:
+    """``k in f`` for each key, from a Python loop (the per-item rows)."""
+    for k in keys:
+        k in f  # noqa: B015
+
+
+def ns_per_key(fn: Callable[[], Any], n: int) -> float:
+    """Run ``fn`` once; return its wall time in nanoseconds divided by ``n`` (the keys it
+    handled)."""
+    t0 = time.perf_counter_ns()
+    fn()
+    return (time.perf_counter_ns() - t0) / n
+
+
+def wall_seconds(argv: list[str], env: dict[str, str], cwd: str, check: bool = False) -> float:
+    """Wall time in seconds of one run of the command ``argv`` (its output discarded);
+    with ``check``, a non-zero exit raises ``subprocess.CalledProcessError``."""
+    t0 = time.perf_counter()
+    subprocess.run(argv, env=env, cwd=cwd, check=check, capture_output=True)
+    return time.perf_counter() - t0
+
+
+def callgrind_parts(out: str) -> dict[int, int]:
+    """{part number: instructions} of the callgrind dumps ``out*`` (one file a part, as
+    ``--dump-before=...`` writes them); a file without both lines is left out."""
+    parts: dict[int, int] = {}
+    for path in glob.glob(out + "*"):
+        part = total = None
+        with open(path) as fh:
+            for line in fh:
+                if line.startswith("part:"):
+                    part = int(line.split()[1])
+                elif line.startswith("totals:"):
+                    total = int(line.split()[1])
+        if part is not None and total is not None:
+            parts[part] = total
+    return parts
 
 
 def log(msg: str) -> None:
@@ -371,9 +426,11 @@ print("OPEN", t1 - t0, bool(hit))
 """
 
 
-def child_env() -> dict[str, str]:
+def child_env(root: str = ROOT) -> dict[str, str]:
+    """The environment of a child process: this one's, with ``root`` (a checkout) first on
+    ``PYTHONPATH`` so that the child imports that checkout's mmapbloom."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 
 
@@ -473,6 +530,33 @@ def build_open_giants(
 # -- processes writing one file ---------------------------------------------------------------------
 
 _PROC_KEYS: list[str] = []
+
+
+def update_writer(path: str, keys: list[str], barrier: Any) -> None:
+    """Forked child: open the filter at ``path``, wait at ``barrier``, ``update(keys)``."""
+    from mmapbloom import BloomFilter
+
+    with BloomFilter.open(path) as f:
+        barrier.wait()
+        f.update(keys)
+
+
+def time_update_writers(ctx: Any, path: str, parts: list[list[str]]) -> float:
+    """Seconds from a start barrier until the last of ``len(parts)`` processes of the
+    multiprocessing context ``ctx`` has ``update()``-d its part into the file at ``path``
+    (see ``update_writer``); a writer's non-zero exit raises ``RuntimeError``."""
+    barrier = ctx.Barrier(len(parts) + 1)
+    children = [ctx.Process(target=update_writer, args=(path, part, barrier)) for part in parts]
+    for c in children:
+        c.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for c in children:
+        c.join()
+    seconds = time.perf_counter() - t0
+    if any(c.exitcode != 0 for c in children):
+        raise RuntimeError(f"a writer failed: {[c.exitcode for c in children]}")
+    return seconds
 
 
 def _proc_worker(a: Adapter, path: str, lo: int, hi: int, mode: str, barrier: Any, queue: Any) -> None:

@@ -29,7 +29,6 @@ source again, which would dominate the figures.
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import shutil
@@ -37,14 +36,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from typing import Optional
 
 if __package__ in (None, ""):  # run as a file path: make ``tools.bench`` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     __package__ = "tools.bench"
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tools.bench.measure import ROOT, callgrind_parts, child_env, wall_seconds  # noqa: E402
 
 __all__ = ["main"]
 
@@ -101,10 +99,6 @@ print(json.dumps(rows))
 """
 
 
-def _env(root: str) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
-
-
 def _build(path: str, peer_path: Optional[str], keys: int, fp_rate: float) -> None:
     """The filter files: mmapbloom's at ``path`` and pybloomfiltermmap3's at ``peer_path``,
     each sized for and holding ``keys`` keys."""
@@ -118,7 +112,7 @@ def _build(path: str, peer_path: Optional[str], keys: int, fp_rate: float) -> No
         "    g = pybloomfilter.BloomFilter(n, p, sys.argv[4])\n    g.update(keys)\n    g.close()\n"
     )
     args = [sys.executable, "-c", code, str(keys), str(fp_rate), path] + ([peer_path] if peer_path else [])
-    subprocess.run(args, check=True, cwd=ROOT, env=_env(ROOT))
+    subprocess.run(args, check=True, cwd=ROOT, env=child_env(ROOT))
 
 
 def _rows(path: str, peer_path: Optional[str], before: Optional[str]) -> list[tuple[str, list[str], str]]:
@@ -140,18 +134,12 @@ def _rows(path: str, peer_path: Optional[str], before: Optional[str]) -> list[tu
     return rows
 
 
-def _wall(argv: list[str], root: str) -> float:
-    t0 = time.perf_counter()
-    subprocess.run(argv, check=True, cwd=root, env=_env(root), stdout=subprocess.DEVNULL)
-    return time.perf_counter() - t0
-
-
 def _callgrind_total(argv: list[str], root: str) -> Optional[int]:
     """User-space instructions of the whole process (callgrind's ``Collected``)."""
     with tempfile.TemporaryDirectory(prefix="mmapbloom-cg.") as work:
         out = os.path.join(work, "cg.out")
         cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-instr=no", *argv]
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=root, env=_env(root))
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=root, env=child_env(root))
         if proc.returncode != 0:
             print(f"callgrind failed ({proc.returncode}): {proc.stderr[-1000:]}", file=sys.stderr)
             return None
@@ -167,22 +155,12 @@ def _per_call(calls: int, root: str) -> dict[str, float]:
         out = os.path.join(work, "cg.out")
         cmd = ["valgrind", "--tool=callgrind", "--dump-before=getppid", f"--callgrind-out-file={out}"]
         cmd += ["--dump-instr=no", sys.executable, "-c", PER_CALL, str(calls), os.path.join(work, "f.blm")]
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=root, env=_env(root))
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=root, env=child_env(root))
         if proc.returncode != 0:
             print(f"per-call child failed ({proc.returncode}): {proc.stderr[-1000:]}", file=sys.stderr)
             return {}
         rows = json.loads(proc.stdout.strip().splitlines()[-1])
-        parts: dict[int, int] = {}
-        for name in glob.glob(out + "*"):
-            part = total = None
-            with open(name) as fh:
-                for line in fh:
-                    if line.startswith("part:"):
-                        part = int(line.split()[1])
-                    elif line.startswith("totals:"):
-                        total = int(line.split()[1])
-            if part is not None and total is not None:
-                parts[part] = total
+        parts = callgrind_parts(out)
         # 8 getppid calls per loops() run, 3 runs: the measured run's loop i ends part 18 + i
         return {row: parts[18 + i] / calls for i, row in enumerate(rows)}
 
@@ -192,7 +170,7 @@ def _loaded(argv: list[str], root: str) -> str:
     if argv[1] != "-c":
         return ""
     probe = argv[2] + f"\nimport sys\nprint(' '.join(m for m in {HEAVY!r} if m in sys.modules) or 'none')\n"
-    proc = subprocess.run([argv[0], "-c", probe], capture_output=True, text=True, cwd=root, env=_env(root))
+    proc = subprocess.run([argv[0], "-c", probe], capture_output=True, text=True, cwd=root, env=child_env(root))
     return proc.stdout.strip() if proc.returncode == 0 else "?"
 
 
@@ -225,7 +203,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         times: dict[str, list[float]] = {label: [] for label, _, _ in rows}
         for _ in range(a.runs):
             for label, cmd, root in rows:
-                times[label].append(_wall(cmd, root))
+                times[label].append(wall_seconds(cmd, child_env(root), root, check=True))
         instr = {label: _callgrind_total(cmd, root) for label, cmd, root in rows} if grind else {}
         loaded = {label: _loaded(cmd, root) for label, cmd, root in rows}
         per_call = _per_call(a.calls, ROOT) if grind else {}

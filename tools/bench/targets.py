@@ -28,41 +28,21 @@ import importlib
 import multiprocessing as mp
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if __package__ in (None, ""):  # run as a file path: make ``tools.bench`` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    __package__ = "tools.bench"
 
-
-def _ns(fn: Callable[[], Any], n: int) -> float:
-    t0 = time.perf_counter_ns()
-    fn()
-    return (time.perf_counter_ns() - t0) / n
-
-
-def _writer(path: str, keys: list[str], barrier: Any) -> None:
-    from mmapbloom import BloomFilter
-
-    with BloomFilter.open(path) as f:
-        barrier.wait()
-        f.update(keys)
-
-
-def _wall(cmd: list[str], env: dict[str, str], cwd: str) -> float:
-    t0 = time.perf_counter()
-    subprocess.run(cmd, env=env, cwd=cwd, check=False, capture_output=True)  # check exits 1 for an absent key
-    return time.perf_counter() - t0
+from tools.bench.measure import ROOT, add_each, contains_each, make_keys, ns_per_key, time_update_writers, wall_seconds  # noqa: E402
 
 
 def measure(a: argparse.Namespace) -> list[tuple[str, Optional[float], str, float]]:
     """(target, measured ratio or None, target text, bound) rows; ratio <= bound passes."""
     import mmapbloom
     from mmapbloom import BloomConfig, BloomFilter
-
-    from tools.bench.measure import make_keys
 
     n, p = a.keys, a.fp_rate
     keys, absent = make_keys(0, n, a.seed), make_keys(n, n, a.seed)
@@ -89,30 +69,21 @@ def measure(a: argparse.Namespace) -> list[tuple[str, Optional[float], str, floa
     def rec(name: str, v: float) -> None:
         t.setdefault(name, []).append(v)
 
-    def add_loop(f: Any) -> None:
-        add = f.add
-        for k in keys:
-            add(k)
-
-    def in_loop(f: Any, ks: list[str]) -> None:
-        for k in ks:
-            k in f  # noqa: B015
-
     built = fresh()
     built.update(keys)
     for _ in range(a.rounds):
         for s in ("M3B2", "M3M2"):
             f = fresh(s)
-            rec(f"update {s}", _ns(functools.partial(f.update, keys), n))
+            rec(f"update {s}", ns_per_key(functools.partial(f.update, keys), n))
             f.close()
-        rec("cm present", _ns(lambda: built.contains_many(keys), n))
-        rec("cm absent", _ns(lambda: built.contains_many(absent), n))
+        rec("cm present", ns_per_key(lambda: built.contains_many(keys), n))
+        rec("cm absent", ns_per_key(lambda: built.contains_many(absent), n))
         f = fresh()
-        rec("add locked", _ns(functools.partial(add_loop, f), n))
+        rec("add locked", ns_per_key(functools.partial(add_each, f, keys), n))
         f.close()
         f = fresh()
         with f.write_lock():
-            rec("add held", _ns(functools.partial(add_loop, f), n))
+            rec("add held", ns_per_key(functools.partial(add_each, f, keys), n))
         f.close()
 
         def pairs(f: Any = built) -> None:
@@ -120,7 +91,7 @@ def measure(a: argparse.Namespace) -> list[tuple[str, Optional[float], str, floa
                 with f.write_lock():
                     pass
 
-        rec("lock pair", _ns(pairs, n))
+        rec("lock pair", ns_per_key(pairs, n))
 
         def flocks() -> None:
             import fcntl
@@ -131,17 +102,17 @@ def measure(a: argparse.Namespace) -> list[tuple[str, Optional[float], str, floa
                     fcntl.flock(fd, fcntl.LOCK_EX)
                     fcntl.flock(fd, fcntl.LOCK_UN)
 
-        rec("flock pair", _ns(flocks, n))
+        rec("flock pair", ns_per_key(flocks, n))
         if abloom is not None:
             ab = abloom.BloomFilter(n, p, serializable=True)
-            rec("abloom update", _ns(functools.partial(ab.update, keys), n))
-            rec("abloom in present", _ns(functools.partial(in_loop, ab, keys), n))
-            rec("abloom in absent", _ns(functools.partial(in_loop, ab, absent), n))
+            rec("abloom update", ns_per_key(functools.partial(ab.update, keys), n))
+            rec("abloom in present", ns_per_key(functools.partial(contains_each, ab, keys), n))
+            rec("abloom in absent", ns_per_key(functools.partial(contains_each, ab, absent), n))
             ab2 = abloom.BloomFilter(n, p, serializable=True)
-            rec("abloom add", _ns(functools.partial(add_loop, ab2), n))
+            rec("abloom add", ns_per_key(functools.partial(add_each, ab2, keys), n))
         if pybloomfilter is not None:
             pb = pybloomfilter.BloomFilter(n, p, os.path.join(work, f"pb{len(t.get('flock pair', []))}.bf"))
-            rec("pybloom add", _ns(functools.partial(add_loop, pb), n))
+            rec("pybloom add", ns_per_key(functools.partial(add_each, pb, keys), n))
             pb.close()
     med = {k: statistics.median(v) for k, v in t.items()}
 
@@ -170,7 +141,7 @@ def measure(a: argparse.Namespace) -> list[tuple[str, Optional[float], str, floa
         ]
     for _ in range(a.fresh_runs):
         for name, cmd in cmds.items():
-            wall.setdefault(name, []).append(_wall(cmd, env, ROOT if not a.installed else work))
+            wall.setdefault(name, []).append(wall_seconds(cmd, env, ROOT if not a.installed else work))
     wmed = {k: statistics.median(v) for k, v in wall.items()}
 
     # 4 writers vs 1 (fork; disjoint contiguous slices)
@@ -180,16 +151,8 @@ def measure(a: argparse.Namespace) -> list[tuple[str, Optional[float], str, floa
         for procs in (1, 4):
             path = os.path.join(work, f"w{r}-{procs}.blm")
             BloomFilter.create(path, BloomConfig.for_items(n, p)).close()
-            barrier = ctx.Barrier(procs + 1)
             parts = [keys[i * n // procs : (i + 1) * n // procs] for i in range(procs)]
-            children = [ctx.Process(target=_writer, args=(path, part, barrier)) for part in parts]
-            for c in children:
-                c.start()
-            barrier.wait()
-            t0 = time.perf_counter()
-            for c in children:
-                c.join()
-            wt[procs].append(time.perf_counter() - t0)
+            wt[procs].append(time_update_writers(ctx, path, parts))
     with BloomFilter.open(os.path.join(work, "w0-1.blm"), readonly=True) as one:
         with BloomFilter.open(os.path.join(work, "w0-4.blm"), readonly=True) as four:
             lost_ok = bool(four.contains_many(keys).all()) and one.count_ones() == four.count_ones()
