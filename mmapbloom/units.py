@@ -133,7 +133,7 @@ def format_bytes(n: float) -> str:
         n /= 1000
         if n < 999.95:
             return f"{n:.1f} {unit}"
-    return f"{n:.1f} EB"
+    return f"{n / 1000:.1f} EB"
 
 
 def format_rate(count: float, seconds: float) -> str:

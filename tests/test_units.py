@@ -133,7 +133,6 @@ def test_format_bytes_every_unit() -> None:
     assert units.format_bytes(999_960) == "1.0 MB"  # never '1000.0 KB'
 
 
-@pytest.mark.xfail(strict=True, reason="bug: format_bytes does not divide by 1000 for EB: 4e18 prints '4000.0 EB'")
 def test_format_bytes_exabytes() -> None:
     assert units.format_bytes(4e18) == "4.0 EB"
 
