@@ -586,11 +586,14 @@ class CuckooFilter(Lifecycle):
         Args:
             repair: on a counter mismatch (a writer killed between its slot writes and its
                 counter store, or mid kick path), clear fingerprints stored twice in their
-                own bucket pair and store the real count, instead of raising.
+                own bucket pair and store the real count, and make an odd kick counter
+                (header bytes 18..19, left by a writer killed mid path) even, instead of
+                raising.
 
         Raises:
             FormatError subclasses naming what is wrong; BadHeaderError (``expected`` the
-            occupied count, ``actual`` the counter) for a counter mismatch without repair;
+            occupied count, ``actual`` the counter) for a counter mismatch without repair,
+            and for an odd kick counter;
             FilterClosedError; ReadOnlyFilterError (repair on a read-only handle).
         """
         self._check_open()
@@ -607,12 +610,22 @@ class CuckooFilter(Lifecycle):
         if repair:
             self._check_writable()
             with self._storage.lock:
+                self._h.cells.repair_seq()
                 self._h.cells.dedupe()
                 self._h.set_items(self._h.cells.occupied())
             return
         with self._storage.lock.snapshot():
             occupied = self._h.cells.occupied()
             items = self._h.items()
+            seq = self._h.cells.seq()
+        if seq & 1:
+            raise BadHeaderError(
+                f"kick counter {seq} is odd under the write lock: a writer died applying a kick "
+                "path (check(repair=True) or the next write fixes it)",
+                source=source,
+                expected="even",
+                actual=seq,
+            )
         if items != min(occupied, fmt.MAX_ITEMS):
             raise BadHeaderError(
                 f"items counter {items} disagrees with {occupied} occupied slots (check(repair=True) fixes it)",

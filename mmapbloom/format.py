@@ -350,7 +350,7 @@ CUCKOO_MAGIC = b"CKF1"
 #: The one cuckoo hashing scheme (index, fingerprint, alternate index and kick choices, see
 #: :mod:`mmapbloom.cuckoo_kernels` and docs/FORMAT.md). Another name is UnknownStrategyError.
 CUCKOO_STRATEGY = "M3C1"
-#: magic, strategy, num_buckets, fingerprint_bits, bucket_size, reserved u16, items,
+#: magic, strategy, num_buckets, fingerprint_bits, bucket_size, kick counter u16, items,
 #: max_kicks, victim fingerprint, victim bucket index, design capacity (u32), design
 #: fp_rate (f32); capacity and fp_rate both 0: not recorded (a file written before they were).
 CUCKOO_HEADER = struct.Struct("<4s4sQBBHIIIQIf")
@@ -358,6 +358,9 @@ CUCKOO_HEADER_SIZE = CUCKOO_HEADER.size  # 48
 #: Byte offsets of the victim slot's two fields (each one aligned store).
 CUCKOO_VICTIM_FP_OFFSET = 28
 CUCKOO_VICTIM_INDEX_OFFSET = 32
+#: Byte offset of the kick sequence counter (u16; odd while a writer moves fingerprints,
+#: any value valid: a writer killed mid path leaves it odd).
+CUCKOO_KICK_SEQ_OFFSET = 18
 #: Byte offsets of the recorded design capacity (u32) and fp_rate (f32).
 CUCKOO_CAPACITY_OFFSET = 40
 CUCKOO_FP_RATE_OFFSET = 44
@@ -465,9 +468,9 @@ def parse_cuckoo_header(data: bytes, *, source: str = "<bytes>") -> CuckooHeader
         BadMagicError: not ``CKF1`` (a BLM1 or BLC1 file is named as such: both kinds).
         UnknownStrategyError: a scheme name other than ``M3C1``.
         BadHeaderError: a short header; num_buckets 0 or > 2**53; fingerprint_bits outside
-            [4, 32]; bucket_size not 1, 2, 4 or 8; max_kicks 0 or > 65536; items above the
+            [4, 32]; bucket_size not 1, 2, 4 or 8 (the kick counter may hold any value); max_kicks 0 or > 65536; items above the
             slot count + 1; a victim fingerprint wider than fingerprint_bits, or a victim
-            index >= num_buckets, or an index with no victim; non-zero reserved bytes; a
+            index >= num_buckets, or an index with no victim; a
             recorded capacity above the slot count, a recorded fp_rate not in (0, 1) (NaN
             included), or only one of capacity and fp_rate recorded.
         (all ``FormatError``, a ``ValueError``)
@@ -489,7 +492,7 @@ def parse_cuckoo_header(data: bytes, *, source: str = "<bytes>") -> CuckooHeader
             CUCKOO_HEADER_SIZE,
             len(data),
         )
-    _, strategy, n, f, b, reserved16, items, kicks, vfp, vindex, cap, _ = CUCKOO_HEADER.unpack_from(data, 0)
+    _, strategy, n, f, b, _seq, items, kicks, vfp, vindex, cap, _ = CUCKOO_HEADER.unpack_from(data, 0)
     fp_raw = bytes(data[CUCKOO_FP_RATE_OFFSET : CUCKOO_FP_RATE_OFFSET + 4])
     name = strategy.decode("latin-1")
     if name != CUCKOO_STRATEGY:
@@ -505,8 +508,6 @@ def parse_cuckoo_header(data: bytes, *, source: str = "<bytes>") -> CuckooHeader
         raise _bad(f"fingerprint_bits is {f}: expected 4 .. 32", source, "4 .. 32", f)
     if b not in CUCKOO_BUCKET_SIZES:
         raise _bad(f"bucket_size is {b}: expected one of {CUCKOO_BUCKET_SIZES}", source, CUCKOO_BUCKET_SIZES, b)
-    if reserved16 != 0:
-        raise _bad(f"reserved header bytes 18..19 must be 0, got {reserved16:04x}", source, "0000", f"{reserved16:04x}")
     if kicks == 0 or kicks > CUCKOO_MAX_KICKS:
         raise _bad(f"max_kicks is {kicks}: expected 1 .. {CUCKOO_MAX_KICKS}", source, f"1 .. {CUCKOO_MAX_KICKS}", kicks)
     if items > n * b + 1 and items != MAX_ITEMS:
