@@ -712,6 +712,9 @@ class _NativeHooks:
     def full(self) -> None:
         raise self._h()._full()
 
+    def check_size(self) -> None:
+        self._h()._storage.check_size()  # LengthMismatchError when the file is shorter
+
 
 class CuckooNativeHandle(CuckooPyHandle):
     """The native handle of a cuckoo filter: ``mmapbloom._kernels.CuckooHandle`` (C, over
