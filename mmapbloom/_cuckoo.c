@@ -154,11 +154,11 @@ static int64_t find(const mb_ck_geom *g, uint64_t i, uint32_t fp)
     return -1;
 }
 
-static int lookup_once(const mb_ck_geom *g, uint64_t i1, uint32_t fp)
+static int lookup_once(const mb_ck_geom *g, uint64_t i1, uint64_t i2, uint32_t fp)
 {
+    uint64_t vidx;
     if (find(g, i1, fp) >= 0)
         return 1;
-    uint64_t i2 = mb_ck_alt(g, i1, fp), vidx;
     if (i2 != i1 && find(g, i2, fp) >= 0)
         return 1;
     uint32_t vfp = mb_ck_victim(g, &vidx);
@@ -206,9 +206,14 @@ static long long now_ns(void)
  * recorded in g->stale_seq, it is accepted from then on (the next writer makes it even). */
 int mb_ck_lookup(const mb_ck_geom *g, uint64_t i1, uint32_t fp)
 {
+    return mb_ck_lookup2(g, i1, mb_ck_alt(g, i1, fp), fp);
+}
+
+int mb_ck_lookup2(const mb_ck_geom *g, uint64_t i1, uint64_t i2, uint32_t fp)
+{
     uint32_t s1 = mb_ck_seq(g), s2;
     long long deadline = 0;
-    if (lookup_once(g, i1, fp))
+    if (lookup_once(g, i1, i2, fp))
         return 1;
     for (;;) {
         __atomic_thread_fence(__ATOMIC_ACQUIRE); /* the pass's loads before the counter's */
@@ -227,7 +232,7 @@ int mb_ck_lookup(const mb_ck_geom *g, uint64_t i1, uint32_t fp)
         }
         s1 = s2;
         __atomic_thread_fence(__ATOMIC_ACQUIRE);
-        if (lookup_once(g, i1, fp))
+        if (lookup_once(g, i1, i2, fp))
             return 1;
     }
 }
@@ -257,7 +262,7 @@ int mb_ck_insert(const mb_ck_geom *g, uint64_t i1, uint32_t fp, uint64_t r, uint
 {
     uint64_t b = g->bucket_size, i2 = mb_ck_alt(g, i1, fp), vidx;
     mb_ck_repair_seq(g);
-    if (lookup_once(g, i1, fp)) /* under the lock: nothing moves, one pass */
+    if (lookup_once(g, i1, i2, fp)) /* under the lock: nothing moves, one pass */
         return 0;
     int64_t e = find(g, i1, 0);
     if (e < 0 && i2 != i1)

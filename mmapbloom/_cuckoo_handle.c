@@ -572,25 +572,39 @@ static PyObject *ck_remove_many(CkHandle *h, PyObject *keys)
     return ck_write_many(h, keys, NULL, 0);
 }
 
-/* Lookups of c keys into out, hashed CK_AHEAD keys ahead with both buckets prefetched.
- * Needs no GIL. */
+/* Lookups of c keys into out, pipelined: the keys of one group of CK_AHEAD are hashed and
+ * both their buckets prefetched while the group before them is looked up, so each lookup
+ * runs CK_AHEAD .. 2 CK_AHEAD keys after its prefetch.  Needs no GIL. */
 static void ck_query(CkHandle *h, const mb_key *refs, Py_ssize_t c, uint8_t *out)
 {
     const mb_ck_geom *g = &h->g;
     const uint8_t *body = g->image + MB_CK_HEADER_SIZE;
     const uint64_t bucket_bits = (uint64_t)g->bucket_size * g->fp_bits;
-    mb_ck_key ring[CK_AHEAD];
-    for (Py_ssize_t base = 0; base < c; base += CK_AHEAD) {
-        const Py_ssize_t m = c - base < CK_AHEAD ? c - base : CK_AHEAD;
-        ck_stage(g, refs + base, m, ring);
-        for (Py_ssize_t i = 0; i < m; i++) {
-            if (ring[i].fp == 0)
-                continue;
-            __builtin_prefetch(body + ((ring[i].i1 * bucket_bits) >> 3));
-            __builtin_prefetch(body + ((mb_ck_alt(g, ring[i].i1, ring[i].fp) * bucket_bits) >> 3));
+    mb_ck_key ring[2][CK_AHEAD];
+    uint64_t alt[2][CK_AHEAD];
+    Py_ssize_t prev_m = 0, prev_base = 0;
+    int cur = 0;
+    for (Py_ssize_t base = 0; base < c || prev_m; base += CK_AHEAD) {
+        Py_ssize_t m = 0;
+        if (base < c) {
+            m = c - base < CK_AHEAD ? c - base : CK_AHEAD;
+            ck_stage(g, refs + base, m, ring[cur]);
+            for (Py_ssize_t i = 0; i < m; i++) {
+                if (ring[cur][i].fp == 0)
+                    continue;
+                alt[cur][i] = mb_ck_alt(g, ring[cur][i].i1, ring[cur][i].fp);
+                __builtin_prefetch(body + ((ring[cur][i].i1 * bucket_bits) >> 3));
+                __builtin_prefetch(body + ((alt[cur][i] * bucket_bits) >> 3));
+            }
         }
-        for (Py_ssize_t i = 0; i < m; i++)
-            out[base + i] = ring[i].fp ? (uint8_t)mb_ck_lookup(g, ring[i].i1, ring[i].fp) : 0;
+        const int prev = cur ^ 1;
+        for (Py_ssize_t i = 0; i < prev_m; i++) {
+            const mb_ck_key *k = &ring[prev][i];
+            out[prev_base + i] = k->fp ? (uint8_t)mb_ck_lookup2(g, k->i1, alt[prev][i], k->fp) : 0;
+        }
+        prev_m = m;
+        prev_base = base;
+        cur = prev;
     }
 }
 
