@@ -15,13 +15,18 @@
  *      into its other bucket before its old slot is overwritten), so lock-free readers
  *      never miss.  -> 1.
  *   6. no path: victim = (fp, i1), index stored before the fingerprint -> 1.
- * lookup: i1, i2, the victim; a miss is confirmed by a second pass (see mb_ck_lookup).
+ * lookup: i1, i2, the victim; a miss is accepted only from a pass bracketed by one even
+ * kick counter (header bytes 18..19): every move (a kick path, a victim re-homed) runs
+ * while it is odd (see mb_ck_lookup and cuckoo_kernels.py's "Lookup").
  * remove: first match in i1, else i2 (lowest slot), cleared; else a matching victim is
  * cleared (fingerprint before index).  After a slot was cleared, a victim moves to the
  * lowest empty slot of its bucket, else of its other bucket (slot first, then cleared). */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, sched_yield under -std=c11 */
 #include "_cuckoo.h"
 
+#include <sched.h>
 #include <string.h>
+#include <time.h>
 
 #include "_murmur3.h"
 
@@ -149,26 +154,87 @@ static int64_t find(const mb_ck_geom *g, uint64_t i, uint32_t fp)
     return -1;
 }
 
-static int lookup_once(const mb_ck_geom *g, uint64_t i1, uint32_t fp)
+static int lookup_once(const mb_ck_geom *g, uint64_t i1, uint64_t i2, uint32_t fp)
 {
+    uint64_t vidx;
     if (find(g, i1, fp) >= 0)
         return 1;
-    uint64_t i2 = mb_ck_alt(g, i1, fp), vidx;
     if (i2 != i1 && find(g, i2, fp) >= 0)
         return 1;
     uint32_t vfp = mb_ck_victim(g, &vidx);
     return vfp == fp && (vidx == i1 || vidx == i2);
 }
 
-/* A miss is confirmed by a second pass: a move between two reads of the first (a kick
- * copying fp from i2 into i1, a victim re-homed) is seen by it, the copy having been
- * written before the old place was cleared (cuckoo_kernels.py's docstring, "Lookup"). */
+static inline uint16_t *seq_word(const mb_ck_geom *g) { return (uint16_t *)(g->image + MB_CK_KICK_SEQ_OFFSET); }
+
+uint32_t mb_ck_seq(const mb_ck_geom *g) { return __atomic_load_n(seq_word(g), __ATOMIC_ACQUIRE); }
+
+int mb_ck_repair_seq(const mb_ck_geom *g)
+{
+    uint16_t v = __atomic_load_n(seq_word(g), __ATOMIC_RELAXED);
+    if (!(v & 1))
+        return 0;
+    __atomic_store_n(seq_word(g), (uint16_t)(v + 1), __ATOMIC_RELEASE);
+    return 1;
+}
+
+/* Before the first move of a path (the counter even: repaired on entry) and after the last. */
+static void moves_begin(const mb_ck_geom *g)
+{
+    uint16_t v = __atomic_load_n(seq_word(g), __ATOMIC_RELAXED);
+    __atomic_store_n(seq_word(g), (uint16_t)(v + 1), __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE); /* odd is visible before any slot store */
+}
+
+static void moves_end(const mb_ck_geom *g)
+{
+    uint16_t v = __atomic_load_n(seq_word(g), __ATOMIC_RELAXED);
+    __atomic_store_n(seq_word(g), (uint16_t)(v + 1), __ATOMIC_RELEASE);
+}
+
+static long long now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* A miss is accepted only from a pass bracketed by one even counter value (a seqlock):
+ * a move between two reads of a pass (a kick copying fp from i2 into i1, a victim
+ * re-homed) runs while the counter is odd, so the reader reads again until a pass saw
+ * no move.  An odd value unchanged for MB_CK_STALE_WAIT_NS is a writer killed mid path:
+ * recorded in g->stale_seq, it is accepted from then on (the next writer makes it even). */
 int mb_ck_lookup(const mb_ck_geom *g, uint64_t i1, uint32_t fp)
 {
-    if (lookup_once(g, i1, fp))
+    return mb_ck_lookup2(g, i1, mb_ck_alt(g, i1, fp), fp);
+}
+
+int mb_ck_lookup2(const mb_ck_geom *g, uint64_t i1, uint64_t i2, uint32_t fp)
+{
+    uint32_t s1 = mb_ck_seq(g), s2;
+    long long deadline = 0;
+    if (lookup_once(g, i1, i2, fp))
         return 1;
-    __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    return lookup_once(g, i1, fp);
+    for (;;) {
+        __atomic_thread_fence(__ATOMIC_ACQUIRE); /* the pass's loads before the counter's */
+        s2 = __atomic_load_n(seq_word(g), __ATOMIC_RELAXED);
+        if (s2 == s1 && (!(s2 & 1) || (0x10000u | s2) == __atomic_load_n(&g->stale_seq, __ATOMIC_RELAXED)))
+            return 0;
+        if (s2 == s1) { /* odd and unchanged: a writer is applying a path, or died doing so */
+            long long now = now_ns();
+            if (!deadline) {
+                deadline = now + MB_CK_STALE_WAIT_NS;
+            } else if (now > deadline) {
+                __atomic_store_n((uint32_t *)&g->stale_seq, 0x10000u | s2, __ATOMIC_RELAXED);
+                return 0;
+            }
+            sched_yield();
+        }
+        s1 = s2;
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (lookup_once(g, i1, i2, fp))
+            return 1;
+    }
 }
 
 int mb_ck_count(const mb_ck_geom *g, uint64_t i1, uint32_t fp)
@@ -195,7 +261,8 @@ static int on_path(const uint64_t *path, uint32_t len, uint64_t j)
 int mb_ck_insert(const mb_ck_geom *g, uint64_t i1, uint32_t fp, uint64_t r, uint64_t *path)
 {
     uint64_t b = g->bucket_size, i2 = mb_ck_alt(g, i1, fp), vidx;
-    if (lookup_once(g, i1, fp)) /* under the lock: nothing moves, one pass */
+    mb_ck_repair_seq(g);
+    if (lookup_once(g, i1, i2, fp)) /* under the lock: nothing moves, one pass */
         return 0;
     int64_t e = find(g, i1, 0);
     if (e < 0 && i2 != i1)
@@ -225,11 +292,13 @@ int mb_ck_insert(const mb_ck_geom *g, uint64_t i1, uint32_t fp, uint64_t r, uint
         e = find(g, cur, 0);
         if (e >= 0) {
             uint64_t dst = (uint64_t)e;
+            moves_begin(g);
             for (uint32_t k = len; k-- > 0;) { /* copy into the new slot, then overwrite the old */
                 mb_ck_set(g, dst, mb_ck_get(g, path[k]));
                 dst = path[k];
             }
             mb_ck_set(g, dst, fp);
+            moves_end(g);
             return 1;
         }
     }
@@ -239,6 +308,7 @@ int mb_ck_insert(const mb_ck_geom *g, uint64_t i1, uint32_t fp, uint64_t r, uint
 
 int mb_ck_remove(const mb_ck_geom *g, uint64_t i1, uint32_t fp)
 {
+    mb_ck_repair_seq(g);
     int64_t j = find(g, i1, fp);
     uint64_t i2 = mb_ck_alt(g, i1, fp), vidx;
     if (j < 0 && i2 != i1)
@@ -257,8 +327,10 @@ int mb_ck_remove(const mb_ck_geom *g, uint64_t i1, uint32_t fp)
         if (e < 0)
             e = find(g, mb_ck_alt(g, vidx, vfp), 0);
         if (e >= 0) {
+            moves_begin(g);
             mb_ck_set(g, (uint64_t)e, vfp);
             set_victim(g, 0, 0);
+            moves_end(g);
         }
     }
     return 1;

@@ -24,6 +24,7 @@
 
 /* Byte offsets in the CKF1 header. */
 #define MB_CK_HEADER_SIZE 48
+#define MB_CK_KICK_SEQ_OFFSET 18 /* u16: odd while a writer moves fingerprints */
 #define MB_CK_ITEMS_OFFSET 20
 #define MB_CK_VICTIM_FP_OFFSET 28
 #define MB_CK_VICTIM_INDEX_OFFSET 32
@@ -39,7 +40,12 @@ typedef struct {
     uint32_t max_kicks;   /* 1..65536 */
     uint64_t body_bytes;  /* bytes of the slot array, or 0 (unknown: packed slots read byte
                            * by byte; known: one 8-byte load where 8 bytes are in range) */
+    uint32_t stale_seq;   /* 0, or 0x10000 | an odd kick counter this reader waited out (a
+                           * writer killed mid path): passes bracketed by it are accepted */
 } mb_ck_geom;
+
+/* Seconds a reader waits on an odd, unchanged kick counter (cuckoo_kernels.STALE_WAIT). */
+#define MB_CK_STALE_WAIT_NS 500000000LL
 
 /* A key's first bucket, fingerprint and kick seed from its hash halves. */
 typedef struct {
@@ -61,8 +67,18 @@ void mb_ck_set(const mb_ck_geom *g, uint64_t j, uint32_t v);
 /* The victim slot: fingerprint (0: empty) and bucket index. */
 uint32_t mb_ck_victim(const mb_ck_geom *g, uint64_t *index);
 
-/* 1 if fp is in bucket i1, in alt(i1, fp), or is their victim.  No lock. */
+/* The kick sequence counter (header bytes 18..19); mb_ck_repair_seq makes an odd one
+ * (left by a writer killed mid path) even, under the write lock: 1 if it was odd. */
+uint32_t mb_ck_seq(const mb_ck_geom *g);
+int mb_ck_repair_seq(const mb_ck_geom *g);
+
+/* 1 if fp is in bucket i1, in alt(i1, fp), or is their victim.  No lock: a miss is
+ * accepted only from a pass bracketed by one even kick counter (cuckoo_kernels.py,
+ * "Lookup"); an odd counter unchanged for MB_CK_STALE_WAIT_NS is waited out once
+ * (recorded in g->stale_seq). */
 int mb_ck_lookup(const mb_ck_geom *g, uint64_t i1, uint32_t fp);
+/* The same with i2 = mb_ck_alt(g, i1, fp) already computed (the batch query's staging). */
+int mb_ck_lookup2(const mb_ck_geom *g, uint64_t i1, uint64_t i2, uint32_t fp);
 /* Matching slots of both buckets (each once), plus 1 for a matching victim.  No lock. */
 int mb_ck_count(const mb_ck_geom *g, uint64_t i1, uint32_t fp);
 /* Test-and-set under the write lock: 0 present (nothing changed), 1 inserted,

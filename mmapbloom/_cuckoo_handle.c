@@ -11,6 +11,12 @@
  *              batch at that key: the keys before it stay committed and the exception
  *              (hooks.full) carries committed_items, as every exception leaving a batch.
  *
+ * A file truncated inside the mapping's last page reads zeros there instead of faulting
+ * (_lastpage.h): a per-item operation whose header words or buckets reach into the last
+ * page checks the file's size first (one fstat), a write whose kick path or victim
+ * re-homing moved fingerprints (the kick counter changed) checks it after, and a batch
+ * checks it once per call or chunk; each raises LengthMismatchError (hooks.check_size).
+ *
  * Every field is read and written with the GIL held; `busy` counts calls that let go of
  * the GIL or call Python, so close() while one is in flight defers releasing the image. */
 #include "_cuckoo_handle.h"
@@ -18,6 +24,7 @@
 #include "_cells.h"
 #include "_cuckoo.h"
 #include "_guard.h"
+#include "_lastpage.h"
 #include "_lock.h"
 #include "_murmur3.h"
 #include "_pykeys.h"
@@ -36,6 +43,8 @@ typedef struct {
     Py_ssize_t busy;
     LockState *lock;
     PyObject *closed_hook, *readonly_hook, *faulted_hook, *full_hook;
+    mb_lastpage lp;  /* the size check of the mapping's last page (a file's only) */
+    int header_last; /* the header (items, victim, kick counter) is in the last page */
 } CkHandle;
 
 static void ck_release_image(CkHandle *h)
@@ -53,7 +62,7 @@ static int ck_traverse(CkHandle *h, visitproc visit, void *arg)
     Py_VISIT(h->readonly_hook);
     Py_VISIT(h->faulted_hook);
     Py_VISIT(h->full_hook);
-    return 0;
+    return mb_lastpage_traverse(&h->lp, visit, arg);
 }
 
 static int ck_clear(CkHandle *h)
@@ -64,6 +73,7 @@ static int ck_clear(CkHandle *h)
     Py_CLEAR(h->readonly_hook);
     Py_CLEAR(h->faulted_hook);
     Py_CLEAR(h->full_hook);
+    mb_lastpage_clear(&h->lp);
     return 0;
 }
 
@@ -136,6 +146,9 @@ static PyObject *ck_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     h->g.body_bytes = need - MB_CK_HEADER_SIZE;
     h->items = (uint8_t *)h->image.buf + MB_CK_ITEMS_OFFSET;
     h->writable = writable;
+    if (mb_lastpage_init(&h->lp, image, &h->image, hooks) < 0)
+        goto fail;
+    h->header_last = mb_lastpage_touches(&h->lp, h->image.buf, MB_CK_HEADER_SIZE);
     Py_INCREF(lock);
     h->lock = (LockState *)lock;
     return (PyObject *)h;
@@ -217,15 +230,44 @@ static int ck_hash(CkHandle *h, PyObject *key, mb_ck_key *k)
     return 0;
 }
 
+/* 1 if bucket i's bytes (and the 8-byte loads that read them) reach the last page. */
+static int ck_bucket_last(const CkHandle *h, uint64_t i)
+{
+    const uint64_t bits = (uint64_t)h->g.bucket_size * h->g.fp_bits;
+    return mb_lastpage_touches(&h->lp, h->g.image + MB_CK_HEADER_SIZE + ((i * bits) >> 3), ((bits + 7) >> 3) + 8);
+}
+
+/* 1 if an operation on key k reads or writes the mapping's last page (a file's). */
+static int ck_in_last_page(const CkHandle *h, const mb_ck_key *k)
+{
+    if (h->lp.size_fn == NULL)
+        return 0;
+    return h->header_last || ck_bucket_last(h, k->i1) || ck_bucket_last(h, mb_ck_alt(&h->g, k->i1, k->fp));
+}
+
+/* The file still covers the mapping: 0; else -1 with LengthMismatchError (or, when
+ * another thread closed the mapping meanwhile, FilterClosedError). */
+static int ck_check_size(CkHandle *h)
+{
+    const int r = mb_lastpage_check(&h->lp);
+    if (r == -1 && h->closed) {
+        PyErr_Clear();
+        ck_refuse(h, 0);
+    }
+    return r < 0 ? -1 : 0;
+}
+
 /* ---- guarded sections (_guard.h): every touch of the mapping ------------------------- */
 
 /* One write under the lock: op 0 insert (*res 0 present, 1 inserted, -1 full), op 1 remove
  * (*res 0 / 1).  0, or -1: the mapping faulted. */
-static int g_write(CkHandle *h, const mb_ck_key *k, int op, int *res)
+static int g_write(CkHandle *h, const mb_ck_key *k, int op, int *res, uint32_t *seq)
 {
     GUARD_DECL(gd);
     GUARD_BEGIN(gd, h->image.buf, h->image.len)
         return -1;
+    MB_TOUCH_LAST(h->image.buf, h->image.len);
+    *seq = mb_ck_seq(&h->g);
     if (op == 0) {
         *res = mb_ck_insert(&h->g, k->i1, k->fp, k->r, h->path);
         if (*res > 0)
@@ -235,6 +277,7 @@ static int g_write(CkHandle *h, const mb_ck_key *k, int op, int *res)
         if (*res > 0)
             ck_bump(h, -1);
     }
+    *seq = (*seq != mb_ck_seq(&h->g)); /* 1: fingerprints moved (a kick path, a re-homing) */
     GUARD_END();
     return 0;
 }
@@ -245,6 +288,7 @@ static int g_read(CkHandle *h, const mb_ck_key *k, int op, int *res)
     GUARD_DECL(gd);
     GUARD_BEGIN(gd, h->image.buf, h->image.len)
         return -1;
+    MB_TOUCH_LAST(h->image.buf, h->image.len);
     *res = op == 0 ? mb_ck_lookup(&h->g, k->i1, k->fp) : mb_ck_count(&h->g, k->i1, k->fp);
     GUARD_END();
     return 0;
@@ -254,6 +298,7 @@ static PyObject *ck_write_one(CkHandle *h, PyObject *key, int op)
 {
     mb_ck_key k;
     int state, res = 0;
+    uint32_t moved = 0;
     if (h->closed || !h->writable)
         return ck_refuse(h, 1);
     if (ck_hash(h, key, &k) < 0)
@@ -265,10 +310,18 @@ static PyObject *ck_write_one(CkHandle *h, PyObject *key, int op)
         ck_unlock(h, state);
         return ck_refuse(h, 0);
     }
-    if (g_write(h, &k, op, &res) < 0) {
+    if (ck_in_last_page(h, &k) && ck_check_size(h) < 0) {
+        ck_unlock(h, state);
+        return NULL;
+    }
+    if (g_write(h, &k, op, &res, &moved) < 0) {
         if (ck_unlock(h, state) < 0)
             return NULL;
         return ck_raise(h->faulted_hook);
+    }
+    if (moved && h->lp.size_fn != NULL && ck_check_size(h) < 0) { /* a path may reach the last page */
+        ck_unlock(h, state);
+        return NULL;
     }
     if (ck_unlock(h, state) < 0)
         return NULL;
@@ -304,6 +357,8 @@ static PyObject *ck_read_one(CkHandle *h, PyObject *key, int op)
         return NULL;
     if (h->closed)
         return ck_refuse(h, 0);
+    if (ck_in_last_page(h, &k) && ck_check_size(h) < 0)
+        return NULL;
     if (g_read(h, &k, op, &res) < 0)
         return ck_raise(h->faulted_hook);
     return op == 0 ? PyBool_FromLong(res) : PyLong_FromLong(res);
@@ -351,6 +406,7 @@ static int g_commit(CkHandle *h, const mb_ck_key *st, Py_ssize_t c, int insert, 
     GUARD_DECL(gd);
     GUARD_BEGIN(gd, h->image.buf, h->image.len)
         return -1;
+    MB_TOUCH_LAST(h->image.buf, h->image.len);
     for (i = 0; i < c; i++) {
         int got;
         if (st[i].fp == 0) { /* a null: never added nor removed */
@@ -421,6 +477,10 @@ static Py_ssize_t ck_write_keys(CkHandle *h, keyset *ks, uint8_t *out, int inser
         state = ck_lock(h);
         if (state < 0)
             goto fail;
+        if (h->lp.size_fn != NULL && ck_check_size(h) < 0) { /* once per chunk */
+            ck_unlock(h, state);
+            goto fail;
+        }
         if (g_commit(h, st, c, insert, out ? out + start : NULL, &used, &done, &full) < 0) {
             if (ck_unlock(h, state) < 0)
                 goto fail;
@@ -512,25 +572,39 @@ static PyObject *ck_remove_many(CkHandle *h, PyObject *keys)
     return ck_write_many(h, keys, NULL, 0);
 }
 
-/* Lookups of c keys into out, hashed CK_AHEAD keys ahead with both buckets prefetched.
- * Needs no GIL. */
+/* Lookups of c keys into out, pipelined: the keys of one group of CK_AHEAD are hashed and
+ * both their buckets prefetched while the group before them is looked up, so each lookup
+ * runs CK_AHEAD .. 2 CK_AHEAD keys after its prefetch.  Needs no GIL. */
 static void ck_query(CkHandle *h, const mb_key *refs, Py_ssize_t c, uint8_t *out)
 {
     const mb_ck_geom *g = &h->g;
     const uint8_t *body = g->image + MB_CK_HEADER_SIZE;
     const uint64_t bucket_bits = (uint64_t)g->bucket_size * g->fp_bits;
-    mb_ck_key ring[CK_AHEAD];
-    for (Py_ssize_t base = 0; base < c; base += CK_AHEAD) {
-        const Py_ssize_t m = c - base < CK_AHEAD ? c - base : CK_AHEAD;
-        ck_stage(g, refs + base, m, ring);
-        for (Py_ssize_t i = 0; i < m; i++) {
-            if (ring[i].fp == 0)
-                continue;
-            __builtin_prefetch(body + ((ring[i].i1 * bucket_bits) >> 3));
-            __builtin_prefetch(body + ((mb_ck_alt(g, ring[i].i1, ring[i].fp) * bucket_bits) >> 3));
+    mb_ck_key ring[2][CK_AHEAD];
+    uint64_t alt[2][CK_AHEAD];
+    Py_ssize_t prev_m = 0, prev_base = 0;
+    int cur = 0;
+    for (Py_ssize_t base = 0; base < c || prev_m; base += CK_AHEAD) {
+        Py_ssize_t m = 0;
+        if (base < c) {
+            m = c - base < CK_AHEAD ? c - base : CK_AHEAD;
+            ck_stage(g, refs + base, m, ring[cur]);
+            for (Py_ssize_t i = 0; i < m; i++) {
+                if (ring[cur][i].fp == 0)
+                    continue;
+                alt[cur][i] = mb_ck_alt(g, ring[cur][i].i1, ring[cur][i].fp);
+                __builtin_prefetch(body + ((ring[cur][i].i1 * bucket_bits) >> 3));
+                __builtin_prefetch(body + ((alt[cur][i] * bucket_bits) >> 3));
+            }
         }
-        for (Py_ssize_t i = 0; i < m; i++)
-            out[base + i] = ring[i].fp ? (uint8_t)mb_ck_lookup(g, ring[i].i1, ring[i].fp) : 0;
+        const int prev = cur ^ 1;
+        for (Py_ssize_t i = 0; i < prev_m; i++) {
+            const mb_ck_key *k = &ring[prev][i];
+            out[prev_base + i] = k->fp ? (uint8_t)mb_ck_lookup2(g, k->i1, alt[prev][i], k->fp) : 0;
+        }
+        prev_m = m;
+        prev_base = base;
+        cur = prev;
     }
 }
 
@@ -540,6 +614,7 @@ static int g_query(CkHandle *h, keyset *ks, uint8_t *out)
     GUARD_DECL(gd);
     GUARD_BEGIN(gd, h->image.buf, h->image.len)
         return -1;
+    MB_TOUCH_LAST(h->image.buf, h->image.len);
     for (Py_ssize_t start = 0; start < n; start += step) {
         const Py_ssize_t c = n - start < step ? n - start : step;
         ck_query(h, mb_keys_chunk(ks, start, c), c, out + start);
@@ -571,6 +646,11 @@ static PyObject *ck_contains_many(CkHandle *h, PyObject *const *args, Py_ssize_t
         PyBuffer_Release(&out);
         mb_keys_end(&ks);
         return ck_refuse(h, 0);
+    }
+    if (ks.n > 0 && ck_check_size(h) < 0) { /* once per call (0 at once in memory) */
+        PyBuffer_Release(&out);
+        mb_keys_end(&ks);
+        return NULL;
     }
     h->busy++;
     if (ks.n >= GIL_MIN_KEYS) {

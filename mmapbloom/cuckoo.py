@@ -165,26 +165,27 @@ class CuckooFilter(Lifecycle):
         geometry = plan(
             capacity, fp_rate, fingerprint_bits=fingerprint_bits, bucket_size=bucket_size, max_kicks=max_kicks
         )
-        header = _header(geometry)
+        header = _header(geometry, capacity, fp_rate)
         image = bytearray(header.total_size)
         image[: header.header_size] = fmt.pack_cuckoo_header(header)
-        self._attach(MemoryStorage(image, header.header_size), geometry, capacity, fp_rate)
+        self._attach(MemoryStorage(image, header.header_size), geometry, header)
 
-    def _attach(self, storage: Storage, geometry: Geometry, capacity: Optional[int], fp_rate: Optional[float]) -> None:
+    def _attach(self, storage: Storage, geometry: Geometry, header: fmt.CuckooHeader) -> None:
         self._storage = storage
         self._geometry = geometry
         n, b, f, _ = geometry
-        self._capacity = capacity if capacity is not None else int(n * b * LOAD_FACTORS[b])
-        self._fp_rate = fp_rate if fp_rate is not None else 2 * b / 2**f
+        # the header's recorded design values; a file written before they were recorded
+        # (both 0), or a capacity of 2**32 - 1 or more, derives them from the geometry
+        recorded = header.capacity and header.capacity != fmt.CUCKOO_MAX_RECORDED_CAPACITY
+        self._capacity = header.capacity if recorded else int(n * b * LOAD_FACTORS[b])
+        self._fp_rate = header.fp_rate if header.fp_rate else 2 * b / 2**f
         self._h = CuckooPyHandle.attach(storage, geometry)
 
     @classmethod
-    def _from_storage(
-        cls: type[C], storage: Storage, geometry: Geometry, capacity: Any = None, fp_rate: Any = None
-    ) -> C:
+    def _from_storage(cls: type[C], storage: Storage, geometry: Geometry, header: fmt.CuckooHeader) -> C:
         self = cls.__new__(cls)
         try:
-            self._attach(storage, geometry, capacity, fp_rate)
+            self._attach(storage, geometry, header)
         except BaseException:
             storage.close()
             raise
@@ -208,15 +209,14 @@ class CuckooFilter(Lifecycle):
         header = storage.header
         assert isinstance(header, fmt.CuckooHeader)
         geometry = Geometry(header.num_buckets, header.bucket_size, header.fingerprint_bits, header.max_kicks)
-        capacity = fp_rate = None
         if config is not None:
-            wanted, capacity, fp_rate = config
+            wanted, _, _ = config
             for field in Geometry._fields:
                 if getattr(wanted, field) != getattr(geometry, field):
                     raise ConfigMismatchError(
                         storage.path or "", field, getattr(wanted, field), getattr(geometry, field)
                     )
-        return cls._from_storage(storage, geometry, capacity, fp_rate)
+        return cls._from_storage(storage, geometry, header)
 
     @classmethod
     def create(
@@ -245,7 +245,7 @@ class CuckooFilter(Lifecycle):
         geometry = plan(
             capacity, fp_rate, fingerprint_bits=fingerprint_bits, bucket_size=bucket_size, max_kicks=max_kicks
         )
-        header = _header(geometry)
+        header = _header(geometry, capacity, fp_rate)
         fd, apath = create_file(
             path,
             fmt.pack_cuckoo_header(header),
@@ -255,13 +255,15 @@ class CuckooFilter(Lifecycle):
             mode=DEFAULT_FILE_MODE if mode is None else mode,
         )
         storage = FileStorage.from_fd(fd, apath, readonly=False, validate=cls._validate)
-        return cls._from_storage(storage, geometry, capacity, fp_rate)
+        return cls._from_storage(storage, geometry, header)
 
     @classmethod
     def open(cls: type[C], path: PathLike, readonly: bool = False) -> C:
         """Open an existing CKF1 file in O(1) (header, length and last byte validated
-        before mapping). ``capacity`` and ``fp_rate`` of an opened file are derived from
-        its geometry (``n b LOAD_FACTORS[b]`` and ``2 b / 2^f``).
+        before mapping). ``capacity`` and ``fp_rate`` are the ones the file was created
+        with (recorded in its header; ``fp_rate`` as the shortest decimal of its float32,
+        so 0.01 reads back as 0.01); a file written before they were recorded derives
+        them from its geometry (``n b LOAD_FACTORS[b]`` and ``2 b / 2^f``).
 
         Raises:
             OSError (FileNotFoundError, PermissionError, ...); BadMagicError (naming both
@@ -314,7 +316,7 @@ class CuckooFilter(Lifecycle):
         mv = memoryview(data).cast("B")
         header = cls._validate(lambda offset, count: bytes(mv[offset : offset + count]), mv.nbytes, "<bytes>")
         geometry = Geometry(header.num_buckets, header.bucket_size, header.fingerprint_bits, header.max_kicks)
-        return cls._from_storage(MemoryStorage(mv, header.header_size), geometry)
+        return cls._from_storage(MemoryStorage(mv, header.header_size), geometry, header)
 
     # -- lifecycle (Lifecycle's hooks) ---------------------------------------------------------
     @property
@@ -488,12 +490,16 @@ class CuckooFilter(Lifecycle):
 
     @property
     def capacity(self) -> int:
-        """The design capacity (keys): as created, or ``n b LOAD_FACTORS[b]`` for an opened file."""
+        """The design capacity (keys), as recorded in the header at creation; ``n b
+        LOAD_FACTORS[b]`` for a file written before it was recorded or a capacity of
+        2**32 - 1 or more (the field is a u32)."""
         return self._capacity
 
     @property
     def fp_rate(self) -> float:
-        """The design false-positive rate: as created, or the bound ``2 b / 2^f`` for an opened file."""
+        """The design false-positive rate as recorded in the header at creation: the shortest
+        decimal that round-trips to its float32 (0.01 is 0.01; 0.0123456789 is 0.012345679);
+        the bound ``2 b / 2^f`` for a file written before it was recorded."""
         return self._fp_rate
 
     @property
@@ -580,11 +586,14 @@ class CuckooFilter(Lifecycle):
         Args:
             repair: on a counter mismatch (a writer killed between its slot writes and its
                 counter store, or mid kick path), clear fingerprints stored twice in their
-                own bucket pair and store the real count, instead of raising.
+                own bucket pair and store the real count, and make an odd kick counter
+                (header bytes 18..19, left by a writer killed mid path) even, instead of
+                raising.
 
         Raises:
             FormatError subclasses naming what is wrong; BadHeaderError (``expected`` the
-            occupied count, ``actual`` the counter) for a counter mismatch without repair;
+            occupied count, ``actual`` the counter) for a counter mismatch without repair,
+            and for an odd kick counter;
             FilterClosedError; ReadOnlyFilterError (repair on a read-only handle).
         """
         self._check_open()
@@ -601,12 +610,22 @@ class CuckooFilter(Lifecycle):
         if repair:
             self._check_writable()
             with self._storage.lock:
+                self._h.cells.repair_seq()
                 self._h.cells.dedupe()
                 self._h.set_items(self._h.cells.occupied())
             return
         with self._storage.lock.snapshot():
             occupied = self._h.cells.occupied()
             items = self._h.items()
+            seq = self._h.cells.seq()
+        if seq & 1:
+            raise BadHeaderError(
+                f"kick counter {seq} is odd under the write lock: a writer died applying a kick "
+                "path (check(repair=True) or the next write fixes it)",
+                source=source,
+                expected="even",
+                actual=seq,
+            )
         if items != min(occupied, fmt.MAX_ITEMS):
             raise BadHeaderError(
                 f"items counter {items} disagrees with {occupied} occupied slots (check(repair=True) fixes it)",
@@ -681,9 +700,12 @@ def expected_fp_rate(geometry: Geometry, items: int) -> float:
     return float(-math.expm1(2 * items / geometry.num_buckets * math.log1p(-1 / (2**f - 1))))
 
 
-def _header(geometry: Geometry) -> fmt.CuckooHeader:
+def _header(geometry: Geometry, capacity: int, fp_rate: float) -> fmt.CuckooHeader:
+    """A new table's header, recording the design ``capacity`` (saturating at 2**32 - 1)
+    and ``fp_rate`` (as its float32, :func:`mmapbloom.format.cuckoo_f32`)."""
     n, b, f, kicks = geometry
-    return fmt.CuckooHeader(n, f, b, kicks)
+    cap = min(capacity, fmt.CUCKOO_MAX_RECORDED_CAPACITY)
+    return fmt.CuckooHeader(n, f, b, kicks, capacity=cap, fp_rate=fmt.cuckoo_f32(fp_rate))
 
 
 _unused = (CuckooCells, alt_index, FilterFullError)

@@ -54,15 +54,23 @@ of i1 and i2 (each bucket once when i1 == i2), plus the victim if it matches.
 Lookup: present if fp is in a slot of i1 or i2 or is the victim of i1 or i2. A lock-free
 reader reads i1, then i2, then the victim, so a move made between two of its reads (a kick
 copying fp from i2 into i1, a remove re-homing the victim into a bucket) can hide fp from
-that pass even though fp was in one of its places at every moment; a miss is therefore
-confirmed by a second pass, which sees the copy (it was written before the old place was
-cleared). Only a fingerprint moved twice within one lookup can still be missed (two kick
-paths through it while the reader reads 2b slots twice); writes are unaffected.
+that pass even though fp was in one of its places at every moment. Every such move happens
+while the kick counter (header bytes 18..19, u16, one aligned store) is odd: a writer
+(holding the lock) makes it even if a killed writer left it odd, adds 1 before the first
+move of a kick path or a victim re-homing and 1 after the last. A reader reads the counter
+before and after each pass and accepts a miss only from a pass bracketed by one even value;
+otherwise it reads again (a live writer's path is at most max_kicks + 1 stores). A value odd
+and unchanged for STALE_WAIT seconds is taken for a writer killed mid path: that handle
+accepts passes bracketed by it from then on (the next writer, or check(repair=True), makes
+it even). So a miss is never caused by moves, however many, unless 32768 kick paths (the
+u16 wrapping to the same value) run during one pass or a writer stalls STALE_WAIT seconds
+mid path. Count reads once (no retry). Writes are unaffected.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Optional
 
 import mmh3
@@ -83,6 +91,7 @@ __all__ = [
     "CHUNK_KEYS",
     "LCG_ADD",
     "LCG_MUL",
+    "STALE_WAIT",
     "CuckooCells",
     "CuckooNativeHandle",
     "CuckooPyHandle",
@@ -97,6 +106,9 @@ __all__ = [
 _M64 = (1 << 64) - 1
 LCG_MUL = 6364136223846793005
 LCG_ADD = 1442695040888963407
+#: Seconds a lock-free reader waits on an odd, unchanged kick counter before taking it for a
+#: writer killed mid path (then it is not waited on again by that handle).
+STALE_WAIT = 0.5
 #: Keys per write-lock acquisition in the batch writers.
 CHUNK_KEYS = 1 << 14
 _LITTLE = sys.byteorder == "little"
@@ -151,7 +163,7 @@ class CuckooCells:
         geometry: the table's shape.
     """
 
-    __slots__ = ("n", "b", "f", "kicks", "_mask", "_body", "_words", "_vfp", "_vidx", "get", "set")
+    __slots__ = ("n", "b", "f", "kicks", "_mask", "_body", "_words", "_vfp", "_vidx", "_seq", "_stale", "get", "set")
 
     def __init__(self, image: Any, geometry: Geometry):
         self.n, self.b, self.f, self.kicks = geometry
@@ -160,6 +172,10 @@ class CuckooCells:
         self._body = view[fmt.CUCKOO_HEADER_SIZE :]
         self._vfp = view[fmt.CUCKOO_VICTIM_FP_OFFSET : fmt.CUCKOO_VICTIM_FP_OFFSET + 4].cast("I")
         self._vidx = view[fmt.CUCKOO_VICTIM_INDEX_OFFSET : fmt.CUCKOO_VICTIM_INDEX_OFFSET + 8].cast("Q")
+        self._seq = view[fmt.CUCKOO_KICK_SEQ_OFFSET : fmt.CUCKOO_KICK_SEQ_OFFSET + 2].cast("H")
+        #: An odd kick counter this reader waited out (a writer killed mid path): later
+        #: passes bracketed by it are accepted without waiting again (-1: none).
+        self._stale = -1
         self._words: Optional[memoryview] = None
         if _LITTLE and self.f in (8, 16, 32):
             code: Any = {8: "B", 16: "H", 32: "I"}[self.f]
@@ -195,7 +211,7 @@ class CuckooCells:
 
     def release(self) -> None:
         """Drop the views of the image (before it is unmapped)."""
-        for view in (self._words, self._vfp, self._vidx, self._body):
+        for view in (self._words, self._vfp, self._vidx, self._seq, self._body):
             if view is not None:
                 try:
                     view.release()
@@ -226,6 +242,32 @@ class CuckooCells:
             self._vfp[0] = 0
             self._vidx[0] = 0
 
+    # -- the kick counter (header bytes 18..19, one aligned 2-byte store) -----------------
+    def seq(self) -> int:
+        """The kick sequence counter: odd while a kick path (or a victim re-homing) moves
+        fingerprints, even otherwise."""
+        v = int(self._seq[0])
+        return v if _LITTLE else int.from_bytes(v.to_bytes(2, "big"), "little")  # pragma: no branch
+
+    def _store_seq(self, v: int) -> None:
+        v &= 0xFFFF
+        self._seq[0] = v if _LITTLE else int.from_bytes(v.to_bytes(2, "big"), "little")
+
+    def repair_seq(self) -> bool:
+        """Make an odd counter (left by a writer killed mid path) even; True if it was odd.
+        The caller holds the write lock (every insert and remove starts with it)."""
+        v = self.seq()
+        if v & 1:
+            self._store_seq(v + 1)
+            return True
+        return False
+
+    def _moves_begin(self) -> None:
+        self._store_seq(self.seq() + 1)  # even (repaired on entry) -> odd, before any move
+
+    def _moves_end(self) -> None:
+        self._store_seq(self.seq() + 1)  # odd -> even, after the last move
+
     # -- the operations --------------------------------------------------------------------
     def _find(self, i: int, fp: int) -> int:
         get, base = self.get, i * self.b
@@ -245,8 +287,29 @@ class CuckooCells:
 
     def lookup(self, i1: int, fp: int) -> bool:
         """True if ``fp`` is in bucket i1, in bucket ``alt(i1, fp)`` or is their victim. A
-        miss is confirmed by a second pass (see the module docstring, "Lookup")."""
-        return self._lookup_once(i1, fp) or self._lookup_once(i1, fp)
+        miss is accepted only from a pass bracketed by one even kick counter (see the module
+        docstring, "Lookup"); a counter odd and unchanged for :data:`STALE_WAIT` seconds (a
+        writer killed mid path) is waited out once per handle."""
+        seq = self.seq
+        s1 = seq()
+        if self._lookup_once(i1, fp):
+            return True
+        deadline = 0.0
+        while True:
+            s2 = seq()
+            if s2 == s1 and (not s2 & 1 or s2 == self._stale):
+                return False  # nothing moved during that pass: the miss is real
+            if s2 == s1:  # odd and unchanged: a writer is applying a path (or died doing so)
+                now = time.monotonic()
+                if not deadline:
+                    deadline = now + STALE_WAIT
+                elif now > deadline:
+                    self._stale = s2
+                    return False
+                time.sleep(0)
+            s1 = s2
+            if self._lookup_once(i1, fp):
+                return True
 
     def _lookup_once(self, i1: int, fp: int) -> bool:
         if self._find(i1, fp) >= 0:
@@ -271,6 +334,7 @@ class CuckooCells:
         """Test-and-set (the module docstring's steps 1..6): 0 present (nothing changed),
         1 inserted, -1 full (nothing changed). The caller holds the write lock."""
         n, b, get, set_ = self.n, self.b, self.get, self.set
+        self.repair_seq()
         i2 = alt_index(i1, fp, n)
         if self._lookup_once(i1, fp):  # under the lock: nothing moves, one pass
             return 0
@@ -302,10 +366,12 @@ class CuckooCells:
             e = self._empty(cur)
             if e >= 0:
                 dst = e
+                self._moves_begin()
                 for j in reversed(path):  # copy into the new slot, then overwrite the old
                     set_(dst, get(j))
                     dst = j
                 set_(dst, fp)
+                self._moves_end()
                 return 1
         self._set_victim(fp, i1)
         return 1
@@ -313,6 +379,7 @@ class CuckooCells:
     def remove(self, i1: int, fp: int) -> bool:
         """Clear one matching fingerprint (i1's lowest slot, else i2's, else the victim),
         then re-home the victim if it now fits; False (nothing changed) when none matches."""
+        self.repair_seq()
         j = self._find(i1, fp)
         i2 = alt_index(i1, fp, self.n)
         if j < 0 and i2 != i1:
@@ -329,8 +396,10 @@ class CuckooCells:
             if e < 0:
                 e = self._empty(alt_index(vidx, vfp, self.n))
             if e >= 0:
+                self._moves_begin()
                 self.set(e, vfp)  # the slot first, then the victim is cleared
                 self._set_victim(0, 0)
+                self._moves_end()
         return True
 
     def occupied(self) -> int:
@@ -642,6 +711,9 @@ class _NativeHooks:
 
     def full(self) -> None:
         raise self._h()._full()
+
+    def check_size(self) -> None:
+        self._h()._storage.check_size()  # LengthMismatchError when the file is shorter
 
 
 class CuckooNativeHandle(CuckooPyHandle):

@@ -71,6 +71,7 @@ __all__ = [
     "body_size",
     "check_length",
     "check_padding",
+    "cuckoo_f32",
     "header_size",
     "items_word",
     "load_items",
@@ -349,13 +350,23 @@ CUCKOO_MAGIC = b"CKF1"
 #: The one cuckoo hashing scheme (index, fingerprint, alternate index and kick choices, see
 #: :mod:`mmapbloom.cuckoo_kernels` and docs/FORMAT.md). Another name is UnknownStrategyError.
 CUCKOO_STRATEGY = "M3C1"
-#: magic, strategy, num_buckets, fingerprint_bits, bucket_size, reserved u16, items,
-#: max_kicks, victim fingerprint, victim bucket index, 8 reserved bytes.
-CUCKOO_HEADER = struct.Struct("<4s4sQBBHIIIQ8s")
+#: magic, strategy, num_buckets, fingerprint_bits, bucket_size, kick counter u16, items,
+#: max_kicks, victim fingerprint, victim bucket index, design capacity (u32), design
+#: fp_rate (f32); capacity and fp_rate both 0: not recorded (a file written before they were).
+CUCKOO_HEADER = struct.Struct("<4s4sQBBHIIIQIf")
 CUCKOO_HEADER_SIZE = CUCKOO_HEADER.size  # 48
 #: Byte offsets of the victim slot's two fields (each one aligned store).
 CUCKOO_VICTIM_FP_OFFSET = 28
 CUCKOO_VICTIM_INDEX_OFFSET = 32
+#: Byte offset of the kick sequence counter (u16; odd while a writer moves fingerprints,
+#: any value valid: a writer killed mid path leaves it odd).
+CUCKOO_KICK_SEQ_OFFSET = 18
+#: Byte offsets of the recorded design capacity (u32) and fp_rate (f32).
+CUCKOO_CAPACITY_OFFSET = 40
+CUCKOO_FP_RATE_OFFSET = 44
+#: The capacity field's largest value; a larger design capacity is stored as this value,
+#: meaning "at least 2**32 - 1: derived from the geometry".
+CUCKOO_MAX_RECORDED_CAPACITY = 2**32 - 1
 #: Supported fingerprint widths in bits (inclusive) and bucket sizes.
 CUCKOO_MIN_FP_BITS = 4
 CUCKOO_MAX_FP_BITS = 32
@@ -381,6 +392,11 @@ class CuckooHeader:
     items_added: int = 0
     victim_fp: int = 0
     victim_index: int = 0
+    #: The design capacity as recorded (0: not recorded; 2**32 - 1: at least that many).
+    capacity: int = 0
+    #: The design fp_rate as recorded, the shortest decimal that round-trips to its float32
+    #: (0.0: not recorded).
+    fp_rate: float = 0.0
     magic: bytes = CUCKOO_MAGIC
     strategy_name: str = CUCKOO_STRATEGY
     header_size: int = CUCKOO_HEADER_SIZE
@@ -414,8 +430,31 @@ def pack_cuckoo_header(header: CuckooHeader) -> bytes:
         header.max_kicks,
         header.victim_fp,
         header.victim_index,
-        bytes(8),
+        header.capacity,
+        header.fp_rate,
     )
+
+
+def cuckoo_f32(value: float) -> float:
+    """``value`` (in (0, 1)) as the CKF1 fp_rate field reads it back: the nearest float32
+    kept inside (0, 1) (values that round to 0 or 1 become the float32 next to them), given
+    as the shortest decimal that round-trips to that float32 (so 0.01 reads back as 0.01).
+    Plain Python: no numpy needed."""
+    raw = struct.pack("<f", value)
+    f32 = struct.unpack("<f", raw)[0]
+    if f32 <= 0.0:
+        raw = b"\x01\x00\x00\x00"  # the smallest float32 above 0
+    elif f32 >= 1.0:
+        raw = struct.pack("<I", 0x3F7FFFFF)  # the largest float32 below 1
+    return _shortest_f32(raw)
+
+
+def _shortest_f32(raw: bytes) -> float:
+    for digits in range(1, 10):  # 9 significant digits always round-trip a float32
+        text = f"{struct.unpack('<f', raw)[0]:.{digits}g}"
+        if struct.pack("<f", float(text)) == raw:
+            return float(text)
+    return float(struct.unpack("<f", raw)[0])  # pragma: no cover - 9 digits always suffice
 
 
 def _bad(message: str, source: str, expected: object, actual: object) -> BadHeaderError:
@@ -429,9 +468,11 @@ def parse_cuckoo_header(data: bytes, *, source: str = "<bytes>") -> CuckooHeader
         BadMagicError: not ``CKF1`` (a BLM1 or BLC1 file is named as such: both kinds).
         UnknownStrategyError: a scheme name other than ``M3C1``.
         BadHeaderError: a short header; num_buckets 0 or > 2**53; fingerprint_bits outside
-            [4, 32]; bucket_size not 1, 2, 4 or 8; max_kicks 0 or > 65536; items above the
+            [4, 32]; bucket_size not 1, 2, 4 or 8 (the kick counter may hold any value); max_kicks 0 or > 65536; items above the
             slot count + 1; a victim fingerprint wider than fingerprint_bits, or a victim
-            index >= num_buckets, or an index with no victim; non-zero reserved bytes.
+            index >= num_buckets, or an index with no victim; a
+            recorded capacity above the slot count, a recorded fp_rate not in (0, 1) (NaN
+            included), or only one of capacity and fp_rate recorded.
         (all ``FormatError``, a ``ValueError``)
     """
     if len(data) < 4 or data[:4] != CUCKOO_MAGIC:
@@ -451,7 +492,8 @@ def parse_cuckoo_header(data: bytes, *, source: str = "<bytes>") -> CuckooHeader
             CUCKOO_HEADER_SIZE,
             len(data),
         )
-    _, strategy, n, f, b, reserved16, items, kicks, vfp, vindex, reserved = CUCKOO_HEADER.unpack_from(data, 0)
+    _, strategy, n, f, b, _seq, items, kicks, vfp, vindex, cap, _ = CUCKOO_HEADER.unpack_from(data, 0)
+    fp_raw = bytes(data[CUCKOO_FP_RATE_OFFSET : CUCKOO_FP_RATE_OFFSET + 4])
     name = strategy.decode("latin-1")
     if name != CUCKOO_STRATEGY:
         raise UnknownStrategyError(
@@ -466,8 +508,6 @@ def parse_cuckoo_header(data: bytes, *, source: str = "<bytes>") -> CuckooHeader
         raise _bad(f"fingerprint_bits is {f}: expected 4 .. 32", source, "4 .. 32", f)
     if b not in CUCKOO_BUCKET_SIZES:
         raise _bad(f"bucket_size is {b}: expected one of {CUCKOO_BUCKET_SIZES}", source, CUCKOO_BUCKET_SIZES, b)
-    if reserved16 != 0:
-        raise _bad(f"reserved header bytes 18..19 must be 0, got {reserved16:04x}", source, "0000", f"{reserved16:04x}")
     if kicks == 0 or kicks > CUCKOO_MAX_KICKS:
         raise _bad(f"max_kicks is {kicks}: expected 1 .. {CUCKOO_MAX_KICKS}", source, f"1 .. {CUCKOO_MAX_KICKS}", kicks)
     if items > n * b + 1 and items != MAX_ITEMS:
@@ -478,9 +518,22 @@ def parse_cuckoo_header(data: bytes, *, source: str = "<bytes>") -> CuckooHeader
         raise _bad(f"victim bucket index {vindex} >= num_buckets {n}", source, f"< {n}", vindex)
     if not vfp and vindex:
         raise _bad(f"victim bucket index {vindex} without a victim fingerprint", source, 0, vindex)
-    if reserved != bytes(8):
-        raise _bad(f"reserved header bytes 40..47 must be 0, got {reserved.hex()}", source, "00" * 8, reserved.hex())
-    return CuckooHeader(n, f, b, kicks, items, vfp, vindex)
+    fp_rate = 0.0
+    if cap or fp_raw != bytes(4):
+        if not cap or fp_raw == bytes(4):
+            raise _bad(
+                f"capacity {cap} and fp_rate bytes {fp_raw.hex()} must be both recorded or both 0",
+                source,
+                "both non-zero or both zero",
+                (cap, fp_raw.hex()),
+            )
+        if cap > n * b and cap != CUCKOO_MAX_RECORDED_CAPACITY:
+            raise _bad(f"recorded capacity {cap} exceeds the {n * b} slots", source, f"1 .. {n * b}", cap)
+        value = struct.unpack("<f", fp_raw)[0]
+        if not 0.0 < value < 1.0:  # NaN fails both
+            raise _bad(f"recorded fp_rate {value!r} is not in (0, 1)", source, "(0, 1)", value)
+        fp_rate = _shortest_f32(fp_raw)
+    return CuckooHeader(n, f, b, kicks, items, vfp, vindex, cap, fp_rate)
 
 
 def validate_cuckoo_image(read: Reader, size: int, *, source: str = "<bytes>") -> CuckooHeader:

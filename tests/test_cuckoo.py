@@ -40,7 +40,9 @@ from mmapbloom.cuckoo import plan
 from mmapbloom.cuckoo_kernels import alt_index, fingerprint, first_index, key_hash
 from mmapbloom.hashing import encode_key, fmix64
 
-GOLDEN = Path(__file__).parent / "golden" / "cuckoo12.ckf"
+GOLDEN = Path(__file__).parent / "golden" / "cuckoo12r.ckf"
+#: The same history written before capacity and fp_rate were recorded (bytes 40..47 zero).
+GOLDEN_UNRECORDED = Path(__file__).parent / "golden" / "cuckoo12.ckf"
 
 
 def golden_filter() -> CuckooFilter:
@@ -132,26 +134,68 @@ def test_golden_file_bytes() -> None:
     data = golden_filter().to_bytes()
     assert data == GOLDEN.read_bytes()
     assert data.hex() == (
-        "434b46314d33433103000000000000000c0400000d0000000800000050070000010000000000000000000000"
-        "000000000e2d75734fc115a0cc293bdc7c4c6c51df53"
+        "434b46314d33433103000000000000000c0404000d000000080000005007000001000000000000000a000000"
+        "0ad7233c0e2d75734fc115a0cc293bdc7c4c6c51df53"
     )
-    magic, strat, n, f, b, r16, items, kicks, vfp, vidx, res = fmt.CUCKOO_HEADER.unpack_from(data)
-    assert (magic, strat, n, f, b, r16, items, kicks, vfp, vidx, res) == (
+    magic, strat, n, f, b, r16, items, kicks, vfp, vidx, cap, p = fmt.CUCKOO_HEADER.unpack_from(data)
+    assert (magic, strat, n, f, b, r16, items, kicks, vfp, vidx, cap) == (
         b"CKF1",
         b"M3C1",
         3,
         12,
         4,
-        0,
+        4,  # the kick counter: two kick paths, each +2
         13,
         8,
         0x750,
         1,
-        bytes(8),
+        10,
     )
+    assert struct.pack("<f", p) == struct.pack("<f", 0.01)
     g = CuckooFilter.from_bytes(GOLDEN.read_bytes())
     assert all(f"k{i}" in g for i in range(13)) and g.items_added == 13
+    assert (g.capacity, g.fp_rate) == (10, 0.01)
     g.check()
+
+
+def test_golden_file_without_recorded_design_values_still_opens(tmp_path: Path) -> None:
+    old = GOLDEN_UNRECORDED.read_bytes()
+    new = GOLDEN.read_bytes()
+    assert old[40:48] == bytes(8) and old[18:20] == bytes(2)  # written before capacity, fp_rate and the counter
+    assert old[:18] + old[20:40] + old[48:] == new[:18] + new[20:40] + new[48:]
+    path = tmp_path / "old.ckf"
+    path.write_bytes(old)
+    for g in (CuckooFilter.from_bytes(old), CuckooFilter.open(path)):
+        assert all(f"k{i}" in g for i in range(13)) and g.items_added == 13
+        assert (g.capacity, g.fp_rate) == (int(3 * 4 * 0.95), 2 * 4 / 2**12)  # derived, as before
+        g.check()
+        g.close()
+    verify_file(path)
+
+
+@pytest.mark.parametrize(
+    "capacity, fp_rate, reads_back",
+    [(1000, 0.01, 0.01), (12345, 0.0123456789, 0.012345679), (7, 0.5, 0.5), (100, 1e-6, 1e-6)],
+)
+def test_capacity_and_fp_rate_survive_reopening(
+    capacity: int, fp_rate: float, reads_back: float, tmp_path: Path
+) -> None:
+    path = tmp_path / "f.ckf"
+    with CuckooFilter.create(path, capacity, fp_rate) as f:
+        assert (f.capacity, f.fp_rate) == (capacity, reads_back)
+        data = f.to_bytes()
+    with CuckooFilter.open(path, readonly=True) as g:
+        assert (g.capacity, g.fp_rate) == (capacity, reads_back)
+    assert struct.pack("<f", reads_back) == struct.pack("<f", fp_rate)  # the nearest float32
+    assert (CuckooFilter.from_bytes(data).capacity, CuckooFilter.from_bytes(data).fp_rate) == (capacity, reads_back)
+    assert CuckooFilter(capacity, fp_rate).to_bytes() == data  # in memory: the same bytes
+
+
+def test_recorded_fp_rate_stays_inside_the_open_interval() -> None:
+    assert 0.0 < fmt.cuckoo_f32(1e-300) < 1e-44
+    assert 0.99 < fmt.cuckoo_f32(1 - 1e-12) < 1.0
+    f = CuckooFilter(10, 1 - 1e-12, fingerprint_bits=8)
+    assert 0.99 < CuckooFilter.from_bytes(f.to_bytes()).fp_rate < 1.0
 
 
 def test_slot_packing_12_bits() -> None:
@@ -175,13 +219,17 @@ def _damaged(offset: int, value: bytes) -> bytes:
         (_damaged(8, struct.pack("<Q", 0)), BadHeaderError, "num_buckets is 0"),
         (_damaged(16, b"\x03"), BadHeaderError, "fingerprint_bits is 3"),
         (_damaged(17, b"\x03"), BadHeaderError, "bucket_size is 3"),
-        (_damaged(18, b"\x01"), BadHeaderError, "bytes 18..19"),
         (_damaged(20, struct.pack("<I", 14)), BadHeaderError, "exceeds"),
         (_damaged(24, struct.pack("<I", 0)), BadHeaderError, "max_kicks is 0"),
         (_damaged(28, struct.pack("<I", 0x1000)), BadHeaderError, "wider than 12 bits"),
         (_damaged(32, struct.pack("<Q", 3)), BadHeaderError, "victim bucket index 3"),
         (_damaged(28, struct.pack("<I", 0)), BadHeaderError, "without a victim"),
-        (_damaged(40, b"\x01"), BadHeaderError, "bytes 40..47"),
+        (_damaged(40, struct.pack("<I", 0)), BadHeaderError, "both recorded or both 0"),
+        (_damaged(44, bytes(4)), BadHeaderError, "both recorded or both 0"),
+        (_damaged(40, struct.pack("<I", 13)), BadHeaderError, "recorded capacity 13 exceeds"),
+        (_damaged(44, struct.pack("<f", 1.0)), BadHeaderError, "recorded fp_rate 1.0"),
+        (_damaged(44, struct.pack("<f", -0.5)), BadHeaderError, "recorded fp_rate -0.5"),
+        (_damaged(44, struct.pack("<I", 0x7FC00000)), BadHeaderError, "recorded fp_rate nan"),
         (GOLDEN.read_bytes()[:-1], LengthMismatchError, "truncated"),
         (GOLDEN.read_bytes() + b"\0", LengthMismatchError, "over-long"),
         (GOLDEN.read_bytes()[:30], BadHeaderError, "truncated header"),
