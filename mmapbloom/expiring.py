@@ -75,7 +75,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Union
 
 
-from .batches import encoded_keys
+from .batches import as_batch, encoded_keys
 from .config import BloomConfig, StrategyChoice, config_at_most, resolve_strategy
 from .directory import (
     LOCK_NAME,
@@ -355,15 +355,6 @@ def _is_array(items: object) -> bool:
     """A 1-dimensional numpy array without Python objects: its subsets are taken with
     numpy indexing and read in place by each period's kernels."""
     return is_ndarray(items) and items.ndim == 1 and items.dtype.kind in "iuSU"
-
-
-def _take(keys: Any, idx: npt.NDArray[np.intp]) -> Any:
-    """The keys at positions ``idx`` (ascending): numpy indexing, or a list."""
-    if isinstance(keys, np.ndarray):
-        return keys[idx]
-    if idx.size == len(keys):
-        return keys
-    return [keys[i] for i in idx.tolist()]
 
 
 # -- the per-period record --------------------------------------------------------------------
@@ -936,54 +927,16 @@ class ExpiringBloomFilter(Lifecycle):
         return total
 
     def _update_locked(self, keys: Any, done: list[int]) -> int:
+        """One chunk under the write lock: the keys no older live period may hold are
+        tested-and-set in the newest period, each key hashed once for every period
+        (``Handle.add_many_unless``)."""
         view, now = self._locked_view()
         newest = self._writable_newest(view)
-        if type(keys) is list:
-            return self._update_list_locked(keys, done, view, now, newest)
-        todo = np.arange(len(keys))
-        sub = keys
-        for f in self._live(view, now):
-            if f is view.filters[-1] or f is newest:
-                continue
-            if todo.size == 0:
-                break
-            hit = f.contains_many(sub)
-            todo = todo[~hit]
-            sub = _take(keys, todo)
-        if todo.size == 0:
-            done[0] = len(keys)
-            return 0
+        others = [f._h for f in self._live(view, now) if f is not view.filters[-1] and f is not newest]
         try:
-            new = int(np.count_nonzero(newest.add_many(sub)))
+            new = int(newest._h.add_many_unless(others, as_batch(keys, newest._native())))
         except BaseException as exc:
-            got = getattr(exc, "committed_items", 0)
-            done[0] = int(todo[got]) if got < todo.size else len(keys)
-            raise
-        done[0] = len(keys)
-        return new
-
-    def _update_list_locked(self, keys: list[Any], done: list[int], view: _View, now: int, newest: BloomFilter) -> int:
-        """:meth:`_update_locked` of a list of keys, with lists of indices where the array
-        form uses numpy indexing (the same keys, layers and counts), so that ``update``
-        of a list does not import numpy on the native backend."""
-        todo = list(range(len(keys)))
-        sub = keys
-        for f in self._live(view, now):
-            if f is view.filters[-1] or f is newest:
-                continue
-            if not todo:
-                break
-            hit = f._contains_flags(sub)
-            todo = [i for i, h in zip(todo, hit, strict=True) if not h]
-            sub = [keys[i] for i in todo]
-        if not todo:
-            done[0] = len(keys)
-            return 0
-        try:
-            new = int(newest.update(sub))
-        except BaseException as exc:
-            got = getattr(exc, "committed_items", 0)
-            done[0] = todo[got] if got < len(todo) else len(keys)
+            done[0] = getattr(exc, "committed_items", 0)
             raise
         done[0] = len(keys)
         return new
@@ -1021,32 +974,18 @@ class ExpiringBloomFilter(Lifecycle):
 
     def contains_many(self, items: Iterable[Any]) -> npt.NDArray[np.bool_]:
         """Vectorised :meth:`might_contain`: a ``bool`` array of the batch's length (nulls
-        answer False). Each live period is asked only about the keys not yet found. Takes
-        no lock.
+        answer False). Each key is hashed once and probed in the live periods until one
+        may hold it (``Handle.contains_many_any``; the GIL is released on the native
+        backend). Takes no lock.
 
         Raises TypeError, ValueError (malformed batch), FilterClosedError."""
         self._check_open()
-        where = None
-        if _is_array(items):
-            keys: Any = items
-            n = len(items)  # type: ignore[arg-type]
-        else:
-            keys, where, n = encoded_keys(items)
-        out = np.zeros(n, dtype=np.bool_)
         view = self._current()
-        found = np.zeros(len(keys), dtype=np.bool_)
-        todo = np.arange(len(keys))
-        sub = keys
-        for f in self._live(view, self._now()):
-            if todo.size == 0:
-                break
-            hit = f.contains_many(sub)
-            found[todo[hit]] = True
-            todo = todo[~hit]
-            sub = _take(keys, todo)
-        if where is None:
-            return found
-        out[where] = found
+        live = self._live(view, self._now())
+        batch = as_batch(items, live[0]._native() if live else None, query=True)
+        out = np.zeros(len(batch), dtype=np.bool_)
+        if live:
+            live[0]._h.contains_many_any([f._h for f in live[1:]], batch, out)
         return out
 
     # -- statistics ---------------------------------------------------------------------------
