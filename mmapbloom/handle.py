@@ -357,13 +357,13 @@ class PyHandle:
         for i, o in enumerate(others):
             if not isinstance(o, PyHandle):
                 raise TypeError(f"others[{i}] must be a Handle, got {type(o).__name__}")
+            if o.closed:
+                o._refuse(False)
             if o._width != self._width or len(o._body) != len(self._body):
                 raise ValueError(
                     f"others[{i}] has geometry (width {o._width}, {len(o._body)} body bytes), "
                     f"expected ({self._width}, {len(self._body)})"
                 )
-            if o.closed:
-                o._refuse(False)
         return others
 
     def _found_in(self, others: Sequence["PyHandle"], keys: Sequence[Any]) -> npt.NDArray[np.bool_]:
