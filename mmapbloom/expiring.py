@@ -423,6 +423,7 @@ class ExpiringBloomFilter(Lifecycle):
         "_view",
         "_retired",
         "_reload_lock",
+        "_hot",
         "__weakref__",
     )
 
@@ -441,6 +442,7 @@ class ExpiringBloomFilter(Lifecycle):
     _view: _View
     _retired: list[tuple[int, BloomFilter]]  # (generation when dropped, handle)
     _reload_lock: threading.Lock
+    _hot: tuple[Any, ...]  # (view, now, newest live handle or None, older live handles)
 
     def __init__(self) -> None:
         raise TypeError("use ExpiringBloomFilter.create(), open() or open_or_create()")
@@ -542,6 +544,7 @@ class ExpiringBloomFilter(Lifecycle):
         self._view = _EMPTY
         self._retired = []
         self._reload_lock = threading.Lock()
+        self._hot = (None, None, None, ())
         lock_path = self._lock_path = os.path.join(dest, LOCK_NAME)
         flags = (os.O_RDONLY if readonly else os.O_RDWR) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
         try:
@@ -768,6 +771,19 @@ class ExpiringBloomFilter(Lifecycle):
             out.append(f)
         return out
 
+    def _handles(self, view: _View, now: int) -> tuple[Any, tuple[Any, ...]]:
+        """The kernel handles of ``view``'s live periods at ``now``: ``(newest, older)``
+        (``newest`` None when no period is live), cached for the last (view, now): the
+        per-item paths ask the C handle once, ``newest.contains_any(older, key)``."""
+        hot = self._hot
+        if hot[0] is view and hot[1] == now:
+            return hot[2], hot[3]
+        live = self._live(view, now)
+        newest = live[0]._h if live else None
+        older = tuple(f._h for f in live[1:])
+        self._hot = (view, now, newest, older)
+        return newest, older
+
     # -- writes: the view under the lock, and rotation ---------------------------------------
     def _locked_view(self) -> tuple[_View, int]:
         """Under the write lock: the committed view (an interrupted rotation committed
@@ -878,23 +894,26 @@ class ExpiringBloomFilter(Lifecycle):
         processes adding one new key exactly one gets True. Rotates first when a new
         period began (exactly once across processes; O(periods)).
 
-        Cost: a hash and a probe per live period, a lock-free pre-check (a key found is
-        answered False without the lock), one ``flock`` pair, one ``pread``.
+        Cost: a lock-free pre-check (one hash, the live periods probed in C by
+        ``Handle.contains_any``; a key found is answered False without the lock), then
+        under the lock one ``pread``, a clock read and ``Handle.add_unless`` (one hash,
+        the older live periods probed and the newest tested-and-set in C), one ``flock``
+        pair for the directory and one for the period file.
 
         Raises TypeError, ReadOnlyFilterError, FilterClosedError, ConfigError (the clock
         returned a non-number), OSError (a rotation failed: nothing was added)."""
         if self._no_write:
             self._refuse_write()
-        key = encode_key(item)
-        if self.might_contain(key):
+        newest, older = self._handles(self._current(), self._now())
+        if newest is None:
+            encode_key(item)  # TypeError for a bad key, as with live periods
+        elif newest.contains_any(older, item):
             return False
         with self._lock:
             view, now = self._locked_view()
-            live = self._live(view, now)
-            for f in live[1:] if live and live[0] is view.filters[-1] else live:
-                if f.might_contain(key):
-                    return False
-            return bool(self._writable_newest(view).add(key))
+            writable = self._writable_newest(view)
+            _, older = self._handles(self._view, now)
+            return bool(writable._h.add_unless(older, item))
 
     def update(self, items: Iterable[Any]) -> int:
         """Add many keys; return how many were new. Equivalent to :meth:`add` on each in
@@ -954,21 +973,16 @@ class ExpiringBloomFilter(Lifecycle):
         """True if ``item`` may have been added within the window (always True for a key
         added at most ``window`` seconds ago); False if it certainly was not added in the
         last ``window`` seconds. Takes no lock: one ``pread`` of the generation, a clock
-        read, a hash and a probe per live period (newest first, stops at the first hit).
+        read, one hash and the live periods probed in C (``Handle.contains_any``: each
+        position computed once for every period, the newest period first).
 
         Raises TypeError, FilterClosedError, ManifestError (lock file or manifest damaged
         under the handle)."""
-        key = encode_key(item)
-        view = self._current()
-        low = self._now() - self._rule.periods
-        numbers_ = view.numbers
-        filters = view.filters
-        i = len(numbers_) - 1
-        while i >= 0 and numbers_[i] >= low:
-            if filters[i].might_contain(key):
-                return True
-            i -= 1
-        return False
+        newest, older = self._handles(self._current(), self._now())
+        if newest is None:
+            encode_key(item)  # TypeError for a bad key, as with live periods
+            return False
+        return bool(newest.contains_any(older, item))
 
     __contains__ = might_contain
 
