@@ -714,3 +714,20 @@ void mb_cells_any_rows(const uint8_t *const *bodies, unsigned nb, int width, con
         found[i] = (uint8_t)(alive != 0);
     }
 }
+
+uint64_t mb_cells_any_one(const uint8_t *const *bodies, unsigned nb, int width, const geom *g, const uint64_t row[2],
+                          uint64_t last, uint64_t *suspect)
+{
+    uint64_t alive = nb >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << nb) - 1, bad = 0;
+    pos_iter it;
+    unsigned step;
+    iter_init(&it, g, row);
+    for (step = 0; step < g->k && alive; step++) {
+        const uint64_t p = iter_next(&it), set = cells_mask(bodies, alive, width, p);
+        if (p >= last)
+            bad |= alive & ~set;
+        alive &= set;
+    }
+    *suspect = bad;
+    return alive;
+}

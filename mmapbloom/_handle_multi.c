@@ -444,54 +444,75 @@ done:
 
 /* ---- one key ----------------------------------------------------------------------- */
 
-/* The largest of a key's positions (for the last-page rule). */
-static uint64_t max_position(const geom *g, const uint64_t hv[2], uint64_t *pos)
+/* One key in the bodies of hs[0..nb) (nb <= GROUP) in one guarded section: the mask of
+ * those that may hold it into *alive, the suspects (a zero read in a last page) into
+ * *suspect.  0, or -1 faulted. */
+static int g_any_one(Handle *const *hs, unsigned nb, const uint64_t row[2], uint64_t *alive, uint64_t *suspect)
 {
-    uint64_t top = 0;
-    unsigned i;
-    mb_positions(g, hv, pos);
-    for (i = 0; i < g->k; i++)
-        if (pos[i] > top)
-            top = pos[i];
-    return top;
+    const uint8_t *bodies[GROUP], *lo = NULL, *hi = NULL;
+    uint64_t last = UINT64_MAX;
+    unsigned j;
+    for (j = 0; j < nb; j++) {
+        const uint8_t *b = hs[j]->image.buf, *e = b + hs[j]->image.len;
+        bodies[j] = hs[j]->body;
+        if (lo == NULL || b < lo)
+            lo = b;
+        if (hi == NULL || e > hi)
+            hi = e;
+        if (hs[j]->lp.size_fn != NULL && hs[j]->last_cell < last)
+            last = hs[j]->last_cell;
+    }
+    {
+        GUARD_DECL(gd);
+        GUARD_BEGIN(gd, lo, (size_t)(hi - lo))
+            return -1;
+        for (j = 0; j < nb; j++)
+            TOUCH_LAST(hs[j]);
+        *alive = mb_cells_any_one(bodies, nb, hs[0]->width, &hs[0]->g, row, last, suspect);
+        GUARD_END();
+    }
+    return 0;
 }
 
-/* An absent answer of x: compare its file's size if the key's cells reach its last page.
- * 0, or -1 raised. */
-static int absent_checked(Handle *x, const uint64_t hv[2], uint64_t *pos, uint64_t *top)
+/* Group result: 1 found, 0 absent (suspects' file sizes compared: the absence is real),
+ * -1 raised. */
+static int any_one_group(Handle *h, PyObject *fast, Handle *const *hs, unsigned nb, const uint64_t row[2])
 {
-    if (x->lp.size_fn == NULL)
-        return 0;
-    if (*top == UINT64_MAX)
-        *top = max_position(&x->g, hv, pos);
-    return *top >= x->last_cell ? mb_h_check_size(x) : 0;
-}
-
-/* 1 if some handle of (h unless skip_self, others) may hold the key, 0 if none, -1
- * raised.  top: the key's largest position, or UINT64_MAX (then computed into pos when
- * an absent answer needs the last-page rule). */
-static int any_hashed(Handle *h, PyObject *fast, const uint64_t hv[2], uint64_t *pos, int skip_self, uint64_t top)
-{
-    Py_ssize_t i, n = PySequence_Fast_GET_SIZE(fast);
-    uint64_t row[2];
-    uint8_t found = 0;
-    mb_key one;
-    one.ptr = "";   /* not a null key: the row is staged already */
-    one.len = 0;
-    mb_cells_stage_hashed(&h->g, hv, row);
-    if (any_rows(skip_self ? NULL : h, fast, &one, 1, row, &found) < 0) {
+    uint64_t alive = 0, suspect = 0;
+    unsigned j;
+    if (g_any_one(hs, nb, row, &alive, &suspect) < 0) {
         any_faulted(h, fast);
         return -1;
     }
-    if (found)
+    if (alive)
         return 1;
-    /* Absent everywhere: a zero read past a truncation inside a last page? */
-    if (!skip_self && absent_checked(h, hv, pos, &top) < 0)
-        return -1;
-    for (i = 0; i < n; i++)
-        if (absent_checked(OTHER(fast, i), hv, pos, &top) < 0)
+    for (j = 0; j < nb; j++)
+        if ((suspect >> j) & 1 && hs[j]->lp.size_fn != NULL && mb_h_check_size(hs[j]) < 0)
             return -1;
     return 0;
+}
+
+/* 1 if some handle of (h unless skip_self, others) may hold the key (hash halves hv), 0
+ * if none, -1 raised.  Each position is computed once for all the handles. */
+static int any_hashed(Handle *h, PyObject *fast, const uint64_t hv[2], int skip_self)
+{
+    Handle *hs[GROUP];
+    Py_ssize_t i, n = PySequence_Fast_GET_SIZE(fast);
+    uint64_t row[2];
+    unsigned nb = 0;
+    int r;
+    mb_cells_stage_hashed(&h->g, hv, row);
+    if (!skip_self)
+        hs[nb++] = h;
+    for (i = 0; i < n; i++) {
+        hs[nb++] = OTHER(fast, i);
+        if (nb == GROUP) {
+            if ((r = any_one_group(h, fast, hs, nb, row)) != 0)
+                return r;
+            nb = 0;
+        }
+    }
+    return nb ? any_one_group(h, fast, hs, nb, row) : 0;
 }
 
 static uint64_t *room(const Handle *h, uint64_t *small)
@@ -509,7 +530,7 @@ const char mb_h_contains_any_doc[] = PyDoc_STR(
 
 PyObject *mb_h_contains_any(Handle *h, PyObject *const *args, Py_ssize_t nargs)
 {
-    uint64_t hv[2], small[SMALL_K], *pos;
+    uint64_t hv[2];
     PyObject *fast = NULL;
     int present = -1;
     if (nargs != 2)
@@ -526,11 +547,7 @@ PyObject *mb_h_contains_any(Handle *h, PyObject *const *args, Py_ssize_t nargs)
     }
     if (others_open(fast) < 0)
         goto done;
-    if ((pos = room(h, small)) == NULL)
-        goto done;
-    present = any_hashed(h, fast, hv, pos, 0, UINT64_MAX);
-    if (pos != small)
-        PyMem_Free(pos);
+    present = any_hashed(h, fast, hv, 0);
 done:
     Py_DECREF(fast);
     return present < 0 ? NULL : PyBool_FromLong(present);
@@ -580,14 +597,17 @@ PyObject *mb_h_add_unless(Handle *h, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     if ((pos = room(h, small)) == NULL)
         goto done;
-    top = max_position(&h->g, hv, pos);
+    mb_positions(&h->g, hv, pos);
+    for (top = 0, n = 0; n < h->g.k; n++)
+        if (pos[n] > top)
+            top = pos[n];
     n = mb_cells_distinct(h->width, pos, h->g.k);   /* sorts pos: top stays the largest */
     if (h->lp.size_fn != NULL && (h->items_last || top >= h->last_cell) && mb_h_check_size(h) < 0)
         goto done;
     state = mb_h_lock(h);
     if (state < 0)
         goto done;
-    held = others_open(fast) < 0 ? -1 : any_hashed(h, fast, hv, pos, 1, top);
+    held = others_open(fast) < 0 ? -1 : any_hashed(h, fast, hv, 1);
     if (held == 0 && g_add_one(h, pos, n, &fresh, &sat, &over, &stored) < 0) {
         if (state == LOCK_TAKEN && mb_lock_release(h->lock) < 0)
             goto done;
