@@ -1,6 +1,7 @@
-/* mmapbloom/_handle_impl.h: the native handle's fields and the helpers its two C files
- * share, private to them: _handle.c (the object, per-item ops, close) and _handle_batch.c
- * (add_many, contains_many).  Everything else goes through _handle.h. */
+/* mmapbloom/_handle_impl.h: the native handle's fields and the helpers its C files share,
+ * private to them: _handle.c (the object, per-item ops, close), _handle_batch.c (add_many,
+ * contains_many) and _handle_multi.c (the same over several handles of one geometry).
+ * Everything else goes through _handle.h. */
 #ifndef MMAPBLOOM_HANDLE_IMPL_H
 #define MMAPBLOOM_HANDLE_IMPL_H
 
