@@ -784,6 +784,26 @@ class ExpiringBloomFilter(Lifecycle):
         self._hot = (view, now, newest, older)
         return newest, older
 
+    def _query_handles(self) -> tuple[Any, tuple[Any, ...]]:
+        """:meth:`_handles` of the committed view at the clock's period, for the per-item
+        queries: :meth:`_current` and :meth:`_now` inlined (one ``pread``, one clock read)."""
+        view = self._view
+        try:
+            raw = os.pread(self._lock_fd, 4, WORD_OFFSET)
+        except OSError:  # closed (fd -1) or EBADF: _current raises what applies
+            raw = b""
+        if self._closed or len(raw) != 4 or int.from_bytes(raw, "little") != view.word:
+            view = self._current()
+        t = self._clock()
+        try:
+            now = math.floor(t / self._period)
+        except (TypeError, ValueError, OverflowError):
+            now = self._rule.number(t)  # raises ConfigError naming the value
+        hot = self._hot
+        if hot[0] is view and hot[1] == now:
+            return hot[2], hot[3]
+        return self._handles(view, now)
+
     # -- writes: the view under the lock, and rotation ---------------------------------------
     def _locked_view(self) -> tuple[_View, int]:
         """Under the write lock: the committed view (an interrupted rotation committed
@@ -904,7 +924,7 @@ class ExpiringBloomFilter(Lifecycle):
         returned a non-number), OSError (a rotation failed: nothing was added)."""
         if self._no_write:
             self._refuse_write()
-        newest, older = self._handles(self._current(), self._now())
+        newest, older = self._query_handles()
         if newest is None:
             encode_key(item)  # TypeError for a bad key, as with live periods
         elif newest.contains_any(older, item):
@@ -978,7 +998,7 @@ class ExpiringBloomFilter(Lifecycle):
 
         Raises TypeError, FilterClosedError, ManifestError (lock file or manifest damaged
         under the handle)."""
-        newest, older = self._handles(self._current(), self._now())
+        newest, older = self._query_handles()
         if newest is None:
             encode_key(item)  # TypeError for a bad key, as with live periods
             return False
