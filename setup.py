@@ -35,6 +35,7 @@ _UNITS = [
     "lastpage",
     "handle",
     "handle_batch",
+    "handle_multi",
     "cuckoo",
     "cuckoo_handle",
     "filterbase",
@@ -75,7 +76,9 @@ setup(
         Extension(
             "mmapbloom._kernels",
             sources=[f"mmapbloom/_{unit}.c" for unit in _UNITS],
-            depends=[f"mmapbloom/_{unit}.h" for unit in _UNITS if unit not in ("module", "handle_batch")]
+            depends=[
+                f"mmapbloom/_{unit}.h" for unit in _UNITS if unit not in ("module", "handle_batch", "handle_multi")
+            ]
             + ["mmapbloom/_keys.h", "mmapbloom/_handle_impl.h"],
             optional=True,
             extra_compile_args=[] if os.name == "nt" else _GCC_LIKE_FLAGS,

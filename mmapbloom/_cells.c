@@ -591,3 +591,143 @@ int mb_cells_probe(const uint8_t *body, int width, const uint64_t *pos, unsigned
 {
     return probe_range(body, width, pos, from, to);
 }
+
+
+/* ---- several bodies of one geometry (_handle_multi.c) -------------------------------- */
+
+void mb_cells_stage_hashed(const geom *g, const uint64_t h[2], uint64_t row[2])
+{
+    row[0] = h[0];
+    row[1] = h[1];
+    if (STRATEGY_BLOCKED(g->strategy))
+        blocked_row(g, h, row);
+}
+
+/* A staged key's positions one at a time (the same sequence as staged_positions). */
+typedef struct {
+    uint64_t a, b, gap, m;
+    int strategy;
+} pos_iter;
+
+static inline void iter_init(pos_iter *it, const geom *g, const uint64_t row[2])
+{
+    it->m = g->m;
+    it->strategy = g->strategy;
+    switch (g->strategy) {
+    case S_M3KM:
+        it->a = row[0] % g->m;
+        it->b = g->m == 1 ? 0 : 1 + row[1] % (g->m - 1);   /* m == 1: every position is 0 */
+        it->gap = g->m - it->b;
+        return;
+    case S_M3MX:
+    case S_M3M2:
+        it->a = row[0];
+        it->b = g->strategy == S_M3M2 ? row[1] | 1 : row[1];
+        return;
+    default:   /* blocked: the staged row is (base, y0) */
+        it->a = row[0];
+        it->b = row[1];
+        return;
+    }
+}
+
+static inline uint64_t iter_next(pos_iter *it)
+{
+    uint64_t p;
+    switch (it->strategy) {
+    case S_M3KM:
+        p = it->a;
+        it->a = it->a >= it->gap ? it->a - it->gap : it->a + it->b;
+        return p;
+    case S_M3MX:
+    case S_M3M2:
+        p = mb_mulhi64(mmb_fmix64(it->a), it->m);
+        it->a += it->b;
+        return p;
+    default:
+        it->b *= 0x9E3779B97F4A7C15ULL;
+        return it->a + (it->b >> 55);
+    }
+}
+
+/* Index of the lowest set bit of x (x != 0). */
+static inline unsigned low_bit(uint64_t x)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    return (unsigned)__builtin_ctzll(x);
+#else
+    unsigned j = 0;
+    while (!(x & 1)) {
+        x >>= 1;
+        j++;
+    }
+    return j;
+#endif
+}
+
+/* The bodies of `alive` whose cell at position p is set (bit j: bodies[j]); only those
+ * bodies are read. */
+static inline uint64_t cells_mask(const uint8_t *const *bodies, uint64_t alive, int width, uint64_t p)
+{
+    uint64_t bits = 0, rest;
+    if (width == 1) {
+        const uint64_t byte = p >> 3;
+        const unsigned shift = (unsigned)(p & 7);
+        for (rest = alive; rest; rest &= rest - 1) {
+            const unsigned j = low_bit(rest);
+            bits |= (uint64_t)((bodies[j][byte] >> shift) & 1u) << j;
+        }
+        return bits;
+    }
+    for (rest = alive; rest; rest &= rest - 1) {
+        const unsigned j = low_bit(rest);
+        bits |= (uint64_t)(cell_get(bodies[j], width, p) != 0) << j;
+    }
+    return bits;
+}
+
+void mb_cells_any_rows(const uint8_t *const *bodies, unsigned nb, int width, const geom *g, const mb_key *keys,
+                       size_t n, const uint64_t *rows, uint8_t *found)
+{
+    const uint64_t all = nb >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << nb) - 1;
+    const int ahead = mb_body_bytes(g->m, width) > DIRECT_BYTES / (nb ? nb : 1);   /* else all fit in the cache */
+    size_t i;
+    unsigned j;
+    if (nb == 0)
+        return;
+    for (i = 0; i < n; i++) {
+        pos_iter it;
+        uint64_t alive = all;
+        unsigned step;
+        if (ahead && i + AHEAD < n && keys[i + AHEAD].ptr != NULL && !found[i + AHEAD]) {
+            uint64_t first;
+            iter_init(&it, g, rows + 2 * (i + AHEAD));
+            first = byte_of(width, iter_next(&it));
+            for (j = 0; j < nb; j++)
+                PREFETCH_R(bodies[j] + first);
+        }
+        if (keys[i].ptr == NULL || found[i])
+            continue;
+        iter_init(&it, g, rows + 2 * i);
+        for (step = 0; step < g->k && alive; step++)
+            alive &= cells_mask(bodies, alive, width, iter_next(&it));
+        found[i] = (uint8_t)(alive != 0);
+    }
+}
+
+uint64_t mb_cells_any_one(const uint8_t *const *bodies, unsigned nb, int width, const geom *g, const uint64_t row[2],
+                          uint64_t last, uint64_t *suspect)
+{
+    uint64_t alive = nb >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << nb) - 1, bad = 0;
+    pos_iter it;
+    unsigned step;
+    iter_init(&it, g, row);
+    for (step = 0; step < g->k && alive; step++) {
+        const uint64_t p = iter_next(&it), set = cells_mask(bodies, alive, width, p);
+        if (p >= last)
+            bad |= alive & ~set;
+        alive &= set;
+    }
+    *suspect = bad;
+    return alive;
+}

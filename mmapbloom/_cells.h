@@ -86,4 +86,21 @@ Py_ssize_t mb_cells_commit(uint8_t *body, int width, const geom *g, const mb_key
 void mb_cells_query(const uint8_t *body, int width, const geom *g, const mb_key *keys, size_t n, uint64_t *ring,
                     uint8_t *out);
 
+/* found[i] = 1 if staged key i may be present in one of bodies[0..nb) (nb <= 64), all of
+ * geometry g and cell width `width`; keys already found and null keys are skipped.  A
+ * key's positions are the same in every body: each is computed once and its cell read in
+ * all the bodies still possible (a bit mask; no branch per body), until every body has
+ * shown a zero cell or one has all k set.  Allocates nothing. */
+void mb_cells_any_rows(const uint8_t *const *bodies, unsigned nb, int width, const geom *g, const mb_key *keys,
+                       size_t n, const uint64_t *rows, uint8_t *found);
+
+/* One staged key in bodies[0..nb) (nb <= 64), as mb_cells_any_rows: returns the mask of
+ * the bodies that may hold it (0: none); *suspect = the bodies that showed a zero cell
+ * only at positions >= last (where a file truncated inside its last page reads zeros). */
+uint64_t mb_cells_any_one(const uint8_t *const *bodies, unsigned nb, int width, const geom *g, const uint64_t row[2],
+                          uint64_t last, uint64_t *suspect);
+
+/* One key's staged row (mb_cells_stage's two words) from its hash halves h. */
+void mb_cells_stage_hashed(const geom *g, const uint64_t h[2], uint64_t row[2]);
+
 #endif /* MMAPBLOOM_CELLS_H */

@@ -1,6 +1,7 @@
-/* mmapbloom/_handle_impl.h: the native handle's fields and the helpers its two C files
- * share, private to them: _handle.c (the object, per-item ops, close) and _handle_batch.c
- * (add_many, contains_many).  Everything else goes through _handle.h. */
+/* mmapbloom/_handle_impl.h: the native handle's fields and the helpers its C files share,
+ * private to them: _handle.c (the object, per-item ops, close), _handle_batch.c (add_many,
+ * contains_many) and _handle_multi.c (the same over several handles of one geometry).
+ * Everything else goes through _handle.h. */
 #ifndef MMAPBLOOM_HANDLE_IMPL_H
 #define MMAPBLOOM_HANDLE_IMPL_H
 
@@ -76,6 +77,17 @@ PyObject *mb_h_add_many(Handle *h, PyObject *const *args, Py_ssize_t nargs);
 PyObject *mb_h_contains_many(Handle *h, PyObject *const *args, Py_ssize_t nargs);
 extern const char mb_h_add_many_doc[];
 extern const char mb_h_contains_many_doc[];
+
+/* The multi-handle methods (_handle_multi.c): one key hashed once for several handles of
+ * one geometry (the expiring filter's periods), in Handle's method table. */
+PyObject *mb_h_add_many_unless(Handle *h, PyObject *const *args, Py_ssize_t nargs);
+PyObject *mb_h_contains_many_any(Handle *h, PyObject *const *args, Py_ssize_t nargs);
+PyObject *mb_h_add_unless(Handle *h, PyObject *const *args, Py_ssize_t nargs);
+PyObject *mb_h_contains_any(Handle *h, PyObject *const *args, Py_ssize_t nargs);
+extern const char mb_h_add_many_unless_doc[];
+extern const char mb_h_contains_many_any_doc[];
+extern const char mb_h_add_unless_doc[];
+extern const char mb_h_contains_any_doc[];
 
 /* The first touch of every guarded section (_lastpage.h). */
 #define TOUCH_LAST(h) MB_TOUCH_LAST((h)->image.buf, (h)->image.len)

@@ -75,7 +75,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Union
 
 
-from .batches import encoded_keys
+from .batches import as_batch, encoded_keys
 from .config import BloomConfig, StrategyChoice, config_at_most, resolve_strategy
 from .directory import (
     LOCK_NAME,
@@ -357,15 +357,6 @@ def _is_array(items: object) -> bool:
     return is_ndarray(items) and items.ndim == 1 and items.dtype.kind in "iuSU"
 
 
-def _take(keys: Any, idx: npt.NDArray[np.intp]) -> Any:
-    """The keys at positions ``idx`` (ascending): numpy indexing, or a list."""
-    if isinstance(keys, np.ndarray):
-        return keys[idx]
-    if idx.size == len(keys):
-        return keys
-    return [keys[i] for i in idx.tolist()]
-
-
 # -- the per-period record --------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class _View:
@@ -432,6 +423,7 @@ class ExpiringBloomFilter(Lifecycle):
         "_view",
         "_retired",
         "_reload_lock",
+        "_hot",
         "__weakref__",
     )
 
@@ -450,6 +442,7 @@ class ExpiringBloomFilter(Lifecycle):
     _view: _View
     _retired: list[tuple[int, BloomFilter]]  # (generation when dropped, handle)
     _reload_lock: threading.Lock
+    _hot: tuple[Any, ...]  # (view, now, newest live handle or None, older live handles)
 
     def __init__(self) -> None:
         raise TypeError("use ExpiringBloomFilter.create(), open() or open_or_create()")
@@ -551,6 +544,7 @@ class ExpiringBloomFilter(Lifecycle):
         self._view = _EMPTY
         self._retired = []
         self._reload_lock = threading.Lock()
+        self._hot = (None, None, None, ())
         lock_path = self._lock_path = os.path.join(dest, LOCK_NAME)
         flags = (os.O_RDONLY if readonly else os.O_RDWR) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
         try:
@@ -777,6 +771,39 @@ class ExpiringBloomFilter(Lifecycle):
             out.append(f)
         return out
 
+    def _handles(self, view: _View, now: int) -> tuple[Any, tuple[Any, ...]]:
+        """The kernel handles of ``view``'s live periods at ``now``: ``(newest, older)``
+        (``newest`` None when no period is live), cached for the last (view, now): the
+        per-item paths ask the C handle once, ``newest.contains_any(older, key)``."""
+        hot = self._hot
+        if hot[0] is view and hot[1] == now:
+            return hot[2], hot[3]
+        live = self._live(view, now)
+        newest = live[0]._h if live else None
+        older = tuple(f._h for f in live[1:])
+        self._hot = (view, now, newest, older)
+        return newest, older
+
+    def _query_handles(self) -> tuple[Any, tuple[Any, ...]]:
+        """:meth:`_handles` of the committed view at the clock's period, for the per-item
+        queries: :meth:`_current` and :meth:`_now` inlined (one ``pread``, one clock read)."""
+        view = self._view
+        try:
+            raw = os.pread(self._lock_fd, 4, WORD_OFFSET)
+        except OSError:  # closed (fd -1) or EBADF: _current raises what applies
+            raw = b""
+        if self._closed or len(raw) != 4 or int.from_bytes(raw, "little") != view.word:
+            view = self._current()
+        t = self._clock()
+        try:
+            now = math.floor(t / self._period)
+        except (TypeError, ValueError, OverflowError):
+            now = self._rule.number(t)  # raises ConfigError naming the value
+        hot = self._hot
+        if hot[0] is view and hot[1] == now:
+            return hot[2], hot[3]
+        return self._handles(view, now)
+
     # -- writes: the view under the lock, and rotation ---------------------------------------
     def _locked_view(self) -> tuple[_View, int]:
         """Under the write lock: the committed view (an interrupted rotation committed
@@ -887,23 +914,26 @@ class ExpiringBloomFilter(Lifecycle):
         processes adding one new key exactly one gets True. Rotates first when a new
         period began (exactly once across processes; O(periods)).
 
-        Cost: a hash and a probe per live period, a lock-free pre-check (a key found is
-        answered False without the lock), one ``flock`` pair, one ``pread``.
+        Cost: a lock-free pre-check (one hash, the live periods probed in C by
+        ``Handle.contains_any``; a key found is answered False without the lock), then
+        under the lock one ``pread``, a clock read and ``Handle.add_unless`` (one hash,
+        the older live periods probed and the newest tested-and-set in C), one ``flock``
+        pair for the directory and one for the period file.
 
         Raises TypeError, ReadOnlyFilterError, FilterClosedError, ConfigError (the clock
         returned a non-number), OSError (a rotation failed: nothing was added)."""
         if self._no_write:
             self._refuse_write()
-        key = encode_key(item)
-        if self.might_contain(key):
+        newest, older = self._query_handles()
+        if newest is None:
+            encode_key(item)  # TypeError for a bad key, as with live periods
+        elif newest.contains_any(older, item):
             return False
         with self._lock:
             view, now = self._locked_view()
-            live = self._live(view, now)
-            for f in live[1:] if live and live[0] is view.filters[-1] else live:
-                if f.might_contain(key):
-                    return False
-            return bool(self._writable_newest(view).add(key))
+            writable = self._writable_newest(view)
+            _, older = self._handles(self._view, now)
+            return bool(writable._h.add_unless(older, item))
 
     def update(self, items: Iterable[Any]) -> int:
         """Add many keys; return how many were new. Equivalent to :meth:`add` on each in
@@ -936,54 +966,16 @@ class ExpiringBloomFilter(Lifecycle):
         return total
 
     def _update_locked(self, keys: Any, done: list[int]) -> int:
+        """One chunk under the write lock: the keys no older live period may hold are
+        tested-and-set in the newest period, each key hashed once for every period
+        (``Handle.add_many_unless``)."""
         view, now = self._locked_view()
         newest = self._writable_newest(view)
-        if type(keys) is list:
-            return self._update_list_locked(keys, done, view, now, newest)
-        todo = np.arange(len(keys))
-        sub = keys
-        for f in self._live(view, now):
-            if f is view.filters[-1] or f is newest:
-                continue
-            if todo.size == 0:
-                break
-            hit = f.contains_many(sub)
-            todo = todo[~hit]
-            sub = _take(keys, todo)
-        if todo.size == 0:
-            done[0] = len(keys)
-            return 0
+        others = [f._h for f in self._live(view, now) if f is not view.filters[-1] and f is not newest]
         try:
-            new = int(np.count_nonzero(newest.add_many(sub)))
+            new = int(newest._h.add_many_unless(others, as_batch(keys, newest._native())))
         except BaseException as exc:
-            got = getattr(exc, "committed_items", 0)
-            done[0] = int(todo[got]) if got < todo.size else len(keys)
-            raise
-        done[0] = len(keys)
-        return new
-
-    def _update_list_locked(self, keys: list[Any], done: list[int], view: _View, now: int, newest: BloomFilter) -> int:
-        """:meth:`_update_locked` of a list of keys, with lists of indices where the array
-        form uses numpy indexing (the same keys, layers and counts), so that ``update``
-        of a list does not import numpy on the native backend."""
-        todo = list(range(len(keys)))
-        sub = keys
-        for f in self._live(view, now):
-            if f is view.filters[-1] or f is newest:
-                continue
-            if not todo:
-                break
-            hit = f._contains_flags(sub)
-            todo = [i for i, h in zip(todo, hit, strict=True) if not h]
-            sub = [keys[i] for i in todo]
-        if not todo:
-            done[0] = len(keys)
-            return 0
-        try:
-            new = int(newest.update(sub))
-        except BaseException as exc:
-            got = getattr(exc, "committed_items", 0)
-            done[0] = todo[got] if got < len(todo) else len(keys)
+            done[0] = getattr(exc, "committed_items", 0)
             raise
         done[0] = len(keys)
         return new
@@ -1001,52 +993,33 @@ class ExpiringBloomFilter(Lifecycle):
         """True if ``item`` may have been added within the window (always True for a key
         added at most ``window`` seconds ago); False if it certainly was not added in the
         last ``window`` seconds. Takes no lock: one ``pread`` of the generation, a clock
-        read, a hash and a probe per live period (newest first, stops at the first hit).
+        read, one hash and the live periods probed in C (``Handle.contains_any``: each
+        position computed once for every period, the newest period first).
 
         Raises TypeError, FilterClosedError, ManifestError (lock file or manifest damaged
         under the handle)."""
-        key = encode_key(item)
-        view = self._current()
-        low = self._now() - self._rule.periods
-        numbers_ = view.numbers
-        filters = view.filters
-        i = len(numbers_) - 1
-        while i >= 0 and numbers_[i] >= low:
-            if filters[i].might_contain(key):
-                return True
-            i -= 1
-        return False
+        newest, older = self._query_handles()
+        if newest is None:
+            encode_key(item)  # TypeError for a bad key, as with live periods
+            return False
+        return bool(newest.contains_any(older, item))
 
     __contains__ = might_contain
 
     def contains_many(self, items: Iterable[Any]) -> npt.NDArray[np.bool_]:
         """Vectorised :meth:`might_contain`: a ``bool`` array of the batch's length (nulls
-        answer False). Each live period is asked only about the keys not yet found. Takes
-        no lock.
+        answer False). Each key is hashed once and probed in the live periods until one
+        may hold it (``Handle.contains_many_any``; the GIL is released on the native
+        backend). Takes no lock.
 
         Raises TypeError, ValueError (malformed batch), FilterClosedError."""
         self._check_open()
-        where = None
-        if _is_array(items):
-            keys: Any = items
-            n = len(items)  # type: ignore[arg-type]
-        else:
-            keys, where, n = encoded_keys(items)
-        out = np.zeros(n, dtype=np.bool_)
         view = self._current()
-        found = np.zeros(len(keys), dtype=np.bool_)
-        todo = np.arange(len(keys))
-        sub = keys
-        for f in self._live(view, self._now()):
-            if todo.size == 0:
-                break
-            hit = f.contains_many(sub)
-            found[todo[hit]] = True
-            todo = todo[~hit]
-            sub = _take(keys, todo)
-        if where is None:
-            return found
-        out[where] = found
+        live = self._live(view, self._now())
+        batch = as_batch(items, live[0]._native() if live else None, query=True)
+        out = np.zeros(len(batch), dtype=np.bool_)
+        if live:
+            live[0]._h.contains_many_any([f._h for f in live[1:]], batch, out)
         return out
 
     # -- statistics ---------------------------------------------------------------------------

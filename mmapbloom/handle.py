@@ -348,6 +348,115 @@ class PyHandle:
                 self._refuse(False)
             raise
 
+    # -- several handles of one geometry (the expiring filter's periods) ----------------
+    def _others(self, others: Sequence["PyHandle"]) -> Sequence["PyHandle"]:
+        """``others`` checked: a list or tuple of open pure handles of this one's cell width
+        and body size (the native handle compares strategy, m, k and width)."""
+        if not isinstance(others, (list, tuple)):
+            raise TypeError(f"others must be a list or tuple of Handles, got {type(others).__name__}")
+        for i, o in enumerate(others):
+            if not isinstance(o, PyHandle):
+                raise TypeError(f"others[{i}] must be a Handle, got {type(o).__name__}")
+            if o.closed:
+                o._refuse(False)
+            if o._width != self._width or len(o._body) != len(self._body):
+                raise ValueError(
+                    f"others[{i}] has geometry (width {o._width}, {len(o._body)} body bytes), "
+                    f"expected ({self._width}, {len(self._body)})"
+                )
+        return others
+
+    def _found_in(self, others: Sequence["PyHandle"], keys: Sequence[Any]) -> npt.NDArray[np.bool_]:
+        """Key i may be in one of ``others`` (each asked only about the keys not yet found)."""
+        found = np.zeros(len(keys), dtype=np.bool_)
+        for o in others:
+            todo = np.flatnonzero(~found)
+            if todo.size == 0:
+                break
+            o._hooks.check_size()
+            sub = [keys[i] for i in todo.tolist()]
+            found[todo] = o._k.contains_many(type(keys)(sub) if type(keys) is KeysWithNulls else sub)
+        return found
+
+    def add_many_unless(
+        self, others: Sequence["PyHandle"], keys: Iterable[Any], out: Optional[npt.NDArray[np.bool_]] = None
+    ) -> int:
+        """Test-and-set each key in this handle unless one of ``others`` may hold it, in
+        order (as sequential :meth:`add_unless`); returns the number of keys new here and
+        sets ``out[i]`` where key i was. :meth:`add_many`'s rules: every key validated
+        first, the lock taken once per chunk (``others`` probed under it), an exception
+        carries ``committed_items``."""
+        committed = 0
+        total = 0
+        saturated = False
+        try:
+            if self.closed or not self._writable:
+                self._refuse(True)
+            others = self._others(others)
+            seq = keys if type(keys) is KeysWithNulls else kernel_keys(keys)
+            if out is not None and len(out) != len(seq):
+                raise ValueError(f"out has {len(out)} bytes, expected {len(seq)} (one per key)")
+            add_many = self._k.add_many
+            for start in range(0, len(seq), CHUNK_KEYS):
+                chunk = seq[start : start + CHUNK_KEYS]
+                with self._lock, deferred_signals():
+                    if self.closed:
+                        self._refuse(False)
+                    self._hooks.check_size()
+                    found = self._found_in(others, chunk)
+                    where = np.flatnonzero(~found)
+                    sub = [chunk[i] for i in where.tolist()]
+                    flags, new, *sat = add_many(KeysWithNulls(sub) if type(chunk) is KeysWithNulls else sub)
+                    if new:
+                        self._counter.bump(new)
+                    committed = start + len(chunk)
+                if out is not None:
+                    full = np.zeros(len(chunk), dtype=np.bool_)
+                    full[where] = flags
+                    out[start : start + len(chunk)] = full
+                total += new
+                saturated = saturated or bool(sat and sat[0])
+        except BaseException as exc:
+            exc.committed_items = committed  # type: ignore[attr-defined]
+            self._counter.flush_on_error()
+            raise
+        self._warn(saturated)
+        return total
+
+    def contains_many_any(self, others: Sequence["PyHandle"], keys: Sequence[Any], out: npt.NDArray[np.bool_]) -> None:
+        """``out[i]`` = key i may be in this handle or in one of ``others``. No lock."""
+        others = self._others(others)
+        self.contains_many(keys, out)
+        if not others:
+            return
+        seq = keys if isinstance(keys, (list, tuple)) else list(keys)
+        todo = np.flatnonzero(np.frombuffer(out, dtype=np.uint8) == 0)
+        sub = [seq[i] for i in todo.tolist()]
+        got = self._found_in(others, KeysWithNulls(sub) if type(seq) is KeysWithNulls else sub)
+        for i in todo[got].tolist():
+            out[i] = 1
+
+    def contains_any(self, others: Sequence["PyHandle"], key: Any) -> bool:
+        """True if ``key`` may be in this handle or in one of ``others``. No lock."""
+        others = self._others(others)
+        return self.contains(key) or any(o.contains(key) for o in others)
+
+    def add_unless(self, others: Sequence["PyHandle"], key: Any) -> bool:
+        """Under this handle's write lock: False if one of ``others`` may hold ``key``
+        (nothing written), else add it here: True if it was new."""
+        if self.closed or not self._writable:
+            self._refuse(True)
+        others = self._others(others)
+
+        def op(k: Any) -> tuple[bool, bool]:
+            if any(o.contains(k) for o in others):
+                return False, False
+            return self._add_locked(k)
+
+        new, sat = self._write(op, key)
+        self._warn(sat)
+        return bool(new)
+
     def close(self) -> None:
         """Refuse every later call; release the view of the cells (idempotent). A view
         still exported to a call in flight in another thread is dropped instead: the
