@@ -35,7 +35,7 @@ import os
 from typing import TYPE_CHECKING, Any, Iterator, NoReturn, Optional
 
 
-from .errors import LengthMismatchError
+from .errors import LengthMismatchError, NoSpaceError
 from .kernels import native_module
 from .storage import Storage
 
@@ -78,7 +78,9 @@ def raise_faulted(storage: Storage, *others: Storage) -> NoReturn:
     :meth:`~mmapbloom.storage.Storage.check_size` (the file is shorter than the mapping:
     "truncated under the open handle", ``expected`` the mapped size, ``actual`` the file's
     size) or FilterClosedError; if every file is long enough again (re-extended since the
-    fault), a LengthMismatchError saying that the touch faulted, with both sizes."""
+    fault), NoSpaceError when the file system has less than a page free (a write into a
+    hole of a sparse file on a full disk), else a LengthMismatchError saying that the touch
+    faulted, with both sizes."""
     for each in (*others, storage):
         each.check_size()
     # Long enough again (or no check saw it): name the first file now shorter than its
@@ -87,6 +89,19 @@ def raise_faulted(storage: Storage, *others: Storage) -> NoReturn:
     storage = next(shorter, storage)
     mapped = len(storage.buf)
     size = os.fstat(storage.fd).st_size if storage.fd is not None else mapped
+    if storage.fd is not None and size >= mapped:
+        st = os.fstatvfs(storage.fd)
+        available = st.f_bavail * st.f_frsize
+        if available < (os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096):
+            raise NoSpaceError(
+                f"{storage.path}: a touch of the mapping faulted (SIGBUS) though the file has all its "
+                f"{mapped} bytes: a hole of this sparse file could not be allocated, and its file "
+                f"system has {available} bytes free (the cells of this call may be partly set; "
+                "free space, or create the filter without sparse=True to reserve it)",
+                path=storage.path,
+                needed=os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096,
+                available=available,
+            )
     raise LengthMismatchError(
         f"truncated under the open handle: a touch of the mapping faulted (SIGBUS); {mapped} bytes "
         f"are mapped and the file now has {size}",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mmapbloom import BloomConfig, BloomFilter, FilterClosedError, LockTimeout, SelfDeadlockError
+from mmapbloom import BloomConfig, BloomFilter, ConfigError, FilterClosedError, LockTimeout, SelfDeadlockError
 from mmapbloom.locking import LOCK_ENV, WriteLock
 
 CFG = BloomConfig(num_bits=8192, num_hashes=3)
@@ -95,7 +95,7 @@ def test_an_unknown_lock_mode_is_refused(tmp_path: Path, monkeypatch: pytest.Mon
     path = str(tmp_path / "f.blm")
     monkeypatch.setenv(LOCK_ENV, "spinlock")
     with BloomFilter.create(path, CFG) as f:
-        with pytest.raises(ValueError, match="MMAPBLOOM_LOCK='spinlock': expected 'flock', 'auto' or unset"):
+        with pytest.raises(ConfigError, match="MMAPBLOOM_LOCK='spinlock': expected 'auto', 'flock', 'mutex' or unset"):
             f.add("x")
         assert "x" not in f
 
