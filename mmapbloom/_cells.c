@@ -613,6 +613,7 @@ static inline void iter_init(pos_iter *it, const geom *g, const uint64_t row[2])
 {
     it->m = g->m;
     it->strategy = g->strategy;
+    it->gap = 0;   /* used by M3KM only (set below); defined for every strategy */
     switch (g->strategy) {
     case S_M3KM:
         it->a = row[0] % g->m;

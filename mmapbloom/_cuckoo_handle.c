@@ -434,18 +434,6 @@ static int g_commit(CkHandle *h, const mb_ck_key *st, Py_ssize_t c, int insert, 
     return 0;
 }
 
-static void note_committed(Py_ssize_t committed)
-{
-    PyObject *et, *ev, *tb, *n;
-    PyErr_Fetch(&et, &ev, &tb);
-    PyErr_NormalizeException(&et, &ev, &tb);
-    n = PyLong_FromSsize_t(committed);
-    if (ev != NULL && n != NULL && PyObject_SetAttrString(ev, "committed_items", n) < 0)
-        PyErr_Clear();
-    Py_XDECREF(n);
-    PyErr_Restore(et, ev, tb);
-}
-
 /* The batch writer: returns the keys inserted / removed, or -1 with an exception carrying
  * committed_items. */
 static Py_ssize_t ck_write_keys(CkHandle *h, keyset *ks, uint8_t *out, int insert)
@@ -455,7 +443,7 @@ static Py_ssize_t ck_write_keys(CkHandle *h, keyset *ks, uint8_t *out, int inser
     mb_ck_key *st = PyMem_Malloc((size_t)chunk * sizeof *st);
     if (st == NULL) {
         PyErr_NoMemory();
-        note_committed(0);
+        mb_note_committed(0);
         return -1;
     }
     h->busy++;
@@ -502,22 +490,10 @@ static Py_ssize_t ck_write_keys(CkHandle *h, keyset *ks, uint8_t *out, int inser
     PyMem_Free(st);
     return total;
 fail:
-    note_committed(committed);
+    mb_note_committed(committed);
     ck_leave(h);
     PyMem_Free(st);
     return -1;
-}
-
-static int get_out(PyObject *obj, Py_ssize_t n, Py_buffer *out)
-{
-    if (PyObject_GetBuffer(obj, out, PyBUF_WRITABLE) < 0)
-        return -1;
-    if (out->len != n) {
-        PyErr_Format(PyExc_ValueError, "out has %zd bytes, expected %zd (one per key)", out->len, n);
-        PyBuffer_Release(out);
-        return -1;
-    }
-    return 0;
 }
 
 static PyObject *ck_write_many(CkHandle *h, PyObject *keys, PyObject *out_obj, int insert)
@@ -528,17 +504,17 @@ static PyObject *ck_write_many(CkHandle *h, PyObject *keys, PyObject *out_obj, i
     Py_ssize_t done;
     if (h->closed || !h->writable) {
         ck_refuse(h, 1);
-        note_committed(0);
+        mb_note_committed(0);
         return NULL;
     }
     if (mb_keys_begin(&ks, keys, 1) < 0) {
-        note_committed(0);
+        mb_note_committed(0);
         return NULL;
     }
     if (out_obj != NULL && out_obj != Py_None) {
-        if (get_out(out_obj, ks.n, &out) < 0) {
+        if (mb_get_out(out_obj, ks.n, &out) < 0) {
             mb_keys_end(&ks);
-            note_committed(0);
+            mb_note_committed(0);
             return NULL;
         }
         have_out = 1;
@@ -638,7 +614,7 @@ static PyObject *ck_contains_many(CkHandle *h, PyObject *const *args, Py_ssize_t
         return ck_refuse(h, 0);
     if (mb_keys_begin(&ks, args[0], 0) < 0)
         return NULL;
-    if (get_out(args[1], ks.n, &out) < 0) {
+    if (mb_get_out(args[1], ks.n, &out) < 0) {
         mb_keys_end(&ks);
         return NULL;
     }

@@ -41,19 +41,6 @@ static int g_commit(Handle *h, const mb_key *refs, size_t n, uint64_t *rows, uin
     return 0;
 }
 
-/* Tell the caller how far a failed batch got (every exception leaving add_many). */
-static void note_committed(Py_ssize_t committed)
-{
-    PyObject *et, *ev, *tb, *n;
-    PyErr_Fetch(&et, &ev, &tb);
-    PyErr_NormalizeException(&et, &ev, &tb);
-    n = PyLong_FromSsize_t(committed);
-    if (ev != NULL && n != NULL && PyObject_SetAttrString(ev, "committed_items", n) < 0)
-        PyErr_Clear();
-    Py_XDECREF(n);
-    PyErr_Restore(et, ev, tb);
-}
-
 /* The batch writer over resolved keys: chunks of MB_CHUNK_KEYS keys (fewer for a
  * large k), each hashed outside the lock (GIL released for large chunks), then committed
  * under one lock acquisition with one bump of the items word.  out (n bytes) or NULL.
@@ -138,7 +125,7 @@ static Py_ssize_t h_add_keys(Handle *h, keyset *ks, uint8_t *out)
         return -1;
     return total;
 fail:
-    note_committed(committed);
+    mb_note_committed(committed);
     mb_h_leave(h);
     PyMem_Free(rows);
     if (over) {
@@ -151,19 +138,6 @@ fail:
         PyErr_Restore(et, ev, tb);
     }
     return -1;
-}
-
-/* out argument: None, or a writable buffer of n bytes. */
-static int get_out(PyObject *obj, Py_ssize_t n, Py_buffer *out)
-{
-    if (PyObject_GetBuffer(obj, out, PyBUF_WRITABLE) < 0)
-        return -1;
-    if (out->len != n) {
-        PyErr_Format(PyExc_ValueError, "out has %zd bytes, expected %zd (one per key)", out->len, n);
-        PyBuffer_Release(out);
-        return -1;
-    }
-    return 0;
 }
 
 const char mb_h_add_many_doc[] = PyDoc_STR(
@@ -193,7 +167,7 @@ PyObject *mb_h_add_many(Handle *h, PyObject *const *args, Py_ssize_t nargs)
     if (mb_keys_begin(&ks, args[0], 1) < 0)   /* a bad key, or an interrupt in encode_key */
         goto refused;
     if (nargs == 2 && args[1] != Py_None) {
-        if (get_out(args[1], ks.n, &out) < 0) {
+        if (mb_get_out(args[1], ks.n, &out) < 0) {
             mb_keys_end(&ks);
             goto refused;
         }
@@ -205,7 +179,7 @@ PyObject *mb_h_add_many(Handle *h, PyObject *const *args, Py_ssize_t nargs)
     mb_keys_end(&ks);
     return fresh < 0 ? NULL : PyLong_FromSsize_t(fresh);
 refused:
-    note_committed(0);
+    mb_note_committed(0);
     return NULL;
 }
 
@@ -252,7 +226,7 @@ PyObject *mb_h_contains_many(Handle *h, PyObject *const *args, Py_ssize_t nargs)
         return mb_h_refuse(h, 0);
     if (mb_keys_begin(&ks, args[0], 0) < 0)
         return NULL;
-    if (get_out(args[1], ks.n, &out) < 0) {
+    if (mb_get_out(args[1], ks.n, &out) < 0) {
         mb_keys_end(&ks);
         return NULL;
     }

@@ -178,30 +178,6 @@ static int g_commit_masked(Handle *h, const mb_key *refs, size_t n, uint64_t *ro
     return 0;
 }
 
-static void note_committed(Py_ssize_t committed)
-{
-    PyObject *et, *ev, *tb, *n;
-    PyErr_Fetch(&et, &ev, &tb);
-    PyErr_NormalizeException(&et, &ev, &tb);
-    n = PyLong_FromSsize_t(committed);
-    if (ev != NULL && n != NULL && PyObject_SetAttrString(ev, "committed_items", n) < 0)
-        PyErr_Clear();
-    Py_XDECREF(n);
-    PyErr_Restore(et, ev, tb);
-}
-
-static int get_out(PyObject *obj, Py_ssize_t n, Py_buffer *out)
-{
-    if (PyObject_GetBuffer(obj, out, PyBUF_WRITABLE) < 0)
-        return -1;
-    if (out->len != n) {
-        PyErr_Format(PyExc_ValueError, "out has %zd bytes, expected %zd (one per key)", out->len, n);
-        PyBuffer_Release(out);
-        return -1;
-    }
-    return 0;
-}
-
 /* add_many_unless over resolved keys (the caller counted self busy; others are busy). */
 static Py_ssize_t add_unless_keys(Handle *h, PyObject *fast, keyset *ks, uint8_t *out)
 {
@@ -286,7 +262,7 @@ static Py_ssize_t add_unless_keys(Handle *h, PyObject *fast, keyset *ks, uint8_t
         return -1;
     return total;
 fail:
-    note_committed(committed);
+    mb_note_committed(committed);
     PyMem_Free(rows);
     PyMem_Free(masked);
     PyMem_Free(found);
@@ -330,7 +306,7 @@ PyObject *mb_h_add_many_unless(Handle *h, PyObject *const *args, Py_ssize_t narg
     if (mb_keys_begin(&ks, args[1], 1) < 0)
         goto refused;
     if (nargs == 3 && args[2] != Py_None) {
-        if (get_out(args[2], ks.n, &out) < 0) {
+        if (mb_get_out(args[2], ks.n, &out) < 0) {
             mb_keys_end(&ks);
             goto refused;
         }
@@ -348,7 +324,7 @@ PyObject *mb_h_add_many_unless(Handle *h, PyObject *const *args, Py_ssize_t narg
     return fresh < 0 ? NULL : PyLong_FromSsize_t(fresh);
 refused:
     Py_XDECREF(fast);
-    note_committed(0);
+    mb_note_committed(0);
     return NULL;
 }
 
@@ -394,7 +370,7 @@ PyObject *mb_h_contains_many_any(Handle *h, PyObject *const *args, Py_ssize_t na
         Py_DECREF(fast);
         return NULL;
     }
-    if (get_out(args[2], ks.n, &out) < 0) {
+    if (mb_get_out(args[2], ks.n, &out) < 0) {
         mb_keys_end(&ks);
         Py_DECREF(fast);
         return NULL;

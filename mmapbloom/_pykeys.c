@@ -351,3 +351,26 @@ fail:
     return -1;
 }
 
+void mb_note_committed(Py_ssize_t committed)
+{
+    PyObject *et, *ev, *tb, *n;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyErr_NormalizeException(&et, &ev, &tb);
+    n = PyLong_FromSsize_t(committed);
+    if (ev != NULL && n != NULL && PyObject_SetAttrString(ev, "committed_items", n) < 0)
+        PyErr_Clear();
+    Py_XDECREF(n);
+    PyErr_Restore(et, ev, tb);
+}
+
+int mb_get_out(PyObject *obj, Py_ssize_t n, Py_buffer *out)
+{
+    if (PyObject_GetBuffer(obj, out, PyBUF_WRITABLE) < 0)
+        return -1;
+    if (out->len != n) {
+        PyErr_Format(PyExc_ValueError, "out has %zd bytes, expected %zd (one per key)", out->len, n);
+        PyBuffer_Release(out);
+        return -1;
+    }
+    return 0;
+}

@@ -45,4 +45,13 @@ const mb_key *mb_keys_chunk(keyset *ks, Py_ssize_t start, Py_ssize_t c);
 /* Release everything the batch pinned. */
 void mb_keys_end(keyset *ks);
 
+/* Every exception leaving a batch writer says how far it got: set committed_items on the
+ * exception in flight (normalised; kept as it was if the attribute cannot be set). */
+void mb_note_committed(Py_ssize_t committed);
+
+/* A batch's out argument: a writable buffer of exactly n bytes (one per key) into *out
+ * (release with PyBuffer_Release).  0, or -1 with ValueError naming both lengths (or the
+ * buffer protocol's error). */
+int mb_get_out(PyObject *obj, Py_ssize_t n, Py_buffer *out);
+
 #endif /* MMAPBLOOM_PYKEYS_H */
