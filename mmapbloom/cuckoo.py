@@ -28,6 +28,7 @@ import os
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Optional, TypeVar, Union
 
 
+from .keys import PathLike
 from . import format as fmt
 from . import opening, scans
 from .cuckoo_kernels import CuckooCells, CuckooPyHandle, Geometry, alt_index
@@ -53,7 +54,6 @@ else:
 
 __all__ = ["DEFAULT_MAX_KICKS", "LOAD_FACTORS", "CuckooFilter", "expected_fp_rate", "plan"]
 
-PathLike = Union[str, "os.PathLike[str]"]
 C = TypeVar("C", bound="CuckooFilter")
 
 #: The load each bucket size reaches reliably, used for sizing (Fan et al. 2014, section

@@ -30,8 +30,9 @@ import os
 import shutil
 import stat
 import struct
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional
 
+from .keys import PathLike
 from .errors import ManifestError
 from .files import about_destination, absolute_path, atomic_file, fsync_directory, temporary_directory
 
@@ -54,7 +55,6 @@ __all__ = [
     "strip_path",
 ]
 
-PathLike = Union[str, "os.PathLike[str]"]
 
 MANIFEST_NAME = "manifest.json"
 LOCK_NAME = "lock"

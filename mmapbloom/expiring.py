@@ -75,6 +75,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Union
 
 
+from .keys import Item, PathLike
 from .batches import as_batch, encoded_keys
 from .config import BloomConfig, StrategyChoice, config_at_most, resolve_strategy
 from .directory import (
@@ -119,8 +120,6 @@ from ._lazy import is_ndarray
 
 __all__ = ["DEFAULT_PERIODS", "ExpiringBloomFilter", "ExpiringRule", "is_expiring", "period_name"]
 
-PathLike = Union[str, "os.PathLike[str]"]
-Item = Union[str, bytes, bytearray, memoryview, int]
 
 DEFAULT_PERIODS = 8
 #: The most periods a filter may have (each is a file; a query asks every live one).
