@@ -310,7 +310,7 @@ static PyObject *ck_write_one(CkHandle *h, PyObject *key, int op)
         ck_unlock(h, state);
         return ck_refuse(h, 0);
     }
-    if (ck_in_last_page(h, &k) && ck_check_size(h) < 0) {
+    if ((ck_in_last_page(h, &k) && ck_check_size(h) < 0) || mb_guard_rearm(1) < 0) {
         ck_unlock(h, state);
         return NULL;
     }
@@ -357,7 +357,7 @@ static PyObject *ck_read_one(CkHandle *h, PyObject *key, int op)
         return NULL;
     if (h->closed)
         return ck_refuse(h, 0);
-    if (ck_in_last_page(h, &k) && ck_check_size(h) < 0)
+    if ((ck_in_last_page(h, &k) && ck_check_size(h) < 0) || mb_guard_rearm(1) < 0)
         return NULL;
     if (g_read(h, &k, op, &res) < 0)
         return ck_raise(h->faulted_hook);
@@ -465,7 +465,7 @@ static Py_ssize_t ck_write_keys(CkHandle *h, keyset *ks, uint8_t *out, int inser
         state = ck_lock(h);
         if (state < 0)
             goto fail;
-        if (h->lp.size_fn != NULL && ck_check_size(h) < 0) { /* once per chunk */
+        if ((h->lp.size_fn != NULL && ck_check_size(h) < 0) || mb_guard_rearm(c) < 0) { /* once per chunk */
             ck_unlock(h, state);
             goto fail;
         }
@@ -623,7 +623,7 @@ static PyObject *ck_contains_many(CkHandle *h, PyObject *const *args, Py_ssize_t
         mb_keys_end(&ks);
         return ck_refuse(h, 0);
     }
-    if (ks.n > 0 && ck_check_size(h) < 0) { /* once per call (0 at once in memory) */
+    if ((ks.n > 0 && ck_check_size(h) < 0) || mb_guard_rearm(ks.n) < 0) { /* once per call (0 at once in memory) */
         PyBuffer_Release(&out);
         mb_keys_end(&ks);
         return NULL;

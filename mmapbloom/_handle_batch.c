@@ -20,10 +20,6 @@
 #include "_guard.h"
 #include "_pykeys.h"
 
-/* A batch chunk of this many keys or more re-arms the guard with mb_guard_install (one
- * sigaction query, under 0.1 ns a key) instead of the cheaper mb_guard_check. */
-#define GUARD_QUERY_KEYS 4096
-
 #define STAGE_POSITIONS (1 << 20)    /* staged positions per chunk at most (8 MiB) */
 
 /* A chunk's commit and its count (the lock is held): 0, or -1 the mapping faulted (cells
@@ -92,7 +88,7 @@ static Py_ssize_t h_add_keys(Handle *h, keyset *ks, uint8_t *out)
             goto fail;
         /* Per chunk: a Python SIGBUS handler set since (a large chunk also asks sigaction,
          * which sees the very handler the guard chains to set again: _guard.h). */
-        if ((c >= GUARD_QUERY_KEYS ? mb_guard_install() : mb_guard_check()) < 0) {
+        if (mb_guard_rearm(c) < 0) {
             if (state == LOCK_TAKEN)
                 mb_lock_release(h->lock);
             goto fail;
@@ -242,7 +238,7 @@ PyObject *mb_h_contains_many(Handle *h, PyObject *const *args, Py_ssize_t nargs)
         mb_keys_end(&ks);
         return mb_h_refuse(h, 0);
     }
-    if ((ks.n >= GUARD_QUERY_KEYS ? mb_guard_install() : mb_guard_check()) < 0) {   /* as in add_many */
+    if (mb_guard_rearm(ks.n) < 0) {   /* as in add_many */
         PyMem_Free(ring);
         PyBuffer_Release(&out);
         mb_keys_end(&ks);

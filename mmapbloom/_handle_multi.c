@@ -221,7 +221,7 @@ static Py_ssize_t add_unless_keys(Handle *h, PyObject *fast, keyset *ks, uint8_t
             mb_h_refuse(h, 0);
             goto fail;
         }
-        if (others_open(fast) < 0 || check_sizes(h, fast) < 0)
+        if (mb_guard_rearm(c) < 0 || others_open(fast) < 0 || check_sizes(h, fast) < 0)
             goto fail;
         state = mb_h_lock(h);
         if (state < 0)
@@ -385,7 +385,7 @@ PyObject *mb_h_contains_many_any(Handle *h, PyObject *const *args, Py_ssize_t na
         mb_h_refuse(h, 0);
         goto done;
     }
-    if (others_open(fast) < 0)
+    if (mb_guard_rearm(ks.n) < 0 || others_open(fast) < 0)
         goto done;
     h->busy++;
     enter_all(fast);
@@ -521,9 +521,14 @@ PyObject *mb_h_contains_any(Handle *h, PyObject *const *args, Py_ssize_t nargs)
         mb_h_refuse(h, 0);
         goto done;
     }
-    if (others_open(fast) < 0)
+    if (mb_guard_rearm(1) < 0 || others_open(fast) < 0)
         goto done;
+    /* busy: a close by another thread while a size check runs Python defers the unmap */
+    h->busy++;
+    enter_all(fast);
     present = any_hashed(h, fast, hv, 0);
+    leave_all(fast);
+    mb_h_leave(h);
 done:
     Py_DECREF(fast);
     return present < 0 ? NULL : PyBool_FromLong(present);
@@ -580,16 +585,32 @@ PyObject *mb_h_add_unless(Handle *h, PyObject *const *args, Py_ssize_t nargs)
     n = mb_cells_distinct(h->width, pos, h->g.k);   /* sorts pos: top stays the largest */
     if (h->lp.size_fn != NULL && (h->items_last || top >= h->last_cell) && mb_h_check_size(h) < 0)
         goto done;
+    if (mb_guard_rearm(1) < 0)
+        goto done;
     state = mb_h_lock(h);
     if (state < 0)
         goto done;
-    held = others_open(fast) < 0 ? -1 : any_hashed(h, fast, hv, 1);
+    /* busy (as in contains_any): a close by another thread while a size check runs
+     * Python defers the unmap of self and of the others until this call ends */
+    h->busy++;
+    held = others_open(fast);
+    if (held == 0) {
+        enter_all(fast);
+        held = any_hashed(h, fast, hv, 1);
+        leave_all(fast);
+    }
+    if (held == 0 && h->closed) {   /* closed meanwhile: nothing written */
+        mb_h_refuse(h, 0);
+        held = -1;
+    }
     if (held == 0 && g_add_one(h, pos, n, &fresh, &sat, &over, &stored) < 0) {
+        mb_h_leave(h);
         if (state == LOCK_TAKEN && mb_lock_release(h->lock) < 0)
             goto done;
         mb_h_faulted(h);
         goto done;
     }
+    mb_h_leave(h);
     if (state == LOCK_TAKEN && mb_lock_release(h->lock) < 0)
         goto done;
     if (held < 0)

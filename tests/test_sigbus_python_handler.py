@@ -110,3 +110,53 @@ def test_python_sigbus_handler_set_after_open_does_not_make_ops_spin(tmp_path: A
     except subprocess.TimeoutExpired:
         pytest.fail("an op spun (no answer within 30 s)")
     assert run.returncode == 0 and "ok [2]" in run.stdout, (run.returncode, run.stdout, run.stderr[-2000:])
+
+
+# The same for the cuckoo filter's handle and the expiring filter's multi-period calls
+# (Handle.contains_any / add_unless / add_many_unless / contains_many_any), which re-arm the
+# guard at their own entry points (found by review: both spun).
+AFTER_KINDS = r"""
+import glob, os, signal, sys, warnings
+warnings.simplefilter("ignore")
+from mmapbloom import CuckooFilter, ExpiringBloomFilter, LengthMismatchError
+path, kind = sys.argv[1], sys.argv[2]
+if kind == "cuckoo":
+    f = CuckooFilter.create(path, 2_000_000, 0.01)
+    victim = path
+else:
+    f = ExpiringBloomFilter.create(path, window=3600, capacity=200_000, fp_rate=0.01)
+    [victim] = glob.glob(os.path.join(path, "period-*.blm"))
+f.add("present")
+seen = []
+signal.signal(signal.SIGBUS, lambda *a: seen.append(1))
+os.truncate(victim, 64)
+ops = {
+    "in": lambda: "k1" in f,
+    "add": lambda: f.add("new"),
+    "update": lambda: f.update(["x", "y"]),
+    "contains_many": lambda: f.contains_many(["present", "y"]),
+    "update_big": lambda: f.update([f"b{i}" for i in range(5000)]),
+}
+if kind == "cuckoo":
+    ops["count"] = lambda: f.count("present")
+    ops["discard"] = lambda: f.discard("present")
+for name, op in ops.items():
+    try:
+        op()
+    except LengthMismatchError:
+        continue
+    print("NO ERROR", name); sys.exit(3)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("kind", ["cuckoo", "expiring"])
+def test_python_sigbus_handler_set_after_open_cuckoo_and_expiring(tmp_path: Any, kind: str) -> None:
+    path = os.path.join(tmp_path, "f.ckf" if kind == "cuckoo" else "exp")
+    try:
+        run = subprocess.run(
+            [sys.executable, "-c", AFTER_KINDS, path, kind], cwd=ROOT, capture_output=True, text=True, timeout=30
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("an op spun (no answer within 30 s)")
+    assert run.returncode == 0 and "ok" in run.stdout, (run.returncode, run.stdout, run.stderr[-2000:])
