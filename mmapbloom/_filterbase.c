@@ -8,7 +8,9 @@
 
 /* The base class of mmapbloom.base.MappedFilter on the native backend: it holds the
  * filter's handle (_h) and implements add, might_contain and `in` by calling it directly,
- * so `x in f` and `f.add(x)` cost one C call and no Python frame.  A handle that is not
+ * so `x in f` and `f.add(x)` cost one C call and no Python frame; write_lock() returns the
+ * handle's LockState in one C call when the handle is open and writable (anything else:
+ * the subclass's _write_lock_slow).  A handle that is not
  * a native Handle (the pure one, for a custom strategy) is called through its methods. */
 typedef struct {
     PyObject_HEAD
@@ -106,16 +108,53 @@ static PyObject *fb_might_contain(FilterBase *self, PyObject *key)
     return present < 0 ? NULL : PyBool_FromLong(present);
 }
 
+PyDoc_STRVAR(fb_write_lock_doc,
+"write_lock(timeout=None)\n--\n\n"
+"The handle's write lock, as a context manager, for loops that cannot batch::\n\n"
+"    with f.write_lock():\n"
+"        for url in urls:\n"
+"            if f.add(url): ...\n\n"
+"Inside the block writes re-enter the lock without another lock call.  Other writers\n"
+"(threads, processes) wait until the block ends; readers are not blocked.  A write through\n"
+"a *second* handle on the same file inside the block (same thread) raises\n"
+"SelfDeadlockError at once; snapshot reads of a second handle (copy, to_bytes, |, to_bloom,\n"
+"a counting union) work inside the block and see its writes.\n\n"
+"timeout: None (default) waits as long as it takes; a number of seconds >= 0: entering the\n"
+"block waits at most that long (thread lock and cross-process lock together) and raises\n"
+"LockTimeout (a TimeoutError).  Cost without a timeout on an open writable handle: one C\n"
+"call that returns the lock (no Python frame); otherwise MappedFilter._write_lock_slow.\n\n"
+"Raises ReadOnlyFilterError, FilterClosedError (such a handle), ValueError (a negative or\n"
+"non-finite timeout); on entering: LockTimeout, SelfDeadlockError, FilterClosedError.");
+
+static PyObject *fb_write_lock(FilterBase *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *slow, *r;
+    if (nargs == 0 && kwnames == NULL && self->h != NULL && Py_IS_TYPE(self->h, &mb_Handle_Type)) {
+        PyObject *lock = mb_handle_write_lock((mb_handle *)self->h);
+        if (lock != NULL)
+            return Py_NewRef(lock);
+    }
+    /* a timeout, a closed or read-only handle, the pure handle: the Python protocol */
+    slow = PyObject_GetAttrString((PyObject *)self, "_write_lock_slow");
+    if (slow == NULL)
+        return NULL;
+    r = PyObject_Vectorcall(slow, args, nargs, kwnames);
+    Py_DECREF(slow);
+    return r;
+}
+
 static PyObject *fb_init_subclass(PyObject *cls, PyObject *args, PyObject *kwargs);
 
-/* The hot methods, rebound on every subclass by fb_init_subclass: the first two entries. */
-#define FB_HOT_METHODS 2
+/* The hot methods, rebound on every subclass by fb_init_subclass: the first three entries. */
+#define FB_HOT_METHODS 3
 
 static PyMethodDef fb_methods[] = {
     {"add", (PyCFunction)fb_add, METH_O, fb_add_doc},
     {"might_contain", (PyCFunction)fb_might_contain, METH_O, fb_might_contain_doc},
+    {"write_lock", (PyCFunction)(void (*)(void))fb_write_lock, METH_FASTCALL | METH_KEYWORDS, fb_write_lock_doc},
     {"__init_subclass__", (PyCFunction)(void (*)(void))fb_init_subclass, METH_VARARGS | METH_KEYWORDS | METH_CLASS,
-     "Give the new subclass its own add and might_contain descriptors (see _filterbase.h)."},
+     "Give the new subclass its own add, might_contain and write_lock descriptors (see _filterbase.h)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -169,6 +169,11 @@ PyObject *mb_h_refuse(Handle *h, int write)
                    "operation on a closed filter");
 }
 
+PyObject *mb_handle_write_lock(mb_handle *h)
+{
+    return h->closed || !h->writable ? NULL : (PyObject *)h->lock;
+}
+
 /* End of a call counted in busy: the image export goes once the handle is closed and no
  * call is in flight. */
 void mb_h_leave(Handle *h)

@@ -21,4 +21,8 @@ extern PyTypeObject mb_Handle_Type;
 PyObject *mb_handle_write_one(mb_handle *h, PyObject *key, int op);
 int mb_handle_contains(mb_handle *h, PyObject *key);
 
+/* For FilterBase.write_lock: the handle's LockState (a borrowed reference) when the handle
+ * is open and writable, else NULL (no exception set: the caller takes the Python path). */
+PyObject *mb_handle_write_lock(mb_handle *h);
+
 #endif /* MMAPBLOOM_HANDLE_H */

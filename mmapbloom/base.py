@@ -399,6 +399,7 @@ class MappedFilter(FilterBase, Lifecycle):
 
         Inside the block writes re-enter the lock without another ``flock`` call. Other
         writers (threads, processes) wait until the block ends; readers are not blocked.
+        Cost on the native backend without a timeout: one C call that returns the lock.
 
         A write through a *second* handle on the same file inside the block (same thread)
         cannot wait for the block it is in: it raises :class:`SelfDeadlockError` at once.
@@ -420,6 +421,13 @@ class MappedFilter(FilterBase, Lifecycle):
         if timeout is None:
             return self._storage.lock
         return self._storage.lock.with_timeout(timeout)
+
+    # The compiled FilterBase's write_lock returns the handle's lock in one C call (no Python
+    # frame) when the handle is native, open and writable and no timeout is given (issue 28:
+    # the ``with f.write_lock(): pass`` pair); it calls _write_lock_slow for everything else.
+    _write_lock_slow = write_lock
+    if not TYPE_CHECKING and hasattr(FilterBase, "write_lock"):
+        write_lock = FilterBase.write_lock
 
     # -- the interface both kinds share (add, might_contain and ``in``: FilterBase) -------
     def add_many(self, items: Keys) -> npt.NDArray[np.bool_]:

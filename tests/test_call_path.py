@@ -30,7 +30,7 @@ def _calls(f: Any, s: str) -> None:
 @pytest.mark.parametrize("kind", KINDS)
 def test_each_kind_owns_descriptors_of_the_c_methods(kind: type) -> None:
     base = native_module().FilterBase
-    for name in ("add", "might_contain"):
+    for name in ("add", "might_contain", "write_lock"):
         descr = kind.__dict__[name]
         assert type(descr) is type(base.__dict__[name]), name  # a C method descriptor, no Python layer
         assert descr.__objclass__ is kind and descr.__doc__ == base.__dict__[name].__doc__, name
@@ -77,3 +77,40 @@ def test_behaviour_is_unchanged(kind: type) -> None:
     f.close()
     with pytest.raises(mmapbloom.FilterClosedError):
         f.add("a")
+
+
+@native
+@pytest.mark.parametrize("kind", KINDS)
+def test_write_lock_is_one_c_call_returning_the_lock(kind: type, tmp_path: Any) -> None:
+    """Issue 28: ``f.write_lock()`` without a timeout is FilterBase's C method, which returns
+    the handle's lock itself; everything else goes through MappedFilter._write_lock_slow."""
+    from mmapbloom.locking import TimedWriteLock
+
+    path = str(tmp_path / "f.blm")
+    with kind.create(path, BloomConfig.for_items(100, 0.01)) as f:
+        assert f.write_lock() is f._storage.lock and f.write_lock(None) is f._storage.lock
+        assert isinstance(f.write_lock(timeout=1.0), TimedWriteLock)
+        with pytest.raises(ValueError):
+            f.write_lock(timeout=-1.0)
+        with pytest.raises(TypeError):
+            f.write_lock(1.0, 2.0)
+    with pytest.raises(mmapbloom.FilterClosedError):
+        f.write_lock()
+    with kind.open(path, readonly=True) as r, pytest.raises(mmapbloom.ReadOnlyFilterError):
+        r.write_lock()
+
+
+@native
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="no specialising interpreter before 3.11")
+def test_the_interpreter_specialises_the_write_lock_call() -> None:
+    f = BloomFilter(BloomConfig.for_items(100, 0.01))
+
+    def pair(f: Any) -> None:
+        with f.write_lock():
+            pass
+
+    run = type(pair)(pair.__code__.replace(), globals())
+    for _ in range(100):
+        run(f)
+    names = [i.opname for i in dis.get_instructions(run, adaptive=True)]  # type: ignore[call-arg]
+    assert sum("METHOD_DESCRIPTOR_FAST_WITH_KEYWORDS" in n for n in names) == 1, names

@@ -31,6 +31,43 @@ def test_enter_and_exit_are_the_compiled_ones_on_the_native_backend() -> None:
     assert WriteLock.__exit__ is kernels.LockState.__exit__
 
 
+def test_the_bound_enter_and_exit_are_cheap_callables_that_keep_the_lock() -> None:
+    """Issue 28: on an instance, ``lock.__enter__`` / ``__exit__`` (what ``with`` looks up)
+    are LockCalls from a free list, not a bound method allocated per statement; they hold
+    the lock like a bound method (a temporary lock in ``with`` lives to the end of the block)."""
+    import contextlib
+    import gc
+    import weakref
+
+    kernels = native_module()
+    if kernels is None:
+        pytest.skip("pure backend: Python __enter__ / __exit__")
+    lock = WriteLock(None)
+    enter, leave = lock.__enter__, lock.__exit__
+    assert type(enter).__name__ == "LockCall" and enter.__self__ is lock and leave.__name__ == "__exit__"
+    assert enter.__doc__ == kernels.LockState.__enter__.__doc__ and "__enter__" in repr(enter)
+    assert enter() is lock and lock._depth == 1 and leave(None, None, None) is None and lock._depth == 0
+    with pytest.raises(TypeError):
+        enter(1)
+    with pytest.raises(TypeError):
+        leave(None, None)
+    with pytest.raises(TypeError):
+        leave(None, None, tb=None)
+    del enter, leave
+    with WriteLock(None) as temporary:  # the statement's only reference is the bound __exit__
+        assert temporary._depth == 1 and temporary.owned()
+    assert temporary._depth == 0
+    with contextlib.ExitStack() as stack:  # type(cm).__enter__(cm): the class-level method
+        assert stack.enter_context(lock) is lock and lock._depth == 1
+    assert lock._depth == 0
+    ref = weakref.ref(lock)
+    cycle: list[Any] = [lock.__exit__]
+    cycle.append(cycle)
+    del lock, cycle
+    gc.collect()
+    assert ref() is None  # a LockCall in a reference cycle is collected with its lock
+
+
 def test_reentry_and_exclusion_of_a_second_handle(tmp_path: Any) -> None:
     path = str(tmp_path / "f.blm")
     with BloomFilter.create(path, CFG) as f, BloomFilter.open(path) as g:
