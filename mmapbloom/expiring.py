@@ -485,6 +485,8 @@ class ExpiringBloomFilter(Lifecycle):
         Raises:
             ConfigError: a value out of range (window, capacity, fp_rate, periods, clock),
                 or a period shape beyond BLM1's limits.
+            UnknownSchemeError (a ``ValueError``): an unregistered strategy name.
+            TypeError: ``mode`` is not permission bits (an int in [0, 0o777]).
             FileExistsError: ``path`` exists.
             NoSpaceError, OSError: from the OS, naming ``path``.
         """
@@ -778,8 +780,8 @@ class ExpiringBloomFilter(Lifecycle):
         if hot[0] is view and hot[1] == now:
             return hot[2], hot[3]
         live = self._live(view, now)
-        newest = live[0]._h if live else None
-        older = tuple(f._h for f in live[1:])
+        newest = live[0].kernel_handle if live else None
+        older = tuple(f.kernel_handle for f in live[1:])
         self._hot = (view, now, newest, older)
         return newest, older
 
@@ -932,7 +934,7 @@ class ExpiringBloomFilter(Lifecycle):
             view, now = self._locked_view()
             writable = self._writable_newest(view)
             _, older = self._handles(self._view, now)
-            return bool(writable._h.add_unless(older, item))
+            return bool(writable.kernel_handle.add_unless(older, item))
 
     def update(self, items: Iterable[Any]) -> int:
         """Add many keys; return how many were new. Equivalent to :meth:`add` on each in
@@ -970,9 +972,9 @@ class ExpiringBloomFilter(Lifecycle):
         (``Handle.add_many_unless``)."""
         view, now = self._locked_view()
         newest = self._writable_newest(view)
-        others = [f._h for f in self._live(view, now) if f is not view.filters[-1] and f is not newest]
+        others = [f.kernel_handle for f in self._live(view, now) if f is not view.filters[-1] and f is not newest]
         try:
-            new = int(newest._h.add_many_unless(others, as_batch(keys, newest._native())))
+            new = int(newest.kernel_handle.add_many_unless(others, as_batch(keys, newest.kernel_module)))
         except BaseException as exc:
             done[0] = getattr(exc, "committed_items", 0)
             raise
@@ -1015,10 +1017,10 @@ class ExpiringBloomFilter(Lifecycle):
         self._check_open()
         view = self._current()
         live = self._live(view, self._now())
-        batch = as_batch(items, live[0]._native() if live else None, query=True)
+        batch = as_batch(items, live[0].kernel_module if live else None, query=True)
         out = np.zeros(len(batch), dtype=np.bool_)
         if live:
-            live[0]._h.contains_many_any([f._h for f in live[1:]], batch, out)
+            live[0].kernel_handle.contains_many_any([f.kernel_handle for f in live[1:]], batch, out)
         return out
 
     # -- statistics ---------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import json
 import os
 import pickle
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -289,7 +290,7 @@ def test_update_error_carries_committed_items(tmp_path) -> None:  # type: ignore
     ],
 )
 def test_invalid_values_are_refused(tmp_path, kw) -> None:  # type: ignore[no-untyped-def]
-    args = {"window": W, "capacity": 100, "fp_rate": 0.01, "periods": K, "clock": Clock()}
+    args: dict[str, Any] = {"window": W, "capacity": 100, "fp_rate": 0.01, "periods": K, "clock": Clock()}
     args.update(kw)
     with pytest.raises(ConfigError):
         ExpiringBloomFilter.create(
@@ -445,3 +446,20 @@ def test_a_long_lived_handle_releases_dropped_periods(tmp_path) -> None:  # type
                 side_counts.append(sum(".mutex" in line for line in lines))
         assert max(counts) <= 4  # mappings of removed files do not pile up (2 handles x 2)
         assert max(side_counts) <= 2  # nor the writer's side files of those (mutex mode)
+
+
+def test_no_private_reads_of_other_modules_objects() -> None:
+    """expiring.py reads other modules' objects only through their non-underscore names
+    (``BloomFilter.kernel_handle`` / ``kernel_module``, not ``_h`` / ``_native()``): every
+    ``x._name`` it writes is a name of its own class (its slots and methods, inherited
+    ones included)."""
+    import ast
+
+    tree = ast.parse(open(expiring.__file__, encoding="utf-8").read())
+    private = {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+    }
+    foreign = sorted(name for name in private if not hasattr(ExpiringBloomFilter, name))
+    assert foreign == [], foreign
