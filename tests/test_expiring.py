@@ -463,3 +463,28 @@ def test_no_private_reads_of_other_modules_objects() -> None:
     }
     foreign = sorted(name for name in private if not hasattr(ExpiringBloomFilter, name))
     assert foreign == [], foreign
+
+
+def test_add_precheck_reads_no_word_and_a_stale_handle_decides_under_the_lock(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``add`` of a key this handle's last view holds answers False without a ``pread``;
+    a key it misses is decided under the lock on the committed view, so a handle that has
+    not seen another handle's rotation still answers False for a key added there."""
+    clock = Clock(0.5)
+    with make(tmp_path, clock) as a, ExpiringBloomFilter.open(str(tmp_path / "f"), clock=clock) as b:
+        assert a.add("old") and b.add("fresh-b")
+        clock.t = 3 * P + 0.5
+        assert a.add("x")  # a rotates; b's view is now stale
+        calls = []
+        real = os.pread
+
+        def counting(fd: int, n: int, off: int) -> bytes:
+            calls.append(fd)
+            return real(fd, n, off)
+
+        monkeypatch.setattr(os, "pread", counting)
+        assert b.add("old") is False and calls == []  # found in b's last view: no pread
+        assert b.add("x") is False and calls  # not in b's stale view: decided on the committed one
+        assert b.add("y") is True and a.add("y") is False
+        monkeypatch.undo()
+        clock.t = W + 4 * P  # "old" expired (its period dropped): new again for both
+        assert b.add("old") is True and a.add("old") is False

@@ -70,6 +70,13 @@ def test_eight_processes_cross_boundaries_together(tmp_path) -> None:  # type: i
     rotations = collections.Counter(int(line.split()[1]) for line in open(log).read().splitlines())
     assert sorted(rotations) == list(range(1, steps))  # every boundary rotated ...
     assert max(rotations.values()) == 1  # ... exactly once
+    twice = sum(n > 1 for n in rotations.values())
+    print(  # the figures of the closing note (pytest -s)
+        f"\n{procs_n} processes, {steps - 1} boundaries, {len(keys)} keys: {sum(claims.values())} adds True, "
+        f"{sum(n == 1 for n in claims.values())} (step, key) pairs True exactly once (expected {len(want)}); "
+        f"rotations {sum(rotations.values())}, done twice {twice}; acknowledged keys lost {lost} "
+        f"(of {steps * len(keys)} checks)"
+    )
     with verify_file(path) as v:
         assert len(v.describe(scan=False)["live_periods"]) <= K + 1
 
