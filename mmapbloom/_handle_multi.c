@@ -9,7 +9,9 @@
  *                  with the found keys masked as nulls).  add_many's rules: every key
  *                  validated first, committed_items on every exception, signals between
  *                  chunks.
- *   contains_many_any(others, keys, out)     out[i] = key i may be in self or in another.
+ *   contains_many_any(others, keys, out)     out[i] = key i may be in self or in another:
+ *                  per chunk self first through the single-filter query kernel, then the
+ *                  others for the keys self did not hold (those are hashed a second time).
  *   add_unless(others, key), contains_any(others, key): the same for one key.
  *
  * Every touch of a mapping is a guarded section of its own handle (_guard.h); an absent
@@ -328,18 +330,38 @@ refused:
     return NULL;
 }
 
-/* contains_many_any's probes without the GIL: per chunk, stage the keys once and probe
- * self and the others.  0, or -1 faulted. */
-static int any_keys(Handle *h, PyObject *fast, keyset *ks, uint64_t *rows, Py_ssize_t chunk, uint8_t *out)
+/* self alone through the single-filter query kernel (mb_cells_query: hashed, staged and
+ * prefetched as in contains_many), in a guarded section of its own.  0, or -1 faulted. */
+static int g_query_self(Handle *h, const mb_key *refs, size_t n, uint64_t *ring, uint8_t *out)
+{
+    GUARD_DECL(gd);
+    GUARD_BEGIN(gd, h->image.buf, h->image.len)
+        return -1;
+    TOUCH_LAST(h);
+    mb_cells_query(h->body, h->width, &h->g, refs, n, ring, out);
+    GUARD_END();
+    return 0;
+}
+
+/* contains_many_any's probes without the GIL, per chunk: self alone first with the
+ * single-filter kernel (the newest period, where a batch of recent keys is found: about
+ * half the cost of the mask kernel for those), then, only if some key was not found
+ * there, the keys staged once and the others probed for the keys still not found (a key
+ * absent from self is hashed twice).  0, or -1 faulted. */
+static int any_keys(Handle *h, PyObject *fast, keyset *ks, uint64_t *rows, uint64_t *ring, Py_ssize_t chunk,
+                    uint8_t *out)
 {
     const Py_ssize_t n = ks->n;
     Py_ssize_t start;
     for (start = 0; start < n; start += chunk) {
         const Py_ssize_t c = n - start < chunk ? n - start : chunk;
         const mb_key *refs = mb_keys_chunk(ks, start, c);
+        if (g_query_self(h, refs, (size_t)c, ring, out + start) < 0)
+            return -1;
+        if (PySequence_Fast_GET_SIZE(fast) == 0 || memchr(out + start, 0, (size_t)c) == NULL)
+            continue;
         mb_cells_stage(&h->g, refs, (size_t)c, rows);
-        memset(out + start, 0, (size_t)c);
-        if (any_rows(h, fast, refs, (size_t)c, rows, out + start) < 0)
+        if (any_rows(NULL, fast, refs, (size_t)c, rows, out + start) < 0)
             return -1;
     }
     return 0;
@@ -356,7 +378,7 @@ PyObject *mb_h_contains_many_any(Handle *h, PyObject *const *args, Py_ssize_t na
 {
     keyset ks;
     Py_buffer out;
-    uint64_t *rows;
+    uint64_t *rows, *ring = NULL;
     Py_ssize_t chunk;
     int bad;
     PyObject *fast = NULL;
@@ -377,7 +399,8 @@ PyObject *mb_h_contains_many_any(Handle *h, PyObject *const *args, Py_ssize_t na
     }
     chunk = ks.n < MB_CHUNK_KEYS ? (ks.n ? ks.n : 1) : MB_CHUNK_KEYS;
     rows = PyMem_Malloc((size_t)chunk * 2 * sizeof *rows);
-    if (rows == NULL) {
+    ring = PyMem_Malloc((size_t)AHEAD * h->g.k * sizeof *ring);
+    if (rows == NULL || ring == NULL) {
         PyErr_NoMemory();
         goto done;
     }
@@ -391,10 +414,10 @@ PyObject *mb_h_contains_many_any(Handle *h, PyObject *const *args, Py_ssize_t na
     enter_all(fast);
     if (ks.n >= GIL_MIN_KEYS) {
         Py_BEGIN_ALLOW_THREADS
-        bad = any_keys(h, fast, &ks, rows, chunk, out.buf);
+        bad = any_keys(h, fast, &ks, rows, ring, chunk, out.buf);
         Py_END_ALLOW_THREADS
     } else {
-        bad = any_keys(h, fast, &ks, rows, chunk, out.buf);
+        bad = any_keys(h, fast, &ks, rows, ring, chunk, out.buf);
     }
     leave_all(fast);
     mb_h_leave(h);
@@ -406,12 +429,14 @@ PyObject *mb_h_contains_many_any(Handle *h, PyObject *const *args, Py_ssize_t na
     if (memchr(out.buf, 0, (size_t)ks.n) != NULL && check_sizes(h, fast) < 0)
         goto done;
     PyMem_Free(rows);
+    PyMem_Free(ring);
     PyBuffer_Release(&out);
     mb_keys_end(&ks);
     Py_DECREF(fast);
     Py_RETURN_NONE;
 done:
     PyMem_Free(rows);
+    PyMem_Free(ring);
     PyBuffer_Release(&out);
     mb_keys_end(&ks);
     Py_DECREF(fast);

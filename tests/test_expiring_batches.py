@@ -235,3 +235,26 @@ def test_open_and_open_or_create_refusals(tmp_path: Path) -> None:
             ExpiringBloomFilter.open_or_create(
                 path, WINDOW, args["capacity"], args["fp_rate"], periods=args["periods"], clock=clock
             )
+
+
+@pytest.mark.parametrize("which", ["newest", "older"])
+def test_contains_many_on_a_truncated_period_raises(tmp_path: Path, which: str) -> None:
+    """A period file truncated under the handle: ``contains_many`` (the newest period
+    alone first, then the older ones for the keys it did not hold) raises
+    LengthMismatchError instead of dying of SIGBUS, whichever period shrank."""
+    from mmapbloom import LengthMismatchError
+
+    clock = Clock(0.0)
+    with make(tmp_path, clock) as f:
+        for step in range(3):
+            clock.t = step * P + 1
+            f.update([f"k{step}-{i}" for i in range(100)])
+        names = sorted(
+            (n for n in os.listdir(f.path) if n.startswith("period-") and n.endswith(".blm")),
+            key=lambda n: int(n[7:-4]),
+        )
+        os.truncate(os.path.join(f.path, names[-1] if which == "newest" else names[0]), 64)
+        with pytest.raises(LengthMismatchError):
+            f.contains_many([f"k0-{i}" for i in range(100)] + ["absent"])
+        with pytest.raises(LengthMismatchError):
+            f.contains_many(np.arange(5000, dtype=np.int64))  # absent keys: every period probed
