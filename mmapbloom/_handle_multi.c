@@ -12,7 +12,10 @@
  *   contains_many_any(others, keys, out)     out[i] = key i may be in self or in another:
  *                  per chunk self first through the single-filter query kernel, then the
  *                  others for the keys self did not hold (those are hashed a second time).
- *   add_unless(others, key), contains_any(others, key): the same for one key.
+ *   add_unless(others, key), contains_any(others, key): the same for one key;
+ *                  contains_any(others, key, word, expected) first loads a watched word
+ *                  (the expiring filter's generation, through a mapping of its lock file)
+ *                  under the guard and answers None when it is not `expected`.
  *
  * Every touch of a mapping is a guarded section of its own handle (_guard.h); an absent
  * answer of a file whose probed cells may lie in its last page is followed by its size
@@ -524,18 +527,56 @@ static uint64_t *room(const Handle *h, uint64_t *small)
     return pos;
 }
 
+/* The 4-byte little-endian word at p (aligned), in a guarded section of its own: 0, or -1
+ * faulted (its file was truncated under the mapping). */
+static int g_load_word(const uint8_t *p, uint32_t *word)
+{
+    GUARD_DECL(gd);
+    GUARD_BEGIN(gd, p, 4)
+        return -1;
+    *word = mb_items_load(p);
+    GUARD_END();
+    return 0;
+}
+
+/* contains_any's watch: 1 if the word viewed by obj (a 4-byte buffer: the expiring
+ * filter's committed generation, through a read-only mapping of its lock file) is not
+ * `expected` or cannot be read (a truncated file: the caller re-reads it with pread, which
+ * raises), 0 if it is, -1 raised. */
+static int word_moved(PyObject *obj, PyObject *expected)
+{
+    Py_buffer b;
+    uint32_t word = 0;
+    unsigned long want = PyLong_AsUnsignedLong(expected);
+    int moved;
+    if (want == (unsigned long)-1 && PyErr_Occurred())
+        return -1;
+    if (PyObject_GetBuffer(obj, &b, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (b.len != 4 || ((uintptr_t)b.buf & 3) != 0) {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_ValueError, "contains_any(): the watched word must be 4 aligned bytes");
+        return -1;
+    }
+    moved = g_load_word(b.buf, &word) < 0 || word != want;
+    PyBuffer_Release(&b);
+    return moved;
+}
+
 const char mb_h_contains_any_doc[] = PyDoc_STR(
-"contains_any(others, key, /)\n--\n\n"
+"contains_any(others, key, word=None, expected=0, /)\n--\n\n"
 "True if the key may be present in self or in one of others (a list or tuple of open\n"
-"Handles of self's geometry); the key is hashed once.  No lock.");
+"Handles of self's geometry); the key is hashed once.  No lock.  With word (a 4-byte\n"
+"buffer, e.g. a memoryview of a mapping): None, without probing, if the little-endian\n"
+"word it views is not expected or cannot be read (read first, under the SIGBUS guard).");
 
 PyObject *mb_h_contains_any(Handle *h, PyObject *const *args, Py_ssize_t nargs)
 {
     uint64_t hv[2];
     PyObject *fast = NULL;
     int present = -1;
-    if (nargs != 2)
-        return PyErr_Format(PyExc_TypeError, "contains_any() takes 2 arguments (%zd given)", nargs);
+    if (nargs != 2 && nargs != 4)
+        return PyErr_Format(PyExc_TypeError, "contains_any() takes 2 or 4 arguments (%zd given)", nargs);
     if (h->closed)
         return mb_h_refuse(h, 0);
     if (get_others(h, args[0], &fast) < 0)
@@ -548,6 +589,15 @@ PyObject *mb_h_contains_any(Handle *h, PyObject *const *args, Py_ssize_t nargs)
     }
     if (mb_guard_rearm(1) < 0 || others_open(fast) < 0)
         goto done;
+    if (nargs == 4 && args[2] != Py_None) {   /* the word first, then the probes */
+        int moved = word_moved(args[2], args[3]);
+        if (moved < 0)
+            goto done;
+        if (moved) {
+            Py_DECREF(fast);
+            Py_RETURN_NONE;
+        }
+    }
     /* busy: a close by another thread while a size check runs Python defers the unmap */
     h->busy++;
     enter_all(fast);

@@ -389,10 +389,12 @@ class ExpiringBloomFilter(Lifecycle):
 
     Concurrency: writers hold the directory-wide write lock (a thread lock plus the
     write lock of ``lock``: its mutex side file or an exclusive ``flock``); queries take
-    no lock: each reads the committed generation (one ``pread`` of the lock file) and
-    re-reads the manifest only when it changed (``add``'s lock-free pre-check asks the
-    handle's last view instead: see :meth:`add`). Fork-safe. Sharing between users: new period files copy the permission bits
-    and group of the lock file, and a period this user cannot write is opened read-only.
+    no lock: each reads the committed generation (a ``pread`` of the lock file; the
+    native ``in`` reads it through a mapping under the SIGBUS guard, see
+    :meth:`might_contain`) and re-reads the manifest only when it changed (``add``'s
+    lock-free pre-check asks the handle's last view instead: see :meth:`add`).
+    Fork-safe. Sharing between users: new period files copy the permission bits and
+    group of the lock file, and a period this user cannot write is opened read-only.
     Not safe on file systems whose ``flock`` is not coherent (NFS).
 
     >>> import tempfile, os
@@ -425,6 +427,8 @@ class ExpiringBloomFilter(Lifecycle):
         "_retired",
         "_reload_lock",
         "_hot",
+        "_word",
+        "_word_map",
         "__weakref__",
     )
 
@@ -444,6 +448,8 @@ class ExpiringBloomFilter(Lifecycle):
     _retired: list[tuple[int, BloomFilter]]  # (generation when dropped, handle)
     _reload_lock: threading.Lock
     _hot: tuple[Any, ...]  # (view, now, newest live handle or None, older live handles)
+    _word: Optional[memoryview]  # the committed generation through a mapping (native only)
+    _word_map: Any  # that mapping (mmap.mmap) or None
 
     def __init__(self) -> None:
         raise TypeError("use ExpiringBloomFilter.create(), open() or open_or_create()")
@@ -548,6 +554,7 @@ class ExpiringBloomFilter(Lifecycle):
         self._retired = []
         self._reload_lock = threading.Lock()
         self._hot = (None, None, None, ())
+        self._word = self._word_map = None
         lock_path = self._lock_path = os.path.join(dest, LOCK_NAME)
         flags = (os.O_RDONLY if readonly else os.O_RDWR) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
         try:
@@ -573,12 +580,28 @@ class ExpiringBloomFilter(Lifecycle):
             self._rule, self._strategy, _, _ = _read_manifest(dest)
             self._config = self._rule.config(self._strategy)
             self._period = self._rule.period_seconds
-            self._reload(word)
+            view = self._reload(word)
+            if view.filters and view.filters[0].kernel_module is not None:
+                self._map_word(fd)
         except BaseException:
             self._close_files()
             raise
         _LIVE.add(self)
         return self
+
+    def _map_word(self, fd: int) -> None:
+        """Map the lock file read-only for :meth:`might_contain`, which hands the
+        generation word to the native ``Handle.contains_any`` (read there under the SIGBUS
+        guard: about 60 ns against a ``pread``'s 1 to 2 us). Without a mapping (an OS
+        refusal) queries keep the ``pread``."""
+        import mmap
+
+        try:
+            mm = mmap.mmap(fd, LOCK_SIZE, mmap.MAP_SHARED, mmap.PROT_READ)
+        except (OSError, ValueError):
+            return
+        self._word_map = mm
+        self._word = memoryview(mm)[WORD_OFFSET : WORD_OFFSET + 4]
 
     @classmethod
     def open_or_create(
@@ -1001,12 +1024,33 @@ class ExpiringBloomFilter(Lifecycle):
     def might_contain(self, item: Item) -> bool:
         """True if ``item`` may have been added within the window (always True for a key
         added at most ``window`` seconds ago); False if it certainly was not added in the
-        last ``window`` seconds. Takes no lock: one ``pread`` of the generation, a clock
-        read, one hash and the live periods probed in C (``Handle.contains_any``: each
-        position computed once for every period, the newest period first).
+        last ``window`` seconds. Takes no lock: a read of the committed generation, a
+        clock read, one hash and the live periods probed in C (``Handle.contains_any``:
+        each position computed once for every period, the newest period first). On the
+        native backend the generation is read through a mapping of the lock file inside
+        that C call, under the SIGBUS guard, before the probes; a word that moved (or a
+        lock file truncated under the mapping) sends the query to the ``pread`` path,
+        which re-reads the manifest (or raises ManifestError). On the pure backend: one
+        ``pread``.
 
         Raises TypeError, FilterClosedError, ManifestError (lock file or manifest damaged
         under the handle)."""
+        word = self._word
+        if word is not None:
+            view = self._view
+            t = self._clock()
+            try:
+                now = math.floor(t / self._period)
+            except (TypeError, ValueError, OverflowError):
+                now = self._rule.number(t)  # raises ConfigError naming the value
+            hot = self._hot
+            if hot[0] is not view or hot[1] != now:
+                self._handles(view, now)
+                hot = self._hot
+            if hot[2] is not None:
+                found = hot[2].contains_any(hot[3], item, word, view.word)
+                if found is not None:
+                    return bool(found)
         newest, older = self._query_handles()
         if newest is None:
             encode_key(item)  # TypeError for a bad key, as with live periods
@@ -1237,6 +1281,12 @@ class ExpiringBloomFilter(Lifecycle):
     def _close_files(self) -> None:
         _LIVE.discard(self)
         self._closed = True
+        word, self._word = self._word, None
+        if word is not None:  # a query in flight in another thread holds it: freed by the GC then
+            with contextlib.suppress(BufferError):
+                word.release()
+                self._word_map.close()
+        self._word_map = None
         if hasattr(self, "_lock"):
             self._lock.close()
         view, self._view = self._view, _EMPTY

@@ -488,3 +488,66 @@ def test_add_precheck_reads_no_word_and_a_stale_handle_decides_under_the_lock(tm
         monkeypatch.undo()
         clock.t = W + 4 * P  # "old" expired (its period dropped): new again for both
         assert b.add("old") is True and a.add("old") is False
+
+
+@pytest.mark.parametrize("size", [0, 4, 10])
+def test_in_on_a_truncated_lock_file_raises_manifest_error(tmp_path, size) -> None:  # type: ignore[no-untyped-def]
+    """The generation word is read through a mapping (native) or a pread (pure): a lock
+    file truncated under the handle is ManifestError, never SIGBUS (0 bytes: the mapped
+    page is past the end of the file). A truncation that leaves the word's bytes as they
+    were (10 bytes: the rest of a small generation reads as zeros) still answers from the
+    committed view on the native backend; writes, check() and verify() raise."""
+    clock = Clock(0.5)
+    with make(tmp_path, clock) as f:
+        assert f.add("a") and "a" in f
+        os.truncate(os.path.join(f.path, "lock"), size)
+        if size < 10 or f._word is None:
+            with pytest.raises(ManifestError):
+                "a" in f  # noqa: B015
+        else:
+            assert "a" in f and "zz" not in f
+        with pytest.raises(ManifestError):
+            f.contains_many(["a"])
+        with pytest.raises(ManifestError):
+            f.add("b")
+        with pytest.raises(ManifestError):
+            f.check()
+
+
+def test_in_reads_the_word_through_the_mapping_and_sees_other_handles_rotations(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    clock = Clock(0.5)
+    with make(tmp_path, clock) as a, ExpiringBloomFilter.open(a.path, readonly=True, clock=clock) as r:
+        assert a.add("k0") and "k0" in r
+        native = r._word is not None
+        calls = []
+        real = os.pread
+
+        def counting(fd: int, n: int, off: int) -> bytes:
+            calls.append(fd)
+            return real(fd, n, off)
+
+        monkeypatch.setattr(os, "pread", counting)
+        assert "k0" in r and "zz" not in r
+        assert (calls == []) == native  # native: no pread when nothing changed
+        for step in range(1, 3 * K):
+            clock.t = step * P + 0.5
+            assert a.add(f"k{step}")  # a rotation by the other handle each time
+            assert f"k{step}" in r, step  # seen at once: the word moved, the manifest re-read
+            assert (f"k{step - K - 1}" in r) is False or step - K - 1 < 0
+        monkeypatch.undo()
+    assert r._word is None and a._word is None  # closed: the mappings are released
+
+
+def test_contains_any_watch_argument_is_checked(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with make(tmp_path, Clock(0.5)) as f:
+        f.add("a")
+        if f._word is None:
+            pytest.skip("the word is watched through a mapping on the native backend only")
+        newest = f._view.filters[-1].kernel_handle
+        assert newest.contains_any((), "a", f._word, f._view.word) is True
+        assert newest.contains_any((), "a", f._word, f._view.word + 1) is None  # moved: no answer
+        assert newest.contains_any((), "a", None, 0) is True
+        with pytest.raises(ValueError, match="4 aligned bytes"):
+            newest.contains_any((), "a", b"abc", 0)
+        with pytest.raises(TypeError):
+            newest.contains_any((), "a", f._word)
