@@ -1043,12 +1043,15 @@ class ExpiringBloomFilter(Lifecycle):
                 now = math.floor(t / self._period)
             except (TypeError, ValueError, OverflowError):
                 now = self._rule.number(t)  # raises ConfigError naming the value
+            # The handles of this very view (not self._hot read again: another thread may
+            # have cached an older view's there meanwhile), and this view's word expected.
             hot = self._hot
-            if hot[0] is not view or hot[1] != now:
-                self._handles(view, now)
-                hot = self._hot
-            if hot[2] is not None:
-                found = hot[2].contains_any(hot[3], item, word, view.word)
+            if hot[0] is view and hot[1] == now:
+                newest, older = hot[2], hot[3]
+            else:
+                newest, older = self._handles(view, now)
+            if newest is not None:
+                found = newest.contains_any(older, item, word, view.word)
                 if found is not None:
                     return bool(found)
         newest, older = self._query_handles()
