@@ -9,8 +9,13 @@
  *                  with the found keys masked as nulls).  add_many's rules: every key
  *                  validated first, committed_items on every exception, signals between
  *                  chunks.
- *   contains_many_any(others, keys, out)     out[i] = key i may be in self or in another.
- *   add_unless(others, key), contains_any(others, key): the same for one key.
+ *   contains_many_any(others, keys, out)     out[i] = key i may be in self or in another:
+ *                  per chunk self first through the single-filter query kernel, then the
+ *                  others for the keys self did not hold (those are hashed a second time).
+ *   add_unless(others, key), contains_any(others, key): the same for one key;
+ *                  contains_any(others, key, word, expected) first loads a watched word
+ *                  (the expiring filter's generation, through a mapping of its lock file)
+ *                  under the guard and answers None when it is not `expected`.
  *
  * Every touch of a mapping is a guarded section of its own handle (_guard.h); an absent
  * answer of a file whose probed cells may lie in its last page is followed by its size
@@ -328,18 +333,38 @@ refused:
     return NULL;
 }
 
-/* contains_many_any's probes without the GIL: per chunk, stage the keys once and probe
- * self and the others.  0, or -1 faulted. */
-static int any_keys(Handle *h, PyObject *fast, keyset *ks, uint64_t *rows, Py_ssize_t chunk, uint8_t *out)
+/* self alone through the single-filter query kernel (mb_cells_query: hashed, staged and
+ * prefetched as in contains_many), in a guarded section of its own.  0, or -1 faulted. */
+static int g_query_self(Handle *h, const mb_key *refs, size_t n, uint64_t *ring, uint8_t *out)
+{
+    GUARD_DECL(gd);
+    GUARD_BEGIN(gd, h->image.buf, h->image.len)
+        return -1;
+    TOUCH_LAST(h);
+    mb_cells_query(h->body, h->width, &h->g, refs, n, ring, out);
+    GUARD_END();
+    return 0;
+}
+
+/* contains_many_any's probes without the GIL, per chunk: self alone first with the
+ * single-filter kernel (the newest period, where a batch of recent keys is found: about
+ * half the cost of the mask kernel for those), then, only if some key was not found
+ * there, the keys staged once and the others probed for the keys still not found (a key
+ * absent from self is hashed twice).  0, or -1 faulted. */
+static int any_keys(Handle *h, PyObject *fast, keyset *ks, uint64_t *rows, uint64_t *ring, Py_ssize_t chunk,
+                    uint8_t *out)
 {
     const Py_ssize_t n = ks->n;
     Py_ssize_t start;
     for (start = 0; start < n; start += chunk) {
         const Py_ssize_t c = n - start < chunk ? n - start : chunk;
         const mb_key *refs = mb_keys_chunk(ks, start, c);
+        if (g_query_self(h, refs, (size_t)c, ring, out + start) < 0)
+            return -1;
+        if (PySequence_Fast_GET_SIZE(fast) == 0 || memchr(out + start, 0, (size_t)c) == NULL)
+            continue;
         mb_cells_stage(&h->g, refs, (size_t)c, rows);
-        memset(out + start, 0, (size_t)c);
-        if (any_rows(h, fast, refs, (size_t)c, rows, out + start) < 0)
+        if (any_rows(NULL, fast, refs, (size_t)c, rows, out + start) < 0)
             return -1;
     }
     return 0;
@@ -356,7 +381,7 @@ PyObject *mb_h_contains_many_any(Handle *h, PyObject *const *args, Py_ssize_t na
 {
     keyset ks;
     Py_buffer out;
-    uint64_t *rows;
+    uint64_t *rows, *ring = NULL;
     Py_ssize_t chunk;
     int bad;
     PyObject *fast = NULL;
@@ -377,7 +402,8 @@ PyObject *mb_h_contains_many_any(Handle *h, PyObject *const *args, Py_ssize_t na
     }
     chunk = ks.n < MB_CHUNK_KEYS ? (ks.n ? ks.n : 1) : MB_CHUNK_KEYS;
     rows = PyMem_Malloc((size_t)chunk * 2 * sizeof *rows);
-    if (rows == NULL) {
+    ring = PyMem_Malloc((size_t)AHEAD * h->g.k * sizeof *ring);
+    if (rows == NULL || ring == NULL) {
         PyErr_NoMemory();
         goto done;
     }
@@ -391,10 +417,10 @@ PyObject *mb_h_contains_many_any(Handle *h, PyObject *const *args, Py_ssize_t na
     enter_all(fast);
     if (ks.n >= GIL_MIN_KEYS) {
         Py_BEGIN_ALLOW_THREADS
-        bad = any_keys(h, fast, &ks, rows, chunk, out.buf);
+        bad = any_keys(h, fast, &ks, rows, ring, chunk, out.buf);
         Py_END_ALLOW_THREADS
     } else {
-        bad = any_keys(h, fast, &ks, rows, chunk, out.buf);
+        bad = any_keys(h, fast, &ks, rows, ring, chunk, out.buf);
     }
     leave_all(fast);
     mb_h_leave(h);
@@ -406,12 +432,14 @@ PyObject *mb_h_contains_many_any(Handle *h, PyObject *const *args, Py_ssize_t na
     if (memchr(out.buf, 0, (size_t)ks.n) != NULL && check_sizes(h, fast) < 0)
         goto done;
     PyMem_Free(rows);
+    PyMem_Free(ring);
     PyBuffer_Release(&out);
     mb_keys_end(&ks);
     Py_DECREF(fast);
     Py_RETURN_NONE;
 done:
     PyMem_Free(rows);
+    PyMem_Free(ring);
     PyBuffer_Release(&out);
     mb_keys_end(&ks);
     Py_DECREF(fast);
@@ -499,18 +527,56 @@ static uint64_t *room(const Handle *h, uint64_t *small)
     return pos;
 }
 
+/* The 4-byte little-endian word at p (aligned), in a guarded section of its own: 0, or -1
+ * faulted (its file was truncated under the mapping). */
+static int g_load_word(const uint8_t *p, uint32_t *word)
+{
+    GUARD_DECL(gd);
+    GUARD_BEGIN(gd, p, 4)
+        return -1;
+    *word = mb_items_load(p);
+    GUARD_END();
+    return 0;
+}
+
+/* contains_any's watch: 1 if the word viewed by obj (a 4-byte buffer: the expiring
+ * filter's committed generation, through a read-only mapping of its lock file) is not
+ * `expected` or cannot be read (a truncated file: the caller re-reads it with pread, which
+ * raises), 0 if it is, -1 raised. */
+static int word_moved(PyObject *obj, PyObject *expected)
+{
+    Py_buffer b;
+    uint32_t word = 0;
+    unsigned long want = PyLong_AsUnsignedLong(expected);
+    int moved;
+    if (want == (unsigned long)-1 && PyErr_Occurred())
+        return -1;
+    if (PyObject_GetBuffer(obj, &b, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (b.len != 4 || ((uintptr_t)b.buf & 3) != 0) {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_ValueError, "contains_any(): the watched word must be 4 aligned bytes");
+        return -1;
+    }
+    moved = g_load_word(b.buf, &word) < 0 || word != want;
+    PyBuffer_Release(&b);
+    return moved;
+}
+
 const char mb_h_contains_any_doc[] = PyDoc_STR(
-"contains_any(others, key, /)\n--\n\n"
+"contains_any(others, key, word=None, expected=0, /)\n--\n\n"
 "True if the key may be present in self or in one of others (a list or tuple of open\n"
-"Handles of self's geometry); the key is hashed once.  No lock.");
+"Handles of self's geometry); the key is hashed once.  No lock.  With word (a 4-byte\n"
+"buffer, e.g. a memoryview of a mapping): None, without probing, if the little-endian\n"
+"word it views is not expected or cannot be read (read first, under the SIGBUS guard).");
 
 PyObject *mb_h_contains_any(Handle *h, PyObject *const *args, Py_ssize_t nargs)
 {
     uint64_t hv[2];
     PyObject *fast = NULL;
     int present = -1;
-    if (nargs != 2)
-        return PyErr_Format(PyExc_TypeError, "contains_any() takes 2 arguments (%zd given)", nargs);
+    if (nargs != 2 && nargs != 4)
+        return PyErr_Format(PyExc_TypeError, "contains_any() takes 2 or 4 arguments (%zd given)", nargs);
     if (h->closed)
         return mb_h_refuse(h, 0);
     if (get_others(h, args[0], &fast) < 0)
@@ -523,6 +589,15 @@ PyObject *mb_h_contains_any(Handle *h, PyObject *const *args, Py_ssize_t nargs)
     }
     if (mb_guard_rearm(1) < 0 || others_open(fast) < 0)
         goto done;
+    if (nargs == 4 && args[2] != Py_None) {   /* the word first, then the probes */
+        int moved = word_moved(args[2], args[3]);
+        if (moved < 0)
+            goto done;
+        if (moved) {
+            Py_DECREF(fast);
+            Py_RETURN_NONE;
+        }
+    }
     /* busy: a close by another thread while a size check runs Python defers the unmap */
     h->busy++;
     enter_all(fast);

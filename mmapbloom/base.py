@@ -484,6 +484,24 @@ class MappedFilter(FilterBase, Lifecycle):
         the native handle, lists for the pure one)."""
         return kernels.native_module() if self._h.backend == "native" else None
 
+    # -- package-internal seams (not public API) ----------------------------------------
+    @property
+    def kernel_handle(self) -> Any:
+        """Package-internal, for the expiring filter (:mod:`mmapbloom.expiring`): the bound
+        handle (``self._h``, the native or pure object of :func:`mmapbloom.handle.attach`),
+        whose multi-period calls ``add_unless``, ``contains_any``, ``add_many_unless`` and
+        ``contains_many_any`` take other handles of the same geometry. Valid until
+        :meth:`close`; the handle refuses calls after it (FilterClosedError). Not public
+        API: its methods may change in any release."""
+        return self._h
+
+    @property
+    def kernel_module(self) -> Any:
+        """Package-internal: the compiled module when this filter's handle is native, else
+        None (the ``native`` argument of :func:`mmapbloom.batches.as_batch` for a batch
+        handed to :attr:`kernel_handle`). Not public API."""
+        return self._native()
+
     def contains_many(self, items: Keys) -> npt.NDArray[np.bool_]:
         """Batch :meth:`might_contain`: a ``bool`` array of shape ``(len(items),)`` with
         exactly the per-item answers. Takes no lock; on the native backend the GIL is

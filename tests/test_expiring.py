@@ -9,6 +9,7 @@ import json
 import os
 import pickle
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -289,7 +290,7 @@ def test_update_error_carries_committed_items(tmp_path) -> None:  # type: ignore
     ],
 )
 def test_invalid_values_are_refused(tmp_path, kw) -> None:  # type: ignore[no-untyped-def]
-    args = {"window": W, "capacity": 100, "fp_rate": 0.01, "periods": K, "clock": Clock()}
+    args: dict[str, Any] = {"window": W, "capacity": 100, "fp_rate": 0.01, "periods": K, "clock": Clock()}
     args.update(kw)
     with pytest.raises(ConfigError):
         ExpiringBloomFilter.create(
@@ -445,3 +446,108 @@ def test_a_long_lived_handle_releases_dropped_periods(tmp_path) -> None:  # type
                 side_counts.append(sum(".mutex" in line for line in lines))
         assert max(counts) <= 4  # mappings of removed files do not pile up (2 handles x 2)
         assert max(side_counts) <= 2  # nor the writer's side files of those (mutex mode)
+
+
+def test_no_private_reads_of_other_modules_objects() -> None:
+    """expiring.py reads other modules' objects only through their non-underscore names
+    (``BloomFilter.kernel_handle`` / ``kernel_module``, not ``_h`` / ``_native()``): every
+    ``x._name`` it writes is a name of its own class (its slots and methods, inherited
+    ones included)."""
+    import ast
+
+    tree = ast.parse(open(expiring.__file__, encoding="utf-8").read())
+    private = {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+    }
+    foreign = sorted(name for name in private if not hasattr(ExpiringBloomFilter, name))
+    assert foreign == [], foreign
+
+
+def test_add_precheck_reads_no_word_and_a_stale_handle_decides_under_the_lock(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``add`` of a key this handle's last view holds answers False without a ``pread``;
+    a key it misses is decided under the lock on the committed view, so a handle that has
+    not seen another handle's rotation still answers False for a key added there."""
+    clock = Clock(0.5)
+    with make(tmp_path, clock) as a, ExpiringBloomFilter.open(str(tmp_path / "f"), clock=clock) as b:
+        assert a.add("old") and b.add("fresh-b")
+        clock.t = 3 * P + 0.5
+        assert a.add("x")  # a rotates; b's view is now stale
+        calls = []
+        real = os.pread
+
+        def counting(fd: int, n: int, off: int) -> bytes:
+            calls.append(fd)
+            return real(fd, n, off)
+
+        monkeypatch.setattr(os, "pread", counting)
+        assert b.add("old") is False and calls == []  # found in b's last view: no pread
+        assert b.add("x") is False and calls  # not in b's stale view: decided on the committed one
+        assert b.add("y") is True and a.add("y") is False
+        monkeypatch.undo()
+        clock.t = W + 4 * P  # "old" expired (its period dropped): new again for both
+        assert b.add("old") is True and a.add("old") is False
+
+
+@pytest.mark.parametrize("size", [0, 4, 10])
+def test_in_on_a_truncated_lock_file_raises_manifest_error(tmp_path, size) -> None:  # type: ignore[no-untyped-def]
+    """The generation word is read through a mapping (native) or a pread (pure): a lock
+    file truncated under the handle is ManifestError, never SIGBUS (0 bytes: the mapped
+    page is past the end of the file). A truncation that leaves the word's bytes as they
+    were (10 bytes: the rest of a small generation reads as zeros) still answers from the
+    committed view on the native backend; writes, check() and verify() raise."""
+    clock = Clock(0.5)
+    with make(tmp_path, clock) as f:
+        assert f.add("a") and "a" in f
+        os.truncate(os.path.join(f.path, "lock"), size)
+        if size < 10 or f._word is None:
+            with pytest.raises(ManifestError):
+                "a" in f  # noqa: B015
+        else:
+            assert "a" in f and "zz" not in f
+        with pytest.raises(ManifestError):
+            f.contains_many(["a"])
+        with pytest.raises(ManifestError):
+            f.add("b")
+        with pytest.raises(ManifestError):
+            f.check()
+
+
+def test_in_reads_the_word_through_the_mapping_and_sees_other_handles_rotations(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    clock = Clock(0.5)
+    with make(tmp_path, clock) as a, ExpiringBloomFilter.open(a.path, readonly=True, clock=clock) as r:
+        assert a.add("k0") and "k0" in r
+        native = r._word is not None
+        calls = []
+        real = os.pread
+
+        def counting(fd: int, n: int, off: int) -> bytes:
+            calls.append(fd)
+            return real(fd, n, off)
+
+        monkeypatch.setattr(os, "pread", counting)
+        assert "k0" in r and "zz" not in r
+        assert (calls == []) == native  # native: no pread when nothing changed
+        for step in range(1, 3 * K):
+            clock.t = step * P + 0.5
+            assert a.add(f"k{step}")  # a rotation by the other handle each time
+            assert f"k{step}" in r, step  # seen at once: the word moved, the manifest re-read
+            assert (f"k{step - K - 1}" in r) is False or step - K - 1 < 0
+        monkeypatch.undo()
+    assert r._word is None and a._word is None  # closed: the mappings are released
+
+
+def test_contains_any_watch_argument_is_checked(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with make(tmp_path, Clock(0.5)) as f:
+        f.add("a")
+        if f._word is None:
+            pytest.skip("the word is watched through a mapping on the native backend only")
+        newest = f._view.filters[-1].kernel_handle
+        assert newest.contains_any((), "a", f._word, f._view.word) is True
+        assert newest.contains_any((), "a", f._word, f._view.word + 1) is None  # moved: no answer
+        assert newest.contains_any((), "a", None, 0) is True
+        with pytest.raises(ValueError, match="4 aligned bytes"):
+            newest.contains_any((), "a", b"abc", 0)
+        with pytest.raises(TypeError):
+            newest.contains_any((), "a", f._word)

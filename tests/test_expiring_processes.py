@@ -70,8 +70,15 @@ def test_eight_processes_cross_boundaries_together(tmp_path) -> None:  # type: i
     rotations = collections.Counter(int(line.split()[1]) for line in open(log).read().splitlines())
     assert sorted(rotations) == list(range(1, steps))  # every boundary rotated ...
     assert max(rotations.values()) == 1  # ... exactly once
+    twice = sum(n > 1 for n in rotations.values())
+    print(  # the figures of the closing note (pytest -s)
+        f"\n{procs_n} processes, {steps - 1} boundaries, {len(keys)} keys: {sum(claims.values())} adds True, "
+        f"{sum(n == 1 for n in claims.values())} (step, key) pairs True exactly once (expected {len(want)}); "
+        f"rotations {sum(rotations.values())}, done twice {twice}; acknowledged keys lost {lost} "
+        f"(of {steps * len(keys)} checks)"
+    )
     with verify_file(path) as v:
-        assert len(v.info()["live_periods"]) <= K + 1
+        assert len(v.describe(scan=False)["live_periods"]) <= K + 1
 
 
 _KILL_SCRIPT = textwrap.dedent(
@@ -229,3 +236,75 @@ def test_pure_writes_the_same_bytes_as_native(tmp_path) -> None:  # type: ignore
     assert files == sorted(n for n in os.listdir(b) if not n.endswith(".mutex"))
     for name in files:
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+_ROTATING_WRITER = textwrap.dedent(
+    """
+    import os, struct, sys, time
+    from mmapbloom import ExpiringBloomFilter, expiring
+    from tests.expiring_workers import FileClock
+    path, clock_path, acked_path, steps, dt = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
+    clock = FileClock(clock_path)
+    acked = os.open(acked_path, os.O_RDWR)
+    # widen every step of a rotation, so that the readers' queries land inside them
+    expiring._ROTATE_HOOK = lambda stage, n: time.sleep(0.002)
+    with ExpiringBloomFilter.open(path, clock=clock) as f:
+        for s in range(steps):
+            clock.set(s * dt + 0.1)
+            assert f.add(f"k{s}"), s
+            os.pwrite(acked, struct.pack("<q", s), 0)  # acknowledged
+    """
+)
+
+
+def test_readers_never_see_a_partial_set_during_rotations(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A writer rotates ~100 times (dropping a period each time) while this process
+    queries: every key acknowledged before a query and still inside its window at the
+    query's clock is found, by a long-lived handle (``in`` and ``contains_many``) and by
+    handles opened afresh in the middle of rotations."""
+    import struct
+
+    w, k, dt, steps = 8.0, 8, 0.25, 400  # P = 1 s: a rotation every 4 steps
+    clock = FileClock(str(tmp_path / "clock"))
+    clock.set(0.1)
+    path = str(tmp_path / "f")
+    ExpiringBloomFilter.create(path, w, 10_000, 1e-6, periods=k, clock=clock).close()
+    acked_path = str(tmp_path / "acked")
+    with open(acked_path, "wb") as fh:
+        fh.write(struct.pack("<q", -1))
+    acked_fd = os.open(acked_path, os.O_RDONLY)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _ROTATING_WRITER, path, clock.path, acked_path, str(steps), str(dt)], cwd=ROOT
+    )
+    checked = fresh_opens = 0
+    misses: list[tuple[str, int, float]] = []
+    try:
+        with ExpiringBloomFilter.open(path, readonly=True, clock=clock) as reader:
+            while writer.poll() is None or checked == 0:
+                a = struct.unpack("<q", os.pread(acked_fd, 8, 0))[0]
+                if a < 0:
+                    continue
+                keys = [f"k{j}" for j in range(max(0, a - 40), a + 1)]
+                one = [key in reader for key in keys]
+                many = reader.contains_many(keys).tolist()
+                fresh = None
+                if checked % 7 == 0:
+                    with ExpiringBloomFilter.open(path, readonly=True, clock=clock) as g:
+                        fresh = [key in g for key in keys]
+                    fresh_opens += 1
+                t_after = clock()
+                for i, key in enumerate(keys):
+                    j = int(key[1:])
+                    if j * dt + 0.1 + w >= t_after:  # inside its window at every clock read above
+                        for how, got in (("in", one), ("contains_many", many), ("fresh", fresh)):
+                            if got is not None and not got[i]:
+                                misses.append((how, j, t_after))
+                checked += 1
+    finally:
+        writer.wait(timeout=300)
+        os.close(acked_fd)
+    assert writer.returncode == 0
+    assert misses == [], misses[:5]
+    assert checked > 20 and fresh_opens > 2, (checked, fresh_opens)
+    with verify_file(path) as v:
+        assert len(v.describe(scan=False)["live_periods"]) <= k + 1
