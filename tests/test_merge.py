@@ -545,7 +545,7 @@ def test_one_compatibility_check_for_configs_filters_and_shards(tmp_path, monkey
 def test_merge_and_extents_use_no_private_fields_of_the_filter() -> None:
     """merge, extents, dask and scalable reach a filter's bytes through its storage
     object's methods (``fd``, ``duplicate_fd``, ``check_size``, ``body_range``, ``body``)
-    and its items counter through ``_add_items`` and ``_items_loader``: never the storage's
+    and its items counter through ``base.add_items`` and ``base.items_loader``: never the storage's
     buffer, the counter or the bit array directly."""
     import re
 
