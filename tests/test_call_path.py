@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dis
 import sys
+import types
 from typing import Any
 
 import pytest
@@ -43,7 +44,7 @@ def test_each_kind_owns_descriptors_of_the_c_methods(kind: type) -> None:
 def test_the_interpreter_specialises_the_method_call(kind: type) -> None:
     f = kind(BloomConfig.for_items(100, 0.01))
     code = _calls.__code__.replace()  # a fresh code object: its own inline caches
-    run = type(_calls)(code, globals())
+    run = types.FunctionType(code, globals())
     for _ in range(100):
         run(f, "a")
     names = [i.opname for i in dis.get_instructions(run, adaptive=True)]  # type: ignore[call-arg]

@@ -353,14 +353,14 @@ def test_sigkill_leaves_no_torn_output(tmp_path) -> None:  # type: ignore[no-unt
         time.sleep([0, 0, 0.01, 0.03, 0.06, 0.1][trial])  # land the kills at different points
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
-        data = open(out, "rb").read() if os.path.exists(out) else None
-        if data is None:
+        found = open(out, "rb").read() if os.path.exists(out) else None
+        if found is None:
             assert not replace
             outcome = "absent"
-        elif replace and data == old_bytes:
+        elif replace and found == old_bytes:
             outcome = "old"
         else:
-            assert data == complete  # never torn: the whole merge or nothing
+            assert found == complete  # never torn: the whole merge or nothing
             verify_file(out).close()
             outcome = "complete"
         if outcome != "complete" and writing and proc.returncode == -signal.SIGKILL:
