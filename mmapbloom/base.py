@@ -86,9 +86,10 @@ class MappedFilter(FilterBase, Lifecycle):
     :meth:`BloomConfig.check_compatible`, the items counter and its over-capacity warning
     are one :class:`~mmapbloom.items.ItemsCounter` (``self._counter``), the bytes and the
     lock belong to the :class:`~mmapbloom.storage.Storage` (``self._storage``). The
-    package's other modules (merge, extents) talk to that storage object (its ``fd``,
-    ``duplicate_fd``, ``check_size``, ``body_range``, ``body``) and, for the items
-    counter, to ``_add_items``.
+    package's other modules (merge, scalable) reach a filter through the functions at the
+    end of this module (:func:`filter_storage`, :func:`add_items`, :func:`items_loader`,
+    :func:`contains_flags`), never through its private attributes; from the storage they
+    use its ``fd``, ``duplicate_fd``, ``check_size``, ``body_range`` and ``body``.
     """
 
     # _h (the handle) is a slot of the base, FilterBase, whose add, might_contain and
@@ -368,28 +369,6 @@ class MappedFilter(FilterBase, Lifecycle):
         (guarded), since a truncation during a numpy scan of this view would be SIGBUS."""
         return self._storage.body()
 
-    # -- for the package's own modules (merge): the items counter under the lock ---------
-    def _add_items(self, delta: int) -> int:
-        """Add ``delta`` to the items counter under the write lock, by the one rule
-        (:meth:`ItemsCounter.bump`: saturating, the over-capacity check), then emit the
-        OverCapacityWarning (once per handle, at the user's frame) after releasing the lock.
-        Returns the stored count. For writers outside the class (``merge_into``)."""
-        self._check_writable()
-        with self._storage.lock, deferred_signals():  # wait interruptibly; hold signals while committing
-            self._storage.check_size()
-            self._counter.bump(delta)
-            count = self._counter.load()
-        self._counter.flush()
-        return count
-
-    def _items_loader(self) -> Callable[[], int]:
-        """A function that loads the header's item count through the mapping: one 4-byte
-        load, no system call and no size check (unlike :attr:`items_added`), for a caller
-        that has just read this mapping anyway (a scalable filter's query, asking whether
-        its newest layer is full). The function raises ValueError once the handle is
-        closed."""
-        return self._counter.load
-
     def write_lock(self, timeout: Optional[float] = None) -> Union[WriteLock, TimedWriteLock]:
         """The handle's write lock, as a context manager, for loops that cannot batch::
 
@@ -515,19 +494,6 @@ class MappedFilter(FilterBase, Lifecycle):
         batch = as_batch(items, self._native(), query=True)  # type: ignore[arg-type]  # checked at run time
         out = np.zeros(len(batch), dtype=np.bool_)
         self._storage.check_size()  # a truncated file: LengthMismatchError, not SIGBUS; FilterClosedError
-        self._h.contains_many(batch, out)
-        return out
-
-    def _contains_flags(self, items: list[Any]) -> bytearray:
-        """:meth:`contains_many` of a list, as a ``bytearray`` of 0 / 1 (one per item), for
-        the package's own list paths (a scalable filter's older layers): on the native
-        backend numpy is not imported for it. Same checks and errors."""
-        if self._native() is None:  # the pure kernels answer in numpy arrays
-            return bytearray(self.contains_many(items).tobytes())
-        self._check_open()
-        batch = as_batch(items, self._native(), query=True)
-        out = bytearray(len(batch))
-        self._storage.check_size()
         self._h.contains_many(batch, out)
         return out
 
@@ -795,3 +761,62 @@ def _hooks(storage: Storage, counter: ItemsCounter, saturated: Any) -> Hooks:
         scans.raise_faulted(storage)  # the same error as a faulted scan's
 
     return Hooks(closed, readonly, storage.check_size, faulted, counter.over, saturated)
+
+
+# -- for the package's own modules: seams over a filter's state ----------------------------
+# Package-internal (not in ``__all__``, not re-exported by ``mmapbloom``): the one way other
+# modules (merge, scalable) reach a MappedFilter's storage and items counter, so that none of
+# them reads the class's private attributes (issue 25; tests/test_private_names.py).
+
+
+def filter_storage(f: MappedFilter) -> Storage:
+    """The :class:`~mmapbloom.storage.Storage` of filter ``f`` (memory or file; its write
+    lock is ``.lock``), for the package's whole-file tools (``merge_into``). Callers use its
+    interface (``fd``, ``duplicate_fd``, ``check_size``, ``body_range``, ``body``), never
+    its buffer. Raises nothing; a closed filter's storage reports ``closed``."""
+    return f._storage
+
+
+def add_items(f: MappedFilter, delta: int) -> int:
+    """Add ``delta`` (an int >= 0) to ``f``'s items counter under its write lock, by the one
+    rule (:meth:`ItemsCounter.bump`: saturating, the over-capacity check), then emit the
+    OverCapacityWarning (once per handle, at the user's frame) after releasing the lock.
+    Returns the stored count. For writers outside the class (``merge_into``). Thread and
+    process safe as any write (the handle's write lock).
+
+    Raises:
+        ReadOnlyFilterError, FilterClosedError: ``f`` may not write.
+        LengthMismatchError: the file was truncated under the handle.
+    """
+    f._check_writable()
+    with f._storage.lock, deferred_signals():  # wait interruptibly; hold signals while committing
+        f._storage.check_size()
+        f._counter.bump(delta)
+        count = f._counter.load()
+    f._counter.flush()
+    return count
+
+
+def items_loader(f: MappedFilter) -> Callable[[], int]:
+    """A function that loads ``f``'s header item count through the mapping: one 4-byte
+    load, no system call and no size check (unlike :attr:`MappedFilter.items_added`), for a
+    caller that has just read this mapping anyway (a scalable filter's query, asking
+    whether its newest layer is full). The function raises ValueError once the handle is
+    closed. Lock-free; a concurrent writer's count may be seen before or after its add."""
+    return f._counter.load
+
+
+def contains_flags(f: MappedFilter, items: list[Any]) -> bytearray:
+    """:meth:`MappedFilter.contains_many` of a list, as a ``bytearray`` of 0 / 1 (one per
+    item), for the package's own list paths (a scalable filter's older layers): on the
+    native backend numpy is not imported for it. Same checks, errors and thread safety as
+    ``contains_many`` (no lock taken)."""
+    native = f._native()
+    if native is None:  # the pure kernels answer in numpy arrays
+        return bytearray(f.contains_many(items).tobytes())
+    f._check_open()
+    batch = as_batch(items, native, query=True)
+    out = bytearray(len(batch))
+    f._storage.check_size()
+    f._h.contains_many(batch, out)
+    return out

@@ -14,7 +14,7 @@ from typing import Optional, Union
 
 from .errors import ConfigError, IncompatibleFiltersError
 from .hashing import DEFAULT_STRATEGY, HashStrategy, Strategy, get_strategy, registered_as, registered_strategies
-from .sizing import MAX_NUM_BITS, MAX_NUM_HASHES, _show
+from .sizing import MAX_NUM_BITS, MAX_NUM_HASHES, show_number
 
 __all__ = ["BloomConfig", "StrategyChoice", "config_at_most", "resolve_strategy"]
 
@@ -55,7 +55,7 @@ def _check_capacity(n: object) -> int:
         try:
             f = float(n)
         except OverflowError:  # a Fraction beyond the float range
-            raise ConfigError(f"capacity {_show(n)} is beyond the float range: no filter can hold it") from None
+            raise ConfigError(f"capacity {show_number(n)} is beyond the float range: no filter can hold it") from None
         if not math.isfinite(f) or not f.is_integer():
             raise ConfigError(f"capacity must be a positive integer, got {n!r}")
         value = int(f)
@@ -70,7 +70,7 @@ def _check_fp_rate(p: object) -> float:
     try:
         f = float(p)
     except OverflowError:
-        raise ConfigError(f"fp_rate must be strictly between 0 and 1, got {_show(p)}") from None
+        raise ConfigError(f"fp_rate must be strictly between 0 and 1, got {show_number(p)}") from None
     if not math.isfinite(f) or not 0.0 < f < 1.0:
         raise ConfigError(f"fp_rate must be strictly between 0 and 1, got {p!r}")
     return f

@@ -175,7 +175,8 @@ class CountingBloomFilter(MappedFilter):
     # -- statistics -----------------------------------------------------------------------
     def _count_where(self, test: Any, progress: extents.Progress = False) -> int:
         self._check_open()
-        found = extents.count_filter_cells(self, progress, test)  # file-backed: allocated extents only
+        # file-backed: allocated extents only
+        found = extents.count_filter_cells(self._storage, self._cell_bits, progress, test)
         if found is not None:
             return found
         cells = self._cells()
@@ -272,7 +273,7 @@ class CountingBloomFilter(MappedFilter):
 
     def _to_bloom_locked(self) -> BloomFilter:
         out = BloomFilter(self._config)
-        bits = out._bits()
+        bits = out._cells()  # BloomFilter._bits is this view (MappedFilter's)
         start, stop = self._storage.body_range()
         per_cell_chunk = CHUNK_BYTES * 8 // self._cell_bits  # cells per chunk, a multiple of 8
         bytes_per_chunk = per_cell_chunk * self._cell_bits // 8

@@ -523,8 +523,8 @@ class CuckooPyHandle:
     def _locked(self, op: Callable[[], Any]) -> Any:
         """Run ``op()`` under the write lock (re-entered inside ``write_lock()``)."""
         lock = self._lock
-        held = lock._towned()
-        if held and lock._depth:
+        held = lock.owned()
+        if held and lock.depth:
             return op()
         try:
             with lock, deferred_signals():

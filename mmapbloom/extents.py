@@ -361,18 +361,22 @@ def _nonzero(values: npt.NDArray[np.uint8]) -> npt.NDArray[np.bool_]:
     return out
 
 
-def count_filter_cells(f: Any, progress: Progress = None, test: Optional[Callable[[Any], Any]] = None) -> Optional[int]:
+def count_filter_cells(
+    storage: Any, cell_bits: int, progress: Progress = None, test: Optional[Callable[[Any], Any]] = None
+) -> Optional[int]:
     """Count, from the file, the set bits (BLM1) or the counters passing ``test`` (BLC1;
-    default: non-zero) of an open filter handle; ``None`` if the filter is in memory (the
-    caller then counts through its buffer).
+    default: non-zero) of an open filter handle's storage; ``None`` if the storage is in
+    memory (the caller then counts through its buffer).
 
     Reads through a duplicate of the handle's descriptor, so a ``close()`` of the handle
     by another thread during the scan cannot make it read another file; a handle closed
     before the duplicate was taken raises ``FilterClosedError``.
 
     Args:
-        f: a :class:`~mmapbloom.filter.BloomFilter` or
-            :class:`~mmapbloom.counting.CountingBloomFilter`.
+        storage: the filter's :class:`~mmapbloom.storage.Storage` (a BloomFilter's or
+            a CountingBloomFilter's, passed by the filter itself); only its interface is
+            used (``duplicate_fd``, ``body_range``, ``check_size``).
+        cell_bits: bits per cell: 1 (BLM1), 4 or 8 (BLC1).
         progress: as :func:`count_set_bits`.
         test: for counting filters, as :func:`count_cells`.
 
@@ -381,13 +385,11 @@ def count_filter_cells(f: Any, progress: Progress = None, test: Optional[Callabl
         truncated under the handle (before or during the scan: its size is checked again
         after the reads). OSError: a read error.
     """
-    storage = f._storage  # the storage object's interface (storage.py), never its fields
     mine = storage.duplicate_fd()
     if mine is None:
         return None
     try:
         start, stop = storage.body_range()
-        cell_bits = getattr(f, "counter_bits", 1)
         if cell_bits == 1:
             found = count_set_bits(mine, start, stop, progress)
         else:

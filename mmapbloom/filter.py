@@ -147,7 +147,7 @@ class BloomFilter(MappedFilter):
         be missed); in memory, a popcount over the array. ``progress``: see
         :func:`mmapbloom.extents.count_set_bits` (True: a bar on a terminal for long scans)."""
         self._check_open()
-        found = extents.count_filter_cells(self, progress)
+        found = extents.count_filter_cells(self._storage, 1, progress)
         return popcount(self._bits()) if found is None else found
 
     def _block_histogram(self, block_bits: int) -> list[int]:

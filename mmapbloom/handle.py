@@ -208,9 +208,9 @@ class PyHandle:
         if self.closed or not self._writable:
             self._refuse(True)
         lock = self._lock
-        held = lock._towned()
+        held = lock.owned()
         try:
-            if held and lock._depth:  # inside this thread's write_lock(): the file lock is held
+            if held and lock.depth:  # inside this thread's write_lock(): the file lock is held
                 return op(key)
             lock.acquire()
             try:

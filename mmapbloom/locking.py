@@ -391,6 +391,13 @@ class WriteLock(_LockState):
         """True if the calling thread holds the thread lock."""
         return bool(self._towned())
 
+    @property
+    def depth(self) -> int:
+        """How many times the holder has entered the lock (0: not held by anyone). Read by
+        the pure handles (``handle.PyHandle``, ``cuckoo_kernels``): with :meth:`owned`, a
+        depth > 0 means the calling thread is inside its own block and holds the file lock."""
+        return int(self._depth)
+
     def _sync_fd(self) -> None:
         """Publish the descriptor to flock to the base (the native fast path reads it)."""
         fd = self._own_fd if self._own_fd is not None else self._fd

@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 from . import format as fmt
 from . import scans
 from .units import progress_bar
-from .base import items_update
+from .base import add_items, filter_storage, items_update
 from ._warn import warn_user
 from .errors import MergeError, OverCapacityWarning
 from .filter import BloomFilter
@@ -560,7 +560,7 @@ def merge_into(
     _refuse_scalable(os.fspath(target))
     with BloomFilter.open(target) as f:
         tpath = f.path or absolute_path(target)
-        storage = f._storage  # the storage object's interface (storage.py), never its fields
+        storage = filter_storage(f)  # the storage object's interface (storage.py), never its fields
         tfd = storage.fd
         assert tfd is not None  # opened from a file
         tst = os.fstat(tfd)
@@ -584,7 +584,7 @@ def merge_into(
                     # LengthMismatchError, never SIGBUS.
                     scans.combine(storage, hs + start, part, 0, size, scans.OP_OR)
             # The one writer of the counter: saturating, OverCapacityWarning past the design point.
-            items = f._add_items(sum(s.items_added for s in infos))
+            items = add_items(f, sum(s.items_added for s in infos))
         finally:
             bar.close()
         if flush:

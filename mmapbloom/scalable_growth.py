@@ -13,6 +13,7 @@ import stat
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from .base import contains_flags, items_loader
 from .directory import apply_shared_mode, shared_mode
 from .errors import ManifestError, MissingLayerError
 from .filter import BloomFilter
@@ -133,7 +134,7 @@ class ScalableGrowth:
         tuple (replaced whole, so a thread never pairs one list with another's newest
         layer): the layers, a load of the newest layer's items word (through its mapping),
         and that layer's limit (the count at which a writer adds the next layer)."""
-        return layers, layers[-1]._items_loader(), self._params.layer_limit(len(layers) - 1)
+        return layers, items_loader(layers[-1]), self._params.layer_limit(len(layers) - 1)
 
     def _open_layer(
         self, i: int, entry: dict[str, Any], count: int, *, writable: bool
@@ -262,6 +263,6 @@ class ScalableGrowth:
         for layer in layers:
             if not todo:
                 break
-            hit = layer._contains_flags([keys[i] for i in todo])
+            hit = contains_flags(layer, [keys[i] for i in todo])
             todo = [i for i, h in zip(todo, hit, strict=True) if not h]
         return todo

@@ -58,8 +58,10 @@ MAX_NUM_HASHES = 4096
 _LN2_SQUARED = math.log(2) ** 2
 
 
-def _show(x: object) -> str:
-    """A number for a message, also one too long for ``str`` (4,300 digits) or ``float``."""
+def show_number(x: object) -> str:
+    """A number for a message (``repr``), also one too long for ``str`` (4,300 digits) or
+    ``float``: ``"about 10^N"`` for an int or Fraction of 10**30 or more. Package-internal
+    (``config``'s messages use it too); never raises."""
     if isinstance(x, numbers.Integral) and abs(int(x)) >= 10**30:
         return f"about 10^{int(abs(int(x)).bit_length() * math.log10(2))}"
     fractions = sys.modules.get("fractions")  # not imported: x is no Fraction (saves its import)
@@ -177,7 +179,7 @@ def classic_size(capacity: int, fp_rate: float) -> tuple[int, int]:
     if not m_float < MAX_NUM_BITS:
         need = f"{m_float:.4g} bits" if math.isfinite(m_float) else "more bits than a float can count"
         raise ConfigError(
-            f"capacity {_show(n)} at fp_rate {p} needs {need}, more than the maximum {MAX_NUM_BITS:,} bits"
+            f"capacity {show_number(n)} at fp_rate {p} needs {need}, more than the maximum {MAX_NUM_BITS:,} bits"
         )
     m = math.ceil(m_float)
     k = max(1, round(m / n * math.log(2)))

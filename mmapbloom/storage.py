@@ -81,7 +81,7 @@ class Storage:
 
     The package's whole-file tools (merge, extents) reach a filter's bytes through these
     methods: :attr:`fd`, :meth:`duplicate_fd`, :meth:`check_size`, :meth:`body_range` and
-    :meth:`body`; the filter's items counter is its own (``MappedFilter._add_items``)."""
+    :meth:`body`; the filter's items counter is its own (:func:`mmapbloom.base.add_items`)."""
 
     buf: Buffer
     readonly: bool

@@ -57,7 +57,9 @@ keys_st = st.lists(st.one_of(st.text(max_size=40), st.binary(max_size=300)), max
     m=st.one_of(st.integers(1, 4000), st.integers(1, 2**20)),
     width=st.sampled_from([1, 4, 8]),
 )
-def test_native_and_pure_build_the_same_image(keys: list, name: str, k: int, m: int, width: int) -> None:
+def test_native_and_pure_build_the_same_image(keys: list[Any], name: str, k: int, m: int, width: int) -> None:
+    a: Any
+    b: Any
     strategy = get_strategy(name)
     if name == "M3BL":
         m = 512 * max(1, m // 512)

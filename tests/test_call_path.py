@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dis
 import sys
+import types
 from typing import Any
 
 import pytest
@@ -43,7 +44,7 @@ def test_each_kind_owns_descriptors_of_the_c_methods(kind: type) -> None:
 def test_the_interpreter_specialises_the_method_call(kind: type) -> None:
     f = kind(BloomConfig.for_items(100, 0.01))
     code = _calls.__code__.replace()  # a fresh code object: its own inline caches
-    run = type(_calls)(code, globals())
+    run = types.FunctionType(code, globals())
     for _ in range(100):
         run(f, "a")
     names = [i.opname for i in dis.get_instructions(run, adaptive=True)]  # type: ignore[call-arg]
@@ -81,7 +82,7 @@ def test_behaviour_is_unchanged(kind: type) -> None:
 
 @native
 @pytest.mark.parametrize("kind", KINDS)
-def test_write_lock_is_one_c_call_returning_the_lock(kind: type, tmp_path: Any) -> None:
+def test_write_lock_is_one_c_call_returning_the_lock(kind: Any, tmp_path: Any) -> None:
     """Issue 28: ``f.write_lock()`` without a timeout is FilterBase's C method, which returns
     the handle's lock itself; everything else goes through MappedFilter._write_lock_slow."""
     from mmapbloom.locking import TimedWriteLock
@@ -109,7 +110,7 @@ def test_the_interpreter_specialises_the_write_lock_call() -> None:
         with f.write_lock():
             pass
 
-    run = type(pair)(pair.__code__.replace(), globals())
+    run = types.FunctionType(pair.__code__.replace(), globals())
     for _ in range(100):
         run(f)
     names = [i.opname for i in dis.get_instructions(run, adaptive=True)]  # type: ignore[call-arg]

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ from tests.test_cli import ENV, assert_one_line_error, run
 from tests.conftest import ROOT
 
 
-def ok_json(*args: str, stdin: bytes = b"", status: int = 0) -> object:
+def ok_json(*args: str, stdin: bytes = b"", status: int = 0) -> Any:
     proc = run(*args, stdin=stdin)
     assert proc.returncode == status, proc.stderr
     return json.loads(proc.stdout)
@@ -119,14 +120,22 @@ def test_a_new_kind_plugs_into_create_as_one_entry(monkeypatch: pytest.MonkeyPat
     from mmapbloom import cli
 
     made: list[object] = []
+
+    def make(args: Any) -> int:
+        made.append(args.slots)
+        return 0
+
+    def arguments(p: Any) -> None:
+        p.add_argument("--slots", type=int, default=None)
+
     fake = cli.CreateKind(
         flag="--fake",
         help="a test kind",
         options={"slots": "--slots"},
         refuses={"sparse": "--sparse"},
         why="fake files are never sparse",
-        make=lambda args: made.append(args.slots) or 0,
-        arguments=lambda p: p.add_argument("--slots", type=int, default=None),
+        make=make,
+        arguments=arguments,
     )
     monkeypatch.setattr(cli, "CREATE_KINDS", [fake, *cli.CREATE_KINDS])
     assert cli.main(["create", "ignored.blm", "--fake", "--slots", "4"]) == 0 and made == [4]

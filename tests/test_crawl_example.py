@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -42,8 +43,9 @@ def crawl_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedP
 
 
 @pytest.fixture(scope="module")
-def report(crawl_run: subprocess.CompletedProcess[str]) -> dict:
-    return json.loads(crawl_run.stdout)
+def report(crawl_run: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads(crawl_run.stdout)
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +53,7 @@ def report_stderr(crawl_run: subprocess.CompletedProcess[str]) -> str:
     return crawl_run.stderr
 
 
-def test_crawl_fetches_the_budget_and_no_page_twice(report: dict) -> None:
+def test_crawl_fetches_the_budget_and_no_page_twice(report: dict[str, Any]) -> None:
     assert report["ok"] is True and report["problems"] == []
     assert report["stop_reason"] == "page limit reached"
     assert report["fetch_attempts"] == MAX_PAGES
@@ -59,7 +61,7 @@ def test_crawl_fetches_the_budget_and_no_page_twice(report: dict) -> None:
     assert report["pages_fetched_twice"] == 0
 
 
-def test_filter_numbers_agree_with_the_crawl(report: dict) -> None:
+def test_filter_numbers_agree_with_the_crawl(report: dict[str, Any]) -> None:
     f = report["filter"]
     assert f["items_added"] >= report["pages_fetched"]
     # Every add that returned True counts once: the root (added by the parent) and the
@@ -73,7 +75,7 @@ def test_filter_numbers_agree_with_the_crawl(report: dict) -> None:
     assert 0 <= f["expected_fp_rate"] < 0.01 and 0 <= f["observed_fp_rate"] < 0.01
 
 
-def test_shutdown_was_clean(report: dict) -> None:
+def test_shutdown_was_clean(report: dict[str, Any]) -> None:
     assert report["server_stopped_cleanly"] is True and report["server_stop"] == "cleanly"
     assert report["site_lost"] == "" and report["fetch_errors"] <= report["max_error_rate"] * report["fetch_attempts"]
     assert report["workers_killed"] == 0
@@ -101,7 +103,7 @@ def test_a_server_that_dies_mid_crawl_fails_the_demo(crawl_example, capsys, monk
     real_start = server.start
 
     def start_then_kill_soon() -> str:
-        url = real_start()
+        url: str = real_start()
         threading.Timer(1.5, lambda: server.proc.send_signal(signal.SIGKILL)).start()
         return url
 

@@ -142,7 +142,7 @@ def test_repeated_items_same_bits_and_the_counter_is_the_sum_of_the_shards(tmp_p
 
 def _partition(items: list[str], n: int) -> list[list[str]]:
     bag = db.from_sequence(items, npartitions=n)
-    return [list(p) for p in dask.compute(*bag.to_delayed(), scheduler="sync")]
+    return [list(p) for p in dask.compute(*bag.to_delayed(), scheduler="sync")]  # type: ignore[attr-defined]
 
 
 def test_into_an_existing_filter_and_errors_before_computing(tmp_path: Any) -> None:

@@ -56,7 +56,7 @@ class ReadCounter:
             self.calls += 1
             return got
 
-        monkeypatch.setattr(extents.os, "preadv", counting)
+        monkeypatch.setattr(os, "preadv", counting)
 
 
 def _sparse_file(path: str, size: int, writes: dict[int, bytes]) -> int:
@@ -139,12 +139,12 @@ def test_falls_back_to_a_full_read_without_seek_data(tmp_path: Any, monkeypatch:
                 raise OSError(err, os.strerror(err))
             return real(fd_, off, how)
 
-        monkeypatch.setattr(extents.os, "lseek", no_seek_data)
+        monkeypatch.setattr(os, "lseek", no_seek_data)
         assert list(iter_data_extents(fd, 100, 20 * MIB)) == [(100, 20 * MIB - 100)]
         reads = ReadCounter(monkeypatch)
         assert count_set_bits(fd, 0, 20 * MIB) == expected
         assert reads.bytes == 20 * MIB
-        monkeypatch.delattr(extents.os, "SEEK_DATA")  # a platform without SEEK_DATA at all
+        monkeypatch.delattr(os, "SEEK_DATA")  # a platform without SEEK_DATA at all
         assert list(iter_data_extents(fd, 0, 10)) == [(0, 10)]
         assert count_set_bits(fd, 0, 20 * MIB) == expected
     finally:
@@ -158,7 +158,7 @@ def test_other_lseek_errors_propagate(tmp_path: Any, monkeypatch: pytest.MonkeyP
         def broken(*_: Any) -> int:
             raise OSError(errno.EIO, "I/O error")
 
-        monkeypatch.setattr(extents.os, "lseek", broken)
+        monkeypatch.setattr(os, "lseek", broken)
         with pytest.raises(OSError) as info:
             count_set_bits(fd, 0, MIB)
         assert info.value.errno == errno.EIO

@@ -243,7 +243,7 @@ def test_lifecycle_and_closed_use(tmp_path) -> None:  # type: ignore[no-untyped-
     f.close()
     f.close()  # idempotent
     assert f.closed
-    assert mapping.closed  # unmapped now: close released the handle's own views first
+    assert mapping.closed  # type: ignore[union-attr]  # a file's buffer is an mmap; unmapped now: close released the handle's own views first
     with pytest.raises(FilterClosedError):
         lock.acquire()  # a writer that was waiting for the lock never writes unlocked
     for op in (

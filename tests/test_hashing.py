@@ -156,7 +156,7 @@ _ITEM = st.one_of(
     st.text(max_size=30),
     st.binary(max_size=30),
     st.binary(max_size=30).map(bytearray),
-    st.binary(max_size=30).map(memoryview),
+    st.binary(max_size=30).map(lambda b: memoryview(b)),
     st.binary(max_size=30).map(lambda b: memoryview(b)[::2]),
     st.integers(-(2**63), 2**64 - 1),
     st.integers(-(2**63), 2**63 - 1).map(np.int64),
@@ -225,7 +225,7 @@ def test_a_protocol_only_strategy_is_completed_at_registration() -> None:
     assert registered.size_for(1000, 0.01) == classic_size(1000, 0.01)
     registered.check_num_bits(1)  # classic: every m accepted
     # A fresh instance of the registered class stands for the registered strategy.
-    assert BloomConfig(num_bits=100, num_hashes=3, strategy=ProtocolOnly()).strategy is registered
+    assert BloomConfig(num_bits=100, num_hashes=3, strategy=ProtocolOnly()).strategy is registered  # type: ignore[arg-type]
     assert BloomConfig.for_items(1000, 0.01, strategy=ProtocolOnly()).strategy is registered
 
     class Impostor:
@@ -237,7 +237,7 @@ def test_a_protocol_only_strategy_is_completed_at_registration() -> None:
     from mmapbloom import ConfigError
 
     with pytest.raises(ConfigError, match="not the one registered"):
-        BloomConfig(num_bits=100, num_hashes=3, strategy=Impostor())
+        BloomConfig(num_bits=100, num_hashes=3, strategy=Impostor())  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="already registered to ProtocolOnly"):
         register_strategy(Impostor())
 

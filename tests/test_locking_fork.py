@@ -13,11 +13,12 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from mmapbloom import BloomConfig, BloomFilter, CountingBloomFilter, LockTimeout, open_any
+from mmapbloom.base import MappedFilter
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")]
@@ -48,7 +49,7 @@ with f.write_lock():
 def _can_lock(path: str, seconds: float) -> bool:
     """Whether a fresh handle of ``path`` gets the write lock within ``seconds`` (whichever
     cross-process lock the file uses: the robust mutex or, with MMAPBLOOM_LOCK=flock, flock)."""
-    with open_any(path) as g:
+    with cast(MappedFilter, open_any(path)) as g:  # a BLM1 / BLC1 file here
         try:
             with g.write_lock(timeout=seconds):
                 return True

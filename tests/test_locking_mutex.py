@@ -90,7 +90,7 @@ def test_exact_once_add_eight_processes(tmp_path: Any, mode: str, monkeypatch: A
     n = 3000
     script = ADDER.format(root=ROOT, path=path, n=n)
     procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, env=_env(mode)) for _ in range(8)]
-    outs = [p.communicate(60)[0].decode().split() for p in procs]
+    outs = [p.communicate(timeout=60)[0].decode().split() for p in procs]
     assert all(p.returncode == 0 for p in procs)
     assert sum(int(o[0]) for o in outs) == n  # each key new exactly once across the 8
     modes = {o[1] for o in outs}
@@ -330,7 +330,7 @@ def test_side_file_impossible_falls_back_to_flock_for_everyone(tmp_path: Any, mu
     procs = [
         subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, env=_env("auto")) for _ in range(4)
     ]
-    outs = [p.communicate(60)[0].decode().split() for p in procs]
+    outs = [p.communicate(timeout=60)[0].decode().split() for p in procs]
     assert sum(int(o[0]) for o in outs) == n and {o[1] for o in outs} == {"flock"}
     assert sorted(os.listdir(tmp_path)) == ["f.blm", "f.blm.mutex", "probe.blm", "probe.blm.mutex"]
 

@@ -185,7 +185,7 @@ def _as_user(uid: int, group: int, path: str, hold: float) -> tuple[int, int]:
             os.setuid(uid)
             f = BloomFilter.open(path)
             f.add(str(uid))
-            os.write(w, f._storage.lock.mode.encode())
+            os.write(w, str(f._storage.lock.mode).encode())
             time.sleep(hold)
         finally:
             os._exit(0)
@@ -246,7 +246,12 @@ def test_readonly_snapshot_waits_only_for_a_write(tmp_path: Any, mutex_mode: Non
             assert writer.stdout is not None and writer.stdin is not None
             assert writer.stdout.readline().strip() == "mutex"
             done = threading.Event()
-            reader = threading.Thread(target=lambda: (r.to_bytes(), done.set()), daemon=True)
+
+            def read_all() -> None:
+                r.to_bytes()
+                done.set()
+
+            reader = threading.Thread(target=read_all, daemon=True)
             reader.start()
             assert done.wait(2.0), "to_bytes() of the readonly handle waited > 2 s with no write in progress"
         finally:

@@ -6,7 +6,7 @@ release on an exception, and a readonly handle's snapshot leaving mutex mode."""
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -43,7 +43,7 @@ def test_the_bound_enter_and_exit_are_cheap_callables_that_keep_the_lock() -> No
     if kernels is None:
         pytest.skip("pure backend: Python __enter__ / __exit__")
     lock = WriteLock(None)
-    enter, leave = lock.__enter__, lock.__exit__
+    enter, leave = cast(Any, lock.__enter__), cast(Any, lock.__exit__)  # called wrongly below
     assert type(enter).__name__ == "LockCall" and enter.__self__ is lock and leave.__name__ == "__exit__"
     assert enter.__doc__ == kernels.LockState.__enter__.__doc__ and "__enter__" in repr(enter)
     assert enter() is lock and lock._depth == 1 and leave(None, None, None) is None and lock._depth == 0
@@ -71,7 +71,7 @@ def test_the_bound_enter_and_exit_are_cheap_callables_that_keep_the_lock() -> No
 def test_reentry_and_exclusion_of_a_second_handle(tmp_path: Any) -> None:
     path = str(tmp_path / "f.blm")
     with BloomFilter.create(path, CFG) as f, BloomFilter.open(path) as g:
-        lock = f.write_lock()
+        lock = cast(WriteLock, f.write_lock())  # no timeout: the WriteLock itself
         with lock as entered:
             assert entered is lock and lock._depth == 1
             with lock:
@@ -115,7 +115,7 @@ def test_exception_inside_releases_everything(tmp_path: Any) -> None:
 def test_closed_lock_refuses(tmp_path: Any) -> None:
     f = BloomFilter.create(str(tmp_path / "f.blm"), CFG)
     f.add("x")
-    lock = f.write_lock()
+    lock = cast(WriteLock, f.write_lock())
     f.close()
     with pytest.raises(FilterClosedError):
         with lock:
@@ -174,7 +174,7 @@ def test_wait_for_another_thread_is_interruptible(tmp_path: Any) -> None:
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGINT"):
         pytest.skip("signals reach the main thread only")
     with BloomFilter.create(str(tmp_path / "f.blm"), CFG) as f:
-        lock = f.write_lock()
+        lock = cast(WriteLock, f.write_lock())
         held, leave = threading.Event(), threading.Event()
 
         def holder() -> None:

@@ -353,14 +353,14 @@ def test_sigkill_leaves_no_torn_output(tmp_path) -> None:  # type: ignore[no-unt
         time.sleep([0, 0, 0.01, 0.03, 0.06, 0.1][trial])  # land the kills at different points
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
-        data = open(out, "rb").read() if os.path.exists(out) else None
-        if data is None:
+        found = open(out, "rb").read() if os.path.exists(out) else None
+        if found is None:
             assert not replace
             outcome = "absent"
-        elif replace and data == old_bytes:
+        elif replace and found == old_bytes:
             outcome = "old"
         else:
-            assert data == complete  # never torn: the whole merge or nothing
+            assert found == complete  # never torn: the whole merge or nothing
             verify_file(out).close()
             outcome = "complete"
         if outcome != "complete" and writing and proc.returncode == -signal.SIGKILL:
@@ -545,7 +545,7 @@ def test_one_compatibility_check_for_configs_filters_and_shards(tmp_path, monkey
 def test_merge_and_extents_use_no_private_fields_of_the_filter() -> None:
     """merge, extents, dask and scalable reach a filter's bytes through its storage
     object's methods (``fd``, ``duplicate_fd``, ``check_size``, ``body_range``, ``body``)
-    and its items counter through ``_add_items`` and ``_items_loader``: never the storage's
+    and its items counter through ``base.add_items`` and ``base.items_loader``: never the storage's
     buffer, the counter or the bit array directly."""
     import re
 

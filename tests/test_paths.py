@@ -320,7 +320,7 @@ def test_same_file_through_different_paths(tmp_path: Any, monkeypatch: pytest.Mo
         assert os.stat(p).st_ino == inode
         with BloomFilter.open(p) as g:
             assert "via-absolute" in g
-            assert os.path.isabs(g.path) and os.stat(g.path).st_ino == inode
+            assert os.path.isabs(g.path) and os.stat(g.path).st_ino == inode  # type: ignore[arg-type]  # a file: str
             g.add(f"via-{i}")
             h = pickle.loads(pickle.dumps(g))  # pickles as the absolute path
             assert f"via-{i}" in h
@@ -339,7 +339,7 @@ def test_create_through_relative_and_symlinked_paths(tmp_path: Any, monkeypatch:
     for i, p in enumerate(["link/a.blm", "real/b.blm", "./link/c.blm", "é.blm"]):
         with BloomFilter.create(p, CFG) as f:
             f.add(str(i))
-            assert os.stat(p).st_ino == os.stat(f.path).st_ino
+            assert os.stat(p).st_ino == os.stat(f.path).st_ino  # type: ignore[arg-type]  # a file: str
     # FILE.mutex, the write lock's side file where it is a mutex (README, locking), aside
     assert sorted(n for n in os.listdir(real) if not n.endswith(".mutex")) == ["a.blm", "b.blm", "c.blm"]
     assert sorted(n for n in os.listdir(tmp_path) if not n.endswith(".mutex")) == ["link", "real", "é.blm"]
@@ -366,7 +366,7 @@ def test_paths_resolve_like_the_os(tmp_path: Any, monkeypatch: pytest.MonkeyPatc
         # The OS resolves link/.. to real/, so this is real/f.blm.
         assert os.stat("link/../f.blm").st_ino == os.stat("real/f.blm").st_ino
         with BloomFilter.open("link/../f.blm") as g:
-            assert "the real one" in g and os.stat(g.path).st_ino == os.stat("real/f.blm").st_ino
+            assert "the real one" in g and os.stat(g.path).st_ino == os.stat("real/f.blm").st_ino  # type: ignore[arg-type]
     elif case == "dotdot-create":
         BloomFilter.create("link/../new.blm", CFG).close()
         assert os.path.exists("real/new.blm") and not os.path.exists("new.blm")

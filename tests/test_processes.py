@@ -154,8 +154,13 @@ def test_fork_while_another_thread_holds_lock(tmp_path) -> None:  # type: ignore
     parts = [urls(2_000, prefix=f"https://t{w}.example/") for w in range(4)]
     # Children fork while the parent's thread holds both the thread lock and the flock;
     # they must neither deadlock on the copied thread lock nor bypass the flock.
-    released_at = []
-    threading.Timer(0.5, lambda: (released_at.append(time.monotonic()), release.set())).start()
+    released_at: list[float] = []
+
+    def release_later() -> None:
+        released_at.append(time.monotonic())
+        release.set()
+
+    threading.Timer(0.5, release_later).start()
     first_add_done = _fork_children(f, parts)
     t.join(30)
     # No child's add got through while the parent's thread held the flock.

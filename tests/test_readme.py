@@ -30,6 +30,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -91,7 +92,8 @@ def test_console_blocks(run_dir: Path) -> None:
     script_lines = []
     expected: list[tuple[str, str]] = []
     for body in blocks("console"):
-        command, output = None, []
+        command: Optional[str] = None
+        output: list[str] = []
         for line in body.splitlines():
             if line.startswith("$ "):
                 if command is not None:

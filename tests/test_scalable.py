@@ -129,8 +129,8 @@ def test_growth_rule_and_manifest(tmp_path) -> None:  # type: ignore[no-untyped-
     lock = open(os.path.join(path, "lock"), "rb").read()
     assert lock == struct.pack("<4sIII", b"BLSL", 1, 3, 0)
     # every layer is a plain BLM1 file
-    with BloomFilter.open(os.path.join(path, "layer-0001.blm"), readonly=True) as layer:
-        assert layer.items_added == 300
+    with BloomFilter.open(os.path.join(path, "layer-0001.blm"), readonly=True) as layer_file:
+        assert layer_file.items_added == 300
     # reopening restores the parameters
     with ScalableBloomFilter.open(path) as g:
         assert (g.capacity, g.fp_rate, g.growth, g.tightening, g.strategy.name) == (100, 0.01, 3, 0.8, "M3KM")
@@ -149,7 +149,7 @@ def test_growth_rule_and_manifest(tmp_path) -> None:  # type: ignore[no-untyped-
     ],
 )
 def test_bad_parameters(tmp_path, kwargs) -> None:  # type: ignore[no-untyped-def]
-    args = dict(capacity=100, fp_rate=0.01)
+    args: dict[str, Any] = dict(capacity=100, fp_rate=0.01)
     args.update(kwargs)
     with pytest.raises(ConfigError):
         ScalableBloomFilter.create(tmp_path / "s", args.pop("capacity"), args.pop("fp_rate"), **args)
@@ -286,7 +286,7 @@ def test_single_queries_find_what_another_process_added_to_new_layers(tmp_path) 
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write("\n".join(keys))
         proc.stdin.close()
-        told = []
+        told: list[str] = []
         for line in proc.stdout:
             key = line.strip()
             assert key in r, f"{key} (item {len(told)}) not found by a handle with {len(r._layers)} layers"
@@ -299,9 +299,14 @@ def test_single_queries_find_what_another_process_added_to_new_layers(tmp_path) 
 def test_a_query_reads_the_count_word_only_while_the_newest_layer_is_full(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     w = ScalableBloomFilter.create(tmp_path / "s", 50, 1e-6)
     r = ScalableBloomFilter.open(tmp_path / "s", readonly=True)
-    preads = []
+    preads: list[int] = []
     real_pread = os.pread
-    monkeypatch.setattr(os, "pread", lambda fd, n, off: preads.append(off) or real_pread(fd, n, off))
+
+    def counted_pread(fd: int, n: int, off: int) -> bytes:
+        preads.append(off)
+        return real_pread(fd, n, off)
+
+    monkeypatch.setattr(os, "pread", counted_pread)
     w.update(urls(49))
     preads.clear()  # the writer's own reads
     assert not any(f"absent-{i}" in r for i in range(100)) and preads == []  # 49 < 50: no system call
@@ -524,7 +529,7 @@ def _kill_writer(path: str, keys: list[str], pause_stage: str, batch: int, delay
             time.sleep(0.005)
     os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
-    acked = _ACK.unpack(shared[:16])[0]
+    acked: int = _ACK.unpack(shared[:16])[0]
     assert os.waitstatus_to_exitcode(status) == -signal.SIGKILL, "the writer stopped before it was killed"
     return acked
 

@@ -45,7 +45,7 @@ import random
 import signal
 import struct
 import time
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import numpy as np
 import pytest
@@ -252,7 +252,7 @@ def test_sigkill_writer(tmp_path: Any, scenario: str, seed: int, record_property
 def check_killed_create(tmp_path: Any, config: BloomConfig, acked: int) -> None:
     names = {n for n in os.listdir(tmp_path) if not n.endswith(".mutex")}  # not the write locks' side files
     for i in range(acked):  # every acknowledged create is a complete, empty filter
-        with verify_file(tmp_path / f"c{i}.blm") as f:
+        with cast(BloomFilter, verify_file(tmp_path / f"c{i}.blm")) as f:
             assert f.config == config and f.count_ones() == 0 and f.items_added == 0
     published = {f"c{i}.blm" for i in range(acked + 1)} & names
     temporaries = {n for n in names if n.startswith(".mmapbloom-") and n.endswith(".tmp")}
@@ -474,7 +474,7 @@ def killed_merge_into(tmp_path: Any, p: Progress, rng: random.Random, seed: int,
     record_property("killed_inside_operation", phase == IN_OP)
     record_property("merges_acknowledged", acked)
     for i, target in enumerate(targets):
-        with verify_file(target) as g:
+        with cast(BloomFilter, verify_file(target)) as g:
             assert g.contains_many(original).all(), f"{i}: an item of the original filter was lost"
             got = np.frombuffer(g.to_bytes()[24:], dtype=np.uint8)
             if i < acked:  # merged and acknowledged: complete

@@ -62,7 +62,7 @@ def generate_cases(kind: Kind, rng: random.Random, n_random: int) -> list[dict[s
     sound images of another kind, the outcomes they must have)."""
     cases: list[dict[str, Any]] = []
 
-    def add(name: str, data: bytes) -> None:
+    def add(name: str, data: bytes | bytearray) -> None:
         cases.append({"name": name, "data": bytes(data)})
 
     def head(m: int, k: int, items: int = 0, **fields: Any) -> bytes:
@@ -160,9 +160,9 @@ def generate_cases(kind: Kind, rng: random.Random, n_random: int) -> list[dict[s
     for i in range(n_random):
         r = rng.random()
         if r < 0.3:
-            data = rng.randbytes(rng.randrange(0, 80))
+            raw = rng.randbytes(rng.randrange(0, 80))
         elif r < 0.5:
-            data = kind.magic + b"M3KM" + rng.randbytes(rng.randrange(0, 60))
+            raw = kind.magic + b"M3KM" + rng.randbytes(rng.randrange(0, 60))
         else:
             m = rng.choice([rng.randrange(1, 64), rng.randrange(1, 2000)])
             k = rng.choice([rng.randrange(1, 9), rng.randrange(1, 300)])
@@ -170,8 +170,8 @@ def generate_cases(kind: Kind, rng: random.Random, n_random: int) -> list[dict[s
             body = len(blank_image(kind.magic, m, k, counter_bits=width)) - kind.header_size
             if rng.random() < 0.1:
                 body += rng.choice([-1, 1])
-            data = head(m, k, rng.getrandbits(32), counter_bits=width) + rng.randbytes(max(body, 0))
-        add(f"random-{i}", data)
+            raw = head(m, k, rng.getrandbits(32), counter_bits=width) + rng.randbytes(max(body, 0))
+        add(f"random-{i}", raw)
     return cases
 
 

@@ -33,7 +33,7 @@ import signal
 import subprocess
 import tempfile
 import warnings
-from typing import Any, Iterator
+from typing import Any, Iterator, cast
 
 import pytest
 
@@ -306,7 +306,7 @@ def test_merge_into_a_reserved_target_on_a_full_disk(tmpfs_1m: str, tmp_path: An
         return run_merge(how, target, shards, into=True)[0]
 
     assert run_forked(merge) == 0
-    with verify_file(target) as f:
+    with cast(BloomFilter, verify_file(target)) as f:
         assert f.contains_many(items + ["mine-1", "mine-2"]).all()
         body = f.to_bytes()[24:]
         assert all(any(body[i : i + 4096]) for i in range(0, len(body), 4096))  # bits in every page

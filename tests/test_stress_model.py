@@ -80,7 +80,7 @@ MAX_FILES = 4
 POOL = ["a", "b", "c", "https://example.org/", "ü", "日本", "", b"a", b"\x00", b"\xff\xfe", "x" * 40]
 items_st = st.one_of(
     st.sampled_from(POOL),
-    st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=6),
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=6),  # type: ignore[arg-type]
     st.binary(max_size=6),
 )
 batches = st.lists(items_st, max_size=12)

@@ -46,7 +46,7 @@ import select
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -122,7 +122,7 @@ def test_eight_processes_open_or_create(tmp_path: Any, create_trial: int) -> Non
     assert set(counts) == set(items) and set(counts.values()) == {1}, "new not reported exactly once"
     # one file, no temporaries (the write lock's side file is none)
     assert [n for n in os.listdir(tmp_path) if n != "race.blm.mutex"] == ["race.blm"]
-    with verify_file(path) as f:
+    with cast(BloomFilter, verify_file(path)) as f:
         assert f.items_added == len(items)
         assert f.to_bytes()[24:] == reference_bits(config, items)
     os.unlink(path)  # up to 32 MB: keep the disk free for CI
@@ -685,7 +685,7 @@ def test_merge_into_races_writers(tmp_path: Any, merge_trial: int, record_proper
     for s in shards_a + shards_b:
         with BloomFilter.open(s, readonly=True) as g:
             shard_items += g.items_added
-    with verify_file(target) as f:
+    with cast(BloomFilter, verify_file(target)) as f:
         assert f.contains_many(everything).all(), "an item was lost"
         assert f.to_bytes()[24:] == reference_bits(cfg, everything), "not exactly the bits of everything"
         assert f.items_added == before_items + writer_new + shard_items
@@ -725,7 +725,7 @@ def test_merge_while_a_shard_is_written(tmp_path: Any, merge_trial: int, record_
     for s in shards[1:]:
         with BloomFilter.open(s, readonly=True) as f:
             others |= np.frombuffer(f.to_bytes()[24:], dtype=np.uint8)
-    with verify_file(out) as f:
+    with cast(BloomFilter, verify_file(out)) as f:
         got = np.frombuffer(f.to_bytes()[24:], dtype=np.uint8)
         assert not ((at_start | others) & ~got).any(), "the output lost a bit the shards had at the start"
         assert not (got & ~(at_end | others)).any(), "the output has a bit no shard ever had"

@@ -83,9 +83,9 @@ def _calls(f: Any) -> list[tuple[str, Callable[[], Any]]]:
         if hasattr(f, name):
             fn = getattr(f, name)
             if name.endswith("_many"):
-                calls.append((name, lambda fn=fn: fn(["ok", BAD])))
+                calls.append((name, lambda fn=fn: fn(["ok", BAD])))  # type: ignore[misc]  # fn bound now
             else:
-                calls.append((name, lambda fn=fn: fn(BAD)))
+                calls.append((name, lambda fn=fn: fn(BAD)))  # type: ignore[misc]  # fn bound now
     return calls
 
 
