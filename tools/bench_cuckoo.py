@@ -15,11 +15,13 @@ and ``pyprobables``' ``CuckooFilter`` (pure Python, in memory, ``init_error_rate
 same rate and enough buckets: it cannot grow then) on ``--peer-keys`` keys, per item (it
 has no batch API), if it is installed (``pip install pyprobables``). Also printed: file
 bits per key at the design point and the measured false-positive rate on the absent keys.
-Ratios are cuckoo / peer (below 1: the cuckoo filter is faster). pyprobables hashes
-with its default FNV-1a unless told otherwise; on these URL keys (a shared prefix, a
-numeric suffix) its fingerprints collide (it keeps a fraction of the keys and answers most
-absent keys as present), so the bench gives it MurmurHash3 x64 (``mmh3.hash64``, the hash
-family mmapbloom uses) through its ``hash_function`` argument.
+Ratios are cuckoo / peer (below 1: the cuckoo filter is faster). pyprobables (0.7)
+derives both bucket indexes from the fingerprint alone (``idx1 = fp mod capacity``), so
+it holds at most 2^f distinct keys: sized by ``init_error_rate(0.01)`` (f = 10) it keeps
+1,024 of 50,000 URL keys and then answers every absent key as present. The bench therefore
+runs it with its default 32-bit fingerprints (``CuckooFilter(capacity, 4, finger_size=4)``)
+and MurmurHash3 x64 (``mmh3.hash64``) as its ``hash_function`` (its default FNV-1a mixes
+the numeric suffixes of these keys poorly), the configuration in which it keeps the keys.
 
 The figures of issue 26's closing note, before the speed table (``--sections``, default
 all):
@@ -32,11 +34,17 @@ all):
   ``expected_fp_rate()``;
 * ``load``: the load (items / slots) at the first FilterFullError, b = 4, default kicks,
   ``--load-trials`` tables of ``--load-capacity`` keys (f = 12 and 16), keys added one by one;
-* ``speed``: the table above.
+* ``speed``: the table above;
+* ``instructions`` (not in the default; needs valgrind): user-space instructions per key
+  of the same operations for CuckooFilter and BloomFilter (callgrind, one child each,
+  ``os.getppid()`` marking each operation as in ``tools/bench/instructions.py``): a
+  machine-load-independent figure beside the timings (``update`` to 90% of the cuckoo
+  slots, ``contains_many`` / ``in`` / ``add`` on ``--per-item`` keys).
 
 Usage: python -m tools.bench_cuckoo [--keys N] [--fp-rate P] [--per-item N] [--peer-keys N]
 [--rounds R] [--sections space,fp,load,speed] [--fp-sizes N,N] [--absent N]
-[--load-capacity N] [--load-trials T] [--json]
+[--load-capacity N] [--load-trials T] [--json]; add ``instructions`` to --sections for
+the callgrind rows.
 
 The closing note's figures: ``python -m tools.bench_cuckoo --fp-rate 0.01`` (1M keys).
 """
@@ -161,6 +169,77 @@ def first_failure(capacity: int, trials: int, widths: tuple[int, ...] = (12, 16)
     return rows
 
 
+INSTRUCTION_ROWS = ("update", "contains_many present", "contains_many absent", "in", "add")
+
+
+def _instructions_child(kind: str, capacity: int, p: float, per_item: int, work: str) -> None:
+    """The callgrind child: the operations of INSTRUCTION_ROWS, each between two
+    ``os.getppid()`` calls (a callgrind dump before each)."""
+    probe = CuckooFilter(capacity, p)
+    fill = int(0.9 * probe.num_slots)
+    probe.close()
+    keys = [f"https://example.org/page/{i}" for i in range(fill)]
+    absent = [f"https://example.org/absent/{i}" for i in range(per_item)]
+    per = keys[:per_item]
+
+    def make(name: str) -> Any:
+        where = os.path.join(work, name)
+        if kind == "cuckoo":
+            return CuckooFilter.create(where, capacity, p)
+        return BloomFilter.create(where, BloomConfig.for_items(capacity, p))
+
+    f, g = make("filled"), make("fresh")
+    # warm-up outside the marks: the lazy numpy import, first calls (never the measured keys)
+    f.update([])
+    f.contains_many(["warm-up"])
+    _loop_in(f, ["warm-up"])
+    g.add("warm-up")
+    ops: dict[str, tuple[Callable[[], Any], int]] = {
+        "update": (lambda: f.update(keys), len(keys)),
+        "contains_many present": (lambda: f.contains_many(per), len(per)),
+        "contains_many absent": (lambda: f.contains_many(absent), len(absent)),
+        "in": (lambda: _loop_in(f, per), len(per)),
+        "add": (lambda: _loop_add(g, per), len(per)),
+    }
+    counts = []
+    for op in INSTRUCTION_ROWS:
+        run, n = ops[op]
+        os.getppid()
+        run()
+        os.getppid()
+        counts.append(n)
+    f.close()
+    g.close()
+    print(json.dumps(counts))
+
+
+def instructions(capacity: int, p: float, per_item: int) -> dict[str, dict[str, float]]:
+    """{kind: {row: instructions per key}} for "cuckoo" and "bloom" (valgrind's callgrind
+    on PATH); part 1 is the start-up, then row i is part 2 + 2 i."""
+    import shutil
+    import subprocess
+
+    from tools.bench.measure import ROOT, callgrind_parts, child_env
+
+    out: dict[str, dict[str, float]] = {}
+    for kind in ("cuckoo", "bloom"):
+        work = tempfile.mkdtemp(prefix="bench-cuckoo-cg.")
+        try:
+            cg = os.path.join(work, "cg.out")
+            cmd = ["valgrind", "--tool=callgrind", "--dump-before=getppid", f"--callgrind-out-file={cg}"]
+            cmd += ["--dump-instr=no", sys.executable, "-m", "tools.bench_cuckoo", "--instructions-child"]
+            cmd += [kind, str(capacity), str(p), str(per_item), work]
+            proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=child_env())
+            if proc.returncode != 0:
+                raise RuntimeError(f"{kind}: callgrind child failed ({proc.returncode}): {proc.stderr[-2000:]}")
+            counts = json.loads(proc.stdout.strip().splitlines()[-1])
+            parts = callgrind_parts(cg)
+            out[kind] = {row: parts[2 + 2 * i] / counts[i] for i, row in enumerate(INSTRUCTION_ROWS)}
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
 def _environment() -> str:
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     return (
@@ -216,6 +295,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             )
     if "speed" in sections:
         results.update(_speed(a, backend))
+    if "instructions" in sections:
+        ins = results["instructions"] = instructions(a.keys, a.fp_rate, a.per_item)
+        print(f"instructions per key (callgrind; {a.keys:,} keys at p = {a.fp_rate})")
+        print(f"{'op':<24}{'cuckoo':>10}{'bloom':>10}{'ratio':>8}")
+        for op in INSTRUCTION_ROWS:
+            c, b = ins["cuckoo"].get(op, float("nan")), ins["bloom"].get(op, float("nan"))
+            print(f"{op:<24}{c:>10.0f}{b:>10.0f}{c / b:>8.3f}")
     if a.json:
         print(json.dumps({"backend": backend, "keys": a.keys, "fp_rate": a.fp_rate, "results": results}, indent=2))
     return results
@@ -282,8 +368,8 @@ def _speed(a: argparse.Namespace, backend: str) -> dict[str, Any]:
         bins = int(len(pk) / (4 * 0.9)) + 1  # 90% load of 4-slot bins, as the cuckoo filter
 
         def make_peer() -> Any:
-            return PyProbablesCuckoo.init_error_rate(
-                a.fp_rate, capacity=bins, bucket_size=4, auto_expand=False, hash_function=_mmh3_64
+            return PyProbablesCuckoo(
+                capacity=bins, bucket_size=4, auto_expand=False, finger_size=4, hash_function=_mmh3_64
             )
 
         r = {}
@@ -342,4 +428,8 @@ def _speed(a: argparse.Namespace, backend: str) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--instructions-child"]:
+        kind, cap, p, per, work = sys.argv[2:7]
+        _instructions_child(kind, int(cap), float(p), int(per), work)
+    else:
+        main()
