@@ -11,8 +11,8 @@ key (best of ``--rounds``; inserts on a fresh filter each round):
   (absent);
 * ``add`` / ``in``: per-item calls on ``--per-item`` keys;
 
-and ``pyprobables``' ``CuckooFilter`` (pure Python, in memory, ``init_error_rate`` at the
-same rate and enough buckets: it cannot grow then) on ``--peer-keys`` keys, per item (it
+and ``pyprobables``' ``CuckooFilter`` (pure Python, in memory, 4-slot bins for 90% load,
+``auto_expand=False``: it cannot grow then; see below) on ``--peer-keys`` keys, per item (it
 has no batch API), if it is installed (``pip install pyprobables``). Also printed: file
 bits per key at the design point and the measured false-positive rate on the absent keys.
 Ratios are cuckoo / peer (below 1: the cuckoo filter is faster). pyprobables (0.7)
