@@ -56,4 +56,5 @@ def test_instructions_child_runs_without_valgrind(kind: str, tmp_path: Path) -> 
 def test_instructions_section_tiny() -> None:
     ins = instructions(2000, 0.01, 200)
     for kind in ("cuckoo", "bloom"):
-        assert all(0 < ins[kind][op] < 50_000 for op in INSTRUCTION_ROWS), ins
+        # per key: hundreds on the native backend, up to about 10**5 on the pure one
+        assert all(0 < ins[kind][op] < 2_000_000 for op in INSTRUCTION_ROWS), ins
