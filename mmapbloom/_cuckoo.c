@@ -209,37 +209,46 @@ int mb_ck_lookup(const mb_ck_geom *g, uint64_t i1, uint32_t fp)
     return mb_ck_lookup2(g, i1, mb_ck_alt(g, i1, fp), fp);
 }
 
+/* The counter's verdict on a lock-free pass that began when it read *s1: 1 believe the
+ * pass (the same even value, or the odd value this reader waited out), 0 read it again
+ * (*s1 then holds the new value).  *deadline: when an odd, unchanged value is taken for a
+ * killed writer (0: not yet waiting). */
+static int pass_settled(const mb_ck_geom *g, uint32_t *s1, long long *deadline)
+{
+    __atomic_thread_fence(__ATOMIC_ACQUIRE); /* the pass's loads before the counter's */
+    const uint32_t s2 = __atomic_load_n(seq_word(g), __ATOMIC_RELAXED);
+    if (s2 == *s1 && (!(s2 & 1) || (0x10000u | s2) == __atomic_load_n(&g->stale_seq, __ATOMIC_RELAXED)))
+        return 1;
+    if (s2 == *s1) { /* odd and unchanged: a writer is applying a path, or died doing so */
+        long long now = now_ns();
+        if (!*deadline) {
+            *deadline = now + MB_CK_STALE_WAIT_NS;
+        } else if (now > *deadline) {
+            __atomic_store_n((uint32_t *)&g->stale_seq, 0x10000u | s2, __ATOMIC_RELAXED);
+            return 1;
+        }
+        sched_yield();
+    }
+    *s1 = s2;
+    __atomic_thread_fence(__ATOMIC_ACQUIRE); /* the counter's load before the next pass's */
+    return 0;
+}
+
 int mb_ck_lookup2(const mb_ck_geom *g, uint64_t i1, uint64_t i2, uint32_t fp)
 {
-    uint32_t s1 = mb_ck_seq(g), s2;
+    uint32_t s1 = mb_ck_seq(g);
     long long deadline = 0;
-    if (lookup_once(g, i1, i2, fp))
-        return 1;
     for (;;) {
-        __atomic_thread_fence(__ATOMIC_ACQUIRE); /* the pass's loads before the counter's */
-        s2 = __atomic_load_n(seq_word(g), __ATOMIC_RELAXED);
-        if (s2 == s1 && (!(s2 & 1) || (0x10000u | s2) == __atomic_load_n(&g->stale_seq, __ATOMIC_RELAXED)))
-            return 0;
-        if (s2 == s1) { /* odd and unchanged: a writer is applying a path, or died doing so */
-            long long now = now_ns();
-            if (!deadline) {
-                deadline = now + MB_CK_STALE_WAIT_NS;
-            } else if (now > deadline) {
-                __atomic_store_n((uint32_t *)&g->stale_seq, 0x10000u | s2, __ATOMIC_RELAXED);
-                return 0;
-            }
-            sched_yield();
-        }
-        s1 = s2;
-        __atomic_thread_fence(__ATOMIC_ACQUIRE);
         if (lookup_once(g, i1, i2, fp))
-            return 1;
+            return 1; /* a hit is never caused by a move */
+        if (pass_settled(g, &s1, &deadline))
+            return 0;
     }
 }
 
-int mb_ck_count(const mb_ck_geom *g, uint64_t i1, uint32_t fp)
+static int count_once(const mb_ck_geom *g, uint64_t i1, uint64_t i2, uint32_t fp)
 {
-    uint64_t i2 = mb_ck_alt(g, i1, fp), vidx, b = g->bucket_size;
+    uint64_t vidx, b = g->bucket_size;
     int total = 0;
     for (uint64_t j = i1 * b; j < i1 * b + b; j++)
         total += mb_ck_get(g, j) == fp;
@@ -248,6 +257,20 @@ int mb_ck_count(const mb_ck_geom *g, uint64_t i1, uint32_t fp)
             total += mb_ck_get(g, j) == fp;
     uint32_t vfp = mb_ck_victim(g, &vidx);
     return total + (vfp == fp && (vidx == i1 || vidx == i2));
+}
+
+/* Every answer of a count is believed only from a pass bracketed by one even counter: a
+ * move between its reads can hide fp (0) or show it in both buckets (2). */
+int mb_ck_count(const mb_ck_geom *g, uint64_t i1, uint32_t fp)
+{
+    const uint64_t i2 = mb_ck_alt(g, i1, fp);
+    uint32_t s1 = mb_ck_seq(g);
+    long long deadline = 0;
+    for (;;) {
+        const int total = count_once(g, i1, i2, fp);
+        if (pass_settled(g, &s1, &deadline))
+            return total;
+    }
 }
 
 static int on_path(const uint64_t *path, uint32_t len, uint64_t j)

@@ -79,7 +79,8 @@ int mb_ck_repair_seq(const mb_ck_geom *g);
 int mb_ck_lookup(const mb_ck_geom *g, uint64_t i1, uint32_t fp);
 /* The same with i2 = mb_ck_alt(g, i1, fp) already computed (the batch query's staging). */
 int mb_ck_lookup2(const mb_ck_geom *g, uint64_t i1, uint64_t i2, uint32_t fp);
-/* Matching slots of both buckets (each once), plus 1 for a matching victim.  No lock. */
+/* Matching slots of both buckets (each once), plus 1 for a matching victim.  No lock: read
+ * under the lookup's counter rule (every answer from a pass bracketed by one even value). */
 int mb_ck_count(const mb_ck_geom *g, uint64_t i1, uint32_t fp);
 /* Test-and-set under the write lock: 0 present (nothing changed), 1 inserted,
  * -1 full (nothing changed).  `path` is scratch for max_kicks slot numbers. */

@@ -14,8 +14,10 @@
  * A file truncated inside the mapping's last page reads zeros there instead of faulting
  * (_lastpage.h): a per-item operation whose header words or buckets reach into the last
  * page checks the file's size first (one fstat), a write whose kick path or victim
- * re-homing moved fingerprints (the kick counter changed) checks it after, and a batch
- * checks it once per call or chunk; each raises LengthMismatchError (hooks.check_size).
+ * re-homing moved fingerprints (the kick counter changed) checks it after, a batch
+ * checks it once per call or chunk, and a write that had to wait for the lock checks it
+ * after the wait (the holder may have truncated the file meanwhile), whatever it touches;
+ * each raises LengthMismatchError (hooks.check_size).
  *
  * Every field is read and written with the GIL held; `busy` counts calls that let go of
  * the GIL or call Python, so close() while one is in flight defers releasing the image. */
@@ -191,10 +193,33 @@ static void ck_bump(CkHandle *h, long long delta)
     mb_items_store(h->items, (uint32_t)total);
 }
 
-/* The write lock: LOCK_HELD or LOCK_TAKEN, or -1 with an exception set. */
+static int ck_check_size(CkHandle *h);
+
+/* After a real wait for the lock (taken: LOCK_TAKEN): a truncation made meanwhile (say by
+ * the holder) must not take this write unseen, wherever its key's buckets lie, as in
+ * _handle.c's h_recheck_size: check the file's size again (a file's handle only).
+ * LOCK_TAKEN, or -1 with the size error set and the lock released. */
+static int ck_recheck_size(CkHandle *h)
+{
+    if (h->lp.size_fn != NULL && ck_check_size(h) < 0) {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        if (mb_lock_release(h->lock) < 0)
+            PyErr_Clear(); /* the size error is the one to raise */
+        PyErr_Restore(et, ev, tb);
+        return -1;
+    }
+    return LOCK_TAKEN;
+}
+
+/* The write lock: LOCK_HELD or LOCK_TAKEN, or -1 with an exception set (the lock not
+ * held).  After a real wait (mb_lock_wait, or a mutex hold of another process waited out
+ * inside mb_lock_try) the file's size is checked again. */
 static int ck_lock(CkHandle *h)
 {
     int state = mb_lock_try(h->lock);
+    if (state == LOCK_TAKEN && mb_lock_waited(h->lock))
+        return ck_recheck_size(h);
     if (state != LOCK_SLOW)
         return state;
     h->busy++;
@@ -212,7 +237,7 @@ static int ck_lock(CkHandle *h)
         ck_refuse(h, 0);
         return -1;
     }
-    return LOCK_TAKEN;
+    return ck_recheck_size(h);
 }
 
 static int ck_unlock(CkHandle *h, int state)

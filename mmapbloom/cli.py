@@ -1,6 +1,6 @@
 """The ``mmapbloom`` command line (console script and ``python -m mmapbloom``).
 
-Subcommands: ``plan`` (sizing table), ``create``, ``add``, ``remove`` (counting filters),
+Subcommands: ``plan`` (sizing table), ``create``, ``add``, ``remove`` (counting and cuckoo filters),
 ``check``, ``info``, ``verify``, and ``merge`` (also ``tools/merge_shards.py``). Every
 subcommand has ``--help``; options go anywhere among the arguments
 (``parse_intermixed_args``); every subcommand that reports figures has ``--json`` (one
@@ -1314,9 +1314,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "remove",
-        help="remove items (one per line) from a counting filter",
-        description="Remove items from a filter that supports removal (a counting filter): "
-        "each item's counters are decremented if it might be present. Only remove items that "
+        help="remove items (one per line) from a counting or cuckoo filter",
+        description="Remove items from a filter that supports removal (a counting or cuckoo filter): "
+        "each item's counters are decremented (a cuckoo filter: one matching fingerprint is removed) "
+        "if it might be present. Only remove items that "
         "were added (removing a false positive corrupts other items). Exit status 0 if every "
         "item was removed, 1 if at least one was certainly absent (and so not removed), 2 on "
         "error (a filter kind without removal, a damaged file, a failed input). Prints the "

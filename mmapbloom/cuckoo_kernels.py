@@ -64,7 +64,9 @@ and unchanged for STALE_WAIT seconds is taken for a writer killed mid path: that
 accepts passes bracketed by it from then on (the next writer, or check(repair=True), makes
 it even). So a miss is never caused by moves, however many, unless 32768 kick paths (the
 u16 wrapping to the same value) run during one pass or a writer stalls STALE_WAIT seconds
-mid path. Count reads once (no retry). Writes are unaffected.
+mid path. Count follows the same rule for every answer (a move between two of its reads
+can hide fp or show it in both buckets): a pass is believed only when bracketed by one even
+value. Writes are unaffected.
 """
 
 from __future__ import annotations
@@ -290,26 +292,36 @@ class CuckooCells:
         miss is accepted only from a pass bracketed by one even kick counter (see the module
         docstring, "Lookup"); a counter odd and unchanged for :data:`STALE_WAIT` seconds (a
         writer killed mid path) is waited out once per handle."""
-        seq = self.seq
-        s1 = seq()
+        s1 = self.seq()
         if self._lookup_once(i1, fp):
             return True
-        deadline = 0.0
+        wait = [0.0]
         while True:
-            s2 = seq()
-            if s2 == s1 and (not s2 & 1 or s2 == self._stale):
+            settled, s1 = self._settled(s1, wait)
+            if settled:
                 return False  # nothing moved during that pass: the miss is real
-            if s2 == s1:  # odd and unchanged: a writer is applying a path (or died doing so)
-                now = time.monotonic()
-                if not deadline:
-                    deadline = now + STALE_WAIT
-                elif now > deadline:
-                    self._stale = s2
-                    return False
-                time.sleep(0)
-            s1 = s2
             if self._lookup_once(i1, fp):
                 return True
+
+    def _settled(self, s1: int, wait: list[float]) -> tuple[bool, int]:
+        """The kick counter's verdict on a lock-free pass that began when it read ``s1``:
+        ``(True, s1)`` if the pass is to be believed (the counter is the same even value,
+        or the odd value this handle waited out), else ``(False, s2)``, the pass to be
+        read again from the counter's new value ``s2``. ``wait[0]``: the deadline of an
+        odd, unchanged value (0: none yet); after :data:`STALE_WAIT` seconds the value is
+        recorded as stale and the pass believed."""
+        s2 = self.seq()
+        if s2 == s1 and (not s2 & 1 or s2 == self._stale):
+            return True, s1
+        if s2 == s1:  # odd and unchanged: a writer is applying a path (or died doing so)
+            now = time.monotonic()
+            if not wait[0]:
+                wait[0] = now + STALE_WAIT
+            elif now > wait[0]:
+                self._stale = s2
+                return True, s1
+            time.sleep(0)
+        return False, s2
 
     def _lookup_once(self, i1: int, fp: int) -> bool:
         if self._find(i1, fp) >= 0:
@@ -321,7 +333,19 @@ class CuckooCells:
         return vfp == fp and (vidx == i1 or vidx == i2)
 
     def count(self, i1: int, fp: int) -> int:
-        """Matching slots of i1 and i2 (each bucket once), plus 1 for a matching victim."""
+        """Matching slots of i1 and i2 (each bucket once), plus 1 for a matching victim.
+        No lock: a pass is believed only when bracketed by one even kick counter, as a
+        miss of :meth:`lookup` (a move between two reads can hide fp from a pass or show it
+        twice, once in each bucket), else it is read again."""
+        s1 = self.seq()
+        wait = [0.0]
+        while True:
+            total = self._count_once(i1, fp)
+            settled, s1 = self._settled(s1, wait)
+            if settled:
+                return total
+
+    def _count_once(self, i1: int, fp: int) -> int:
         get, b = self.get, self.b
         i2 = alt_index(i1, fp, self.n)
         total = sum(1 for j in range(i1 * b, i1 * b + b) if get(j) == fp)

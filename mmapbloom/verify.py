@@ -117,7 +117,7 @@ def verify_file(path: Union[str, "os.PathLike[str]"]) -> Union[MappedFilter, Exp
     manifest, every period file opened afresh).
 
     Returns:
-        The filter (a ``BloomFilter``, ``CountingBloomFilter`` or
+        The filter (a ``BloomFilter``, ``CountingBloomFilter``, ``CuckooFilter`` or
         ``ExpiringBloomFilter``), opened read-only; the caller closes it.
     Raises:
         FormatError subclasses (``ValueError``) naming what is wrong, with expected and

@@ -19,17 +19,19 @@ def add_each(path: str, keys: list[str], barrier: Any) -> list[str]:
         return [k for k in keys if f.add(k)]
 
 
-def hammer(path: str, keys: list[str], stop: str, ready: Any) -> tuple[int, int]:
-    """Query ``keys`` (all present) until the file ``stop`` exists; return (misses, rounds)."""
-    misses = rounds = 0
+def hammer(path: str, keys: list[str], stop: str, ready: Any) -> tuple[int, int, int]:
+    """Query ``keys`` (all present, each stored once) with ``in`` and ``count`` until the
+    file ``stop`` exists; return (misses, counts other than 1, rounds)."""
+    misses = miscounts = rounds = 0
     with CuckooFilter.open(path, readonly=True) as f:
         ready.set()
         while True:
             done = os.path.exists(stop)
             misses += sum(1 for k in keys if k not in f)
+            miscounts += sum(1 for k in keys if f.count(k) != 1)
             rounds += 1
             if done:
-                return misses, rounds
+                return misses, miscounts, rounds
 
 
 def fill(path: str, prefix: str, target: float, barrier: Any) -> int:

@@ -9,6 +9,7 @@ import os
 import pickle
 import struct
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -92,7 +93,7 @@ def test_explicit_widths_and_bucket_sizes(bits: int) -> None:
         {"max_kicks": 70000},
     ],
 )
-def test_invalid_sizing_is_config_error(kwargs: dict) -> None:
+def test_invalid_sizing_is_config_error(kwargs: dict[str, Any]) -> None:
     args = {"capacity": 100, "fp_rate": 0.01, **kwargs}
     with pytest.raises(ConfigError):
         CuckooFilter(args.pop("capacity"), args.pop("fp_rate"), **args)
@@ -374,7 +375,7 @@ def test_measured_fp_rate_at_the_design_point() -> None:
     st.lists(st.tuples(st.booleans(), st.integers(0, 300)), max_size=250),
     st.sampled_from([(8, 4), (12, 4), (16, 2), (10, 1), (32, 8)]),
 )
-def test_no_false_negatives_and_count_matches_the_model(ops: list, shape: tuple) -> None:
+def test_no_false_negatives_and_count_matches_the_model(ops: list[tuple[bool, int]], shape: tuple[int, int]) -> None:
     bits, bucket = shape
     f = CuckooFilter(80, 0.01, fingerprint_bits=bits, bucket_size=bucket, max_kicks=100)
     cells = f._h.cells

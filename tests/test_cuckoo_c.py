@@ -33,6 +33,7 @@ def driver(tmp_path_factory: pytest.TempPathFactory) -> str:
             "-O1",
             "-std=c11",
             "-Wall",
+            "-Wextra",
             "-Werror",
             "-o",
             out,

@@ -1,4 +1,5 @@
-"""The command line with a cuckoo filter: create --cuckoo, add, check, info, verify."""
+"""The command line with a cuckoo filter: create --cuckoo, add, check, remove, info, verify,
+plan --cuckoo, and merge's refusal of a CKF1 shard."""
 
 from __future__ import annotations
 
@@ -29,6 +30,15 @@ def test_cuckoo_from_the_command_line(tmp_path: Path) -> None:
     assert b"cuckoo" in run("verify", path).stdout
     with CuckooFilter.open(path) as f:
         assert f.contains_many(["a", "b", "c"]).all()
+    removed = run("remove", path, stdin=b"b\nzz\n")  # zz certainly absent: exit 1, b removed
+    assert removed.returncode == 1 and b"removed 1 of 2" in removed.stderr, removed.stderr
+    assert run("remove", path, "--key", "c").returncode == 0
+    with CuckooFilter.open(path) as f:
+        assert "a" in f and "b" not in f and "c" not in f and f.items_added == 1
+        f.check()
+    merged = run("merge", str(tmp_path / "out"), path, path)  # merge takes BLM1 shards only
+    assert merged.returncode == 2 and b"CKF1" in merged.stderr and b"cuckoo" in merged.stderr
+    assert not (tmp_path / "out").exists()
     assert run("create", path, "--cuckoo", "-n", "10", "-p", "0.01").returncode == 2  # exists
     assert run("create", str(tmp_path / "x"), "--cuckoo", "--bits", "100", "--hashes", "2").returncode == 2
     assert run("create", str(tmp_path / "y"), "-n", "10", "-p", "0.01", "--fingerprint-bits", "8").returncode == 2

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import numpy as np
 import pytest
@@ -66,6 +66,7 @@ def test_per_item_ops_byte_identical(n: int, b: int, f: int) -> None:
     full = 0
     for step in range(n * b * 4):
         r = rnd.random()
+        key: Union[bytes, int]
         if added and r < 0.15:
             key = added.pop(rnd.randrange(len(added)))
             op = "r"

@@ -32,7 +32,14 @@ int main(void)
     uint8_t *image = (uint8_t *)aligned;
     if (fread(image, 1, size, stdin) != size)
         return 3;
-    mb_ck_geom g = {image, n, b, f, kicks};
+    /* body_bytes as the native handle sets it: the packed slots' 8-byte loads run too */
+    mb_ck_geom g = {.image = image,
+                    .num_buckets = n,
+                    .bucket_size = b,
+                    .fp_bits = f,
+                    .max_kicks = kicks,
+                    .body_bytes = (n * b * f + 7) / 8,
+                    .stale_seq = 0};
     uint64_t *path = malloc(sizeof(uint64_t) * kicks);
     char line[4096];
     unsigned char key[2048];
