@@ -673,12 +673,12 @@ class CuckooFilter(Lifecycle):
                 for bucket, fp in pairs:
                     got = cells.insert(bucket, fp, fmix64((bucket << 32) + fp))
                     if got < 0:
-                        self._h._bump(added)
+                        self._h.bump_items(added)
                         added = 0
-                        raise self._h._full()
+                        raise self._h.full_error()
                     added += got
                     committed += 1
-                self._h._bump(added)
+                self._h.bump_items(added)
         except BaseException as exc:
             exc.committed_items = committed  # type: ignore[attr-defined]
             raise

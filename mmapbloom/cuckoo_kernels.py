@@ -539,7 +539,9 @@ class CuckooPyHandle:
         """Store the item count (the caller holds the write lock), saturating at 2**32 - 1."""
         fmt.store_items(self._items, max(0, min(count, fmt.MAX_ITEMS)))
 
-    def _bump(self, delta: int) -> None:
+    def bump_items(self, delta: int) -> None:
+        """Add ``delta`` to the item count (the caller holds the write lock); a saturated
+        count (2**32 - 1) stays as it is. Used by :meth:`CuckooFilter.union`."""
         count = fmt.load_items(self._items)
         if count != fmt.MAX_ITEMS:  # saturated: never changed again
             self.set_items(count + delta)
@@ -560,7 +562,8 @@ class CuckooPyHandle:
             lock.recover(held)
             raise
 
-    def _full(self) -> FilterFullError:
+    def full_error(self) -> FilterFullError:
+        """The :class:`FilterFullError` for this table (slots, kicks, items named)."""
         return FilterFullError(
             f"{self._where()}: cuckoo filter is full: no slot for a new fingerprint "
             f"within {self._cells.kicks} kicks and the victim slot is taken "
@@ -579,12 +582,12 @@ class CuckooPyHandle:
         def op() -> int:
             got = self._cells.insert(i1, fp, r)
             if got > 0:
-                self._bump(1)
+                self.bump_items(1)
             return got
 
         got: int = self._locked(op)
         if got < 0:
-            raise self._full()
+            raise self.full_error()
         return got > 0
 
     def contains(self, item: Any) -> bool:
@@ -607,7 +610,7 @@ class CuckooPyHandle:
         def op() -> bool:
             done = self._cells.remove(i1, fp)
             if done:
-                self._bump(-1)
+                self.bump_items(-1)
             return done
 
         return bool(self._locked(op))
@@ -650,7 +653,7 @@ class CuckooPyHandle:
                             flags.append(ok)
                             done += ok
                     if done:
-                        self._bump(done if insert else -done)
+                        self.bump_items(done if insert else -done)
                     return full
 
                 full = self._locked(op)
@@ -659,7 +662,7 @@ class CuckooPyHandle:
                 committed = start + len(flags)
                 total += sum(flags)
                 if full:
-                    raise self._full()
+                    raise self.full_error()
         except BaseException as exc:
             exc.committed_items = committed  # type: ignore[attr-defined]
             raise
@@ -734,7 +737,7 @@ class _NativeHooks:
         raise_faulted(self._h()._storage)
 
     def full(self) -> None:
-        raise self._h()._full()
+        raise self._h().full_error()
 
     def check_size(self) -> None:
         self._h()._storage.check_size()  # LengthMismatchError when the file is shorter
