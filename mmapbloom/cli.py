@@ -1471,6 +1471,8 @@ def _call(args: argparse.Namespace, prog: str) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("default")
             warnings.showwarning = _show_warning
+            if getattr(args, "json", False) and sys.stdout is None:  # refused before anything is written
+                raise StreamError("stdout", _NOT_OPEN)
             status = int(args.func(args))
             _flush_stdout()  # a failed flush (> /dev/full) is an error, not a silent exit 0
             return status

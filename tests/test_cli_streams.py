@@ -143,3 +143,21 @@ def test_closed_or_failing_stderr(wd: str, redirect: str, command: str, status: 
     assert run("create", "-q", os.path.join(wd, "f2.blm"), "-n", "1k", "-p", "1%").returncode == 0
     proc = shell(f"{command} {redirect}", wd)
     assert (proc.returncode, proc.stdout) == (status, stdout), (proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.mark.parametrize(
+    ("command", "unchanged"),
+    [
+        ("$M add --json f.blm --key new >&-", "$M check -q f.blm --key new"),  # 1: never added
+        ("$M remove --json c.blc --key a >&-", "$M check -q c.blc --key a"),  # still there
+        ("$M create --json g.blm -n 1k -p 1% >&-", "! test -e g.blm"),
+        ("$M merge --json out.blm f.blm f.blm >&-", "! test -e out.blm"),
+    ],
+)
+def test_closed_stdout_with_json_changes_nothing(wd: str, command: str, unchanged: str) -> None:
+    """``--json`` with stdout closed is refused before anything is written (as a closed
+    stdin is), so exit 2 never leaves the user guessing whether the write happened."""
+    proc = shell(command, wd)
+    assert_stream_error(proc, "stdout", "not open")
+    after = shell(unchanged, wd)
+    assert after.returncode == (1 if "check -q f.blm" in unchanged else 0), (after.returncode, after.stderr)
