@@ -117,8 +117,10 @@ static Py_ssize_t h_add_keys(Handle *h, keyset *ks, uint8_t *out)
     }
     mb_h_leave(h);
     PyMem_Free(rows);
-    if ((over || sat) && mb_h_warn(h, over, stored, sat) < 0)
+    if ((over || sat) && mb_h_warn(h, over, stored, sat) < 0) {
+        mb_note_committed(n);   /* a warning made an error: every key was committed */
         return -1;
+    }
     return total;
 fail:
     mb_note_committed(committed);

@@ -263,8 +263,10 @@ static Py_ssize_t add_unless_keys(Handle *h, PyObject *fast, keyset *ks, uint8_t
     PyMem_Free(rows);
     PyMem_Free(masked);
     PyMem_Free(found);
-    if ((over || sat) && mb_h_warn(h, over, stored, sat) < 0)
+    if ((over || sat) && mb_h_warn(h, over, stored, sat) < 0) {
+        mb_note_committed(n);   /* a warning made an error: every key was committed */
         return -1;
+    }
     return total;
 fail:
     mb_note_committed(committed);

@@ -16,7 +16,10 @@ presence was asked for (or, with ``--absent``, "might be present" for an item wh
 absence was asked for), or ``remove`` finds an item certainly absent; 2 on bad usage, a
 damaged or unreadable file, a closed or failing standard stream (``<&-``, ``>&-``,
 ``> /dev/full``: the line names ``stdin`` or ``stdout``, never the filter), or any other
-expected error, reported as one line on stderr without a traceback. 128 + the signal
+expected error, reported as one line on stderr without a traceback. With stderr closed or
+failing (``2>&-``, ``2>/dev/full``) a write command's report that cannot be written is exit
+2 as well (``-q`` asks for none), an error line that cannot be written is dropped, and
+nothing meant for stderr is ever printed on stdout. 128 + the signal
 number when interrupted: 130 after Ctrl-C (SIGINT), 143 after SIGTERM, 129 after SIGHUP,
 all three with the same cleanup (temporary files removed; see :mod:`mmapbloom.termination`).
 
@@ -158,6 +161,12 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
+    def exit(self, status: int = 0, message: Optional[str] = None) -> NoReturn:
+        """Usage errors on stderr (dropped if it is closed or fails: never on stdout)."""
+        if message:
+            _eprint(message.rstrip("\n"))
+        sys.exit(status)
+
     def _print_message(self, message: str, file: Optional[Any] = None) -> None:
         """``--help`` and ``--version`` on stdout: a closed or failing stdout is one line on
         stderr and exit 2 (argparse would ignore the failure and exit 0)."""
@@ -171,8 +180,7 @@ class _Parser(argparse.ArgumentParser):
             _flush_stdout()
         except StreamError as exc:
             _detach_stdout()
-            if sys.stderr is not None:
-                print(f"{self.prog}: error: {exc}", file=sys.stderr)
+            _eprint(f"{self.prog}: error: {exc}")
             sys.exit(2)
 
 
@@ -233,6 +241,37 @@ def _flush_stdout() -> None:
 def _emit_json(value: Any) -> None:
     """``--json``: the subcommand's figures as one JSON document on stdout."""
     _echo(json.dumps(value, indent=2, allow_nan=False))
+
+
+def _write_stderr(text: str) -> None:
+    """Write one line to stderr, or raise StreamError naming stderr when it is closed
+    (``2>&-``) or fails (``2>/dev/full``; what is buffered is dropped, so the interpreter's
+    flush at exit does not fail again). Never falls back to stdout, as ``print(file=None)``
+    would."""
+    stream = sys.stderr
+    if stream is None:
+        raise StreamError("stderr", _NOT_OPEN)
+    try:
+        stream.write(text + "\n")
+        stream.flush()
+    except (OSError, ValueError) as exc:
+        _detach(stream)
+        raise StreamError("stderr", getattr(exc, "strerror", None) or str(exc)) from None
+
+
+def _report(text: str) -> None:
+    """The report of a write command (``created ...``, ``added ...``) on stderr: one that
+    cannot be written is a stream error (exit 2, as for stdout; ``-q`` asks for none)."""
+    _write_stderr(text)
+
+
+def _eprint(text: str) -> None:
+    """An error, warning or note on stderr, best effort: with stderr closed or failing it is
+    dropped (the exit status still tells), never printed on stdout."""
+    try:
+        _write_stderr(text)
+    except StreamError:
+        pass
 
 
 # -- input framing ---------------------------------------------------------------------------
@@ -317,11 +356,7 @@ def _prompt_if_terminal() -> None:
     except (AttributeError, ValueError):
         return
     if interactive:
-        print(
-            "mmapbloom: reading items from stdin, one per line, until end of input (Ctrl-D)",
-            file=sys.stderr,
-            flush=True,
-        )
+        _eprint("mmapbloom: reading items from stdin, one per line, until end of input (Ctrl-D)")
 
 
 def _input_size(names: Sequence[str]) -> Optional[int]:
@@ -520,11 +555,10 @@ def _create_scalable(args: argparse.Namespace) -> int:
         if args.json:
             _emit_json(f.describe(scan=False))
         elif not args.quiet:
-            print(
+            _report(
                 f"created {args.file}: scalable filter, first layer {layer.num_bits:,} bits, "
                 f"k={layer.num_hashes}, capacity {f.capacity:,}, growth {f.growth:g}, "
-                f"tightening {f.tightening:g}, strategy {f.strategy.name}",
-                file=sys.stderr,
+                f"tightening {f.tightening:g}, strategy {f.strategy.name}"
             )
     return 0
 
@@ -541,11 +575,10 @@ def _create_expiring(args: argparse.Namespace) -> int:
     )
     with f:
         if not args.quiet:
-            print(
+            _report(
                 f"created {args.file}: expiring filter, window {f.window:g} s in {f.periods} periods of "
                 f"{f.config.num_bits:,} bits, k={f.config.num_hashes}, {f.capacity:,} items per window, "
-                f"strategy {f.strategy.name}",
-                file=sys.stderr,
+                f"strategy {f.strategy.name}"
             )
     return 0
 
@@ -572,11 +605,10 @@ def _create_cuckoo(args: argparse.Namespace) -> int:
         if args.mode is not None:
             os.chmod(f.path or args.file, args.mode)
         if not args.quiet:
-            print(
+            _report(
                 f"created {args.file}: cuckoo filter, {f.num_buckets:,} buckets of {f.bucket_size}, "
                 f"{f.fingerprint_bits}-bit fingerprints, capacity {f.capacity:,}, "
-                f"{f.size_bytes:,} bytes ({format_bytes(f.size_bytes)})",
-                file=sys.stderr,
+                f"{f.size_bytes:,} bytes ({format_bytes(f.size_bytes)})"
             )
     return 0
 
@@ -591,10 +623,7 @@ def _create_mapped(args: argparse.Namespace) -> int:
     else:
         size = fmt.HEADER_SIZE + fmt.body_size(cfg.num_bits)
     if not args.quiet and size >= LARGE_FILE_BYTES:  # say what is coming before a long allocation
-        print(
-            f"creating {args.file}: m={cfg.num_bits:,}, k={cfg.num_hashes}, {size:,} bytes ({format_bytes(size)})",
-            file=sys.stderr,
-        )
+        _report(f"creating {args.file}: m={cfg.num_bits:,}, k={cfg.num_hashes}, {size:,} bytes ({format_bytes(size)})")
     if args.mode is not None:
         options["mode"] = args.mode  # masked by the umask here: never more open than asked
     try:
@@ -609,10 +638,9 @@ def _create_mapped(args: argparse.Namespace) -> int:
         _emit_json(record)
     elif not args.quiet:
         what = f"counting filter, {options['counter_bits']}-bit counters, " if args.counting else ""
-        print(
+        _report(
             f"created {args.file}: {what}m={cfg.num_bits:,} {'cells' if args.counting else 'bits'}, "
-            f"k={cfg.num_hashes}, strategy {cfg.strategy.name}, {size:,} bytes ({format_bytes(size)})",
-            file=sys.stderr,
+            f"k={cfg.num_hashes}, strategy {cfg.strategy.name}, {size:,} bytes ({format_bytes(size)})"
         )
     return 0
 
@@ -791,7 +819,7 @@ def _add(args: argparse.Namespace) -> int:
             # error while reading an input leaves committed_items unset (0 of that chunk).
             total += getattr(exc, "committed_items", 0)
             if isinstance(exc, KeyboardInterrupt):
-                print(f"mmapbloom add: interrupted: {_committed(total, args.file)}", file=sys.stderr)
+                _eprint(f"mmapbloom add: interrupted: {_committed(total, args.file)}")
             else:
                 args.committed = _committed(total, args.file)  # appended to the error line by _call
             raise
@@ -805,11 +833,10 @@ def _add(args: argparse.Namespace) -> int:
         sources = [format_count(len(args.keys), "key")] if args.keys else []
         if names:
             sources.append(format_count(len(names), "input"))
-        print(
+        _report(
             f"added {format_count(total, 'item')} from {' and '.join(sources)} to {args.file} "
             f"in {seconds:.2f} s ({format_rate(total, seconds)}items/s): {new:,} new, "
-            f"{total - new:,} already present (duplicates or false positives)",
-            file=sys.stderr,
+            f"{total - new:,} already present (duplicates or false positives)"
         )
     return 0
 
@@ -887,7 +914,7 @@ def _remove(args: argparse.Namespace) -> int:
         except BaseException as exc:
             done = f"{removed:,} of the first {format_count(total, 'item')} were removed from {args.file}"
             if isinstance(exc, KeyboardInterrupt):
-                print(f"mmapbloom remove: interrupted: {done}", file=sys.stderr)
+                _eprint(f"mmapbloom remove: interrupted: {done}")
             else:
                 args.committed = done
             raise
@@ -901,10 +928,9 @@ def _remove(args: argparse.Namespace) -> int:
             {"file": args.file, "items": total, "removed": removed, "certainly_absent": absent, "seconds": seconds}
         )
     elif not args.quiet:
-        print(
+        _report(
             f"removed {removed:,} of {format_count(total, 'item')} from {args.file} in {seconds:.2f} s: "
-            f"{absent:,} certainly absent (not removed)",
-            file=sys.stderr,
+            f"{absent:,} certainly absent (not removed)"
         )
     return 1 if absent else 0
 
@@ -1035,7 +1061,7 @@ def _verify(args: argparse.Namespace) -> int:
             bad += 1
             results.append({"path": path, "ok": False, "error": _describe_error(exc, path)})
             if not args.json:
-                print(f"mmapbloom verify: FAILED: {_describe_error(exc, path)}", file=sys.stderr)
+                _eprint(f"mmapbloom verify: FAILED: {_describe_error(exc, path)}")
             continue
         results.append({"path": path, "ok": True, **record})
         if not args.json:
@@ -1079,7 +1105,7 @@ def _merge(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json(dataclasses.asdict(result))
     elif not args.quiet:
-        print(result.summary(), file=sys.stderr)
+        _report(result.summary())
     return 0
 
 
@@ -1401,7 +1427,7 @@ def _show_warning(
     file: Optional[TextIO] = None,
     line: Optional[str] = None,
 ) -> None:
-    print(f"mmapbloom: warning: {message}", file=sys.stderr)
+    _eprint(f"mmapbloom: warning: {message}")
 
 
 def _subcommand_parsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -1446,41 +1472,48 @@ def _call(args: argparse.Namespace, prog: str) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("default")
             warnings.showwarning = _show_warning
+            if getattr(args, "json", False) and sys.stdout is None:  # refused before anything is written
+                raise StreamError("stdout", _NOT_OPEN)
             status = int(args.func(args))
             _flush_stdout()  # a failed flush (> /dev/full) is an error, not a silent exit 0
             return status
     except StreamError as exc:
         committed = getattr(args, "committed", None)
-        print(f"{prog}: error: {exc}" + (f"; {committed}" if committed else ""), file=sys.stderr)
-        _detach_stdout()
+        if exc.stream == "stdout":
+            _detach_stdout()
+        _eprint(f"{prog}: error: {exc}" + (f"; {committed}" if committed else ""))
         return 2
     except (MmapBloomError, OSError) as exc:
         if isinstance(exc, BrokenPipeError):
             return _broken_pipe()
         committed = getattr(args, "committed", None)  # an add that stopped part-way says how far it got
-        print(
+        _eprint(
             f"{prog}: error: {_describe_error(exc, getattr(args, 'file', None))}"
-            + (f"; {committed}" if committed else ""),
-            file=sys.stderr,
+            + (f"; {committed}" if committed else "")
         )
         return 2
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP (mmapbloom.termination)
         by = f" by {exc}" if isinstance(exc, TerminationSignal) else ""
-        print(f"{prog}: interrupted{by}", file=sys.stderr)
+        _eprint(f"{prog}: interrupted{by}")
         return exit_status(exc)
 
 
 def _detach_stdout() -> None:
-    """After a stdout failure, point fd 1 at /dev/null and drop what is buffered, so the
-    interpreter's flush at exit does not fail a second time (an 'Exception ignored' message
-    and status 120)."""
-    if sys.stdout is None:
+    """After a stdout failure: :func:`_detach` of stdout."""
+    _detach(sys.stdout)
+
+
+def _detach(stream: Optional[TextIO]) -> None:
+    """After a failure of ``stream`` (stdout or stderr), point its fd at /dev/null and drop
+    what is buffered, so the interpreter's flush at exit does not fail a second time (an
+    'Exception ignored' message and status 120)."""
+    if stream is None:
         return
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, stream.fileno())
         os.close(devnull)
-        sys.stdout.flush()
+        stream.flush()
     except (OSError, ValueError):
         pass
 

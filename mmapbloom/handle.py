@@ -262,6 +262,16 @@ class PyHandle:
         if sat and self._hooks.saturated is not None:
             self._hooks.saturated()
 
+    def _warn_committed(self, sat: bool, committed: int) -> None:
+        """:meth:`_warn` after a batch: a warning made an error (``-W error``) carries
+        ``committed_items`` (every key was committed before it), as every exception
+        leaving a batch writer does."""
+        try:
+            self._warn(sat)
+        except BaseException as exc:
+            exc.committed_items = committed  # type: ignore[attr-defined]
+            raise
+
     def contains(self, key: Any) -> bool:
         """True if the key may be present; stops at the first zero cell. No lock."""
         if self.closed:
@@ -333,7 +343,7 @@ class PyHandle:
             exc.committed_items = committed  # type: ignore[attr-defined]
             self._counter.flush_on_error()
             raise
-        self._warn(saturated)
+        self._warn_committed(saturated, committed)
         return total
 
     def contains_many(self, keys: Sequence[Any], out: npt.NDArray[np.bool_]) -> None:
@@ -420,7 +430,7 @@ class PyHandle:
             exc.committed_items = committed  # type: ignore[attr-defined]
             self._counter.flush_on_error()
             raise
-        self._warn(saturated)
+        self._warn_committed(saturated, committed)
         return total
 
     def contains_many_any(self, others: Sequence["PyHandle"], keys: Sequence[Any], out: npt.NDArray[np.bool_]) -> None:

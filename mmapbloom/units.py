@@ -169,6 +169,8 @@ def progress_bar(total: Optional[int], desc: str, enabled: Optional[bool] = None
     The bar starts no thread: tqdm's monitor thread, once started, runs until the process
     ends, and a later ``os.fork()`` of the then multi-threaded process is unsafe (Python
     3.12+ warns). These bars are updated after every chunk, so they do not need it."""
+    if sys.stderr is None:  # started with stderr closed (2>&-): no bar, even if asked for
+        return None
     if enabled is None:
         enabled = sys.stderr.isatty()
     if not enabled:

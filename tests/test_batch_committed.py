@@ -141,3 +141,52 @@ def test_interrupt_during_update_leaves_bits_and_count_agreeing(kind: type) -> N
         present = f.contains_many(keys)
         assert present[:committed].all()
         assert int(present.sum()) == committed == f.items_added, (fraction, committed)
+
+
+# -- a warning made an error (``-W error``) after the batch's last chunk -------------------
+# The batch (or, for the expiring filter, the chunk whose handle call warns) is committed
+# when its OverCapacityWarning (or a counting filter's SaturationWarning) is emitted, so
+# the exception says so. On main it carried none (the expiring filter's update said 0).
+WARNS: dict[str, list[str]] = {
+    "bloom": ["update", "add_many"],
+    "counting": ["update", "add_many"],
+    "expiring": ["update"],
+}
+
+
+def small(kind: str, path: str) -> Any:
+    config = BloomConfig.for_items(100, 0.01)
+    if kind == "bloom":
+        return BloomFilter.create(path, config)
+    if kind == "counting":
+        return CountingBloomFilter.create(path, config)
+    return ExpiringBloomFilter.create(path, window=3600, capacity=100, fp_rate=0.01)
+
+
+@pytest.mark.parametrize("n", [150, 70_000])  # one chunk, several chunks
+@pytest.mark.parametrize(("kind", "writer"), [(k, w) for k, ws in WARNS.items() for w in ws])
+def test_warning_made_an_error_after_the_last_chunk(tmp_path: Any, kind: str, writer: str, n: int) -> None:
+    import warnings
+
+    from mmapbloom import OverCapacityWarning
+
+    keys = [f"k{i}" for i in range(n)]
+    with small(kind, str(tmp_path / "f")) as f, warnings.catch_warnings():
+        warnings.simplefilter("error", OverCapacityWarning)
+        got = committed(lambda: getattr(f, writer)(keys))
+        # the expiring filter's handle call per 65,536-key chunk warns after the first one
+        assert got == (65_536 if kind == "expiring" and n > 65_536 else n), got
+        assert f.contains_many(keys[:got]).all()  # committed indeed
+
+
+@pytest.mark.parametrize("writer", ["update", "add_many"])
+def test_saturation_warning_made_an_error_carries_committed_items(tmp_path: Any, writer: str) -> None:
+    import warnings
+
+    from mmapbloom import SaturationWarning
+
+    with CountingBloomFilter.create(str(tmp_path / "f"), BloomConfig(num_bits=1 << 16, num_hashes=3)) as f:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", SaturationWarning)
+            assert committed(lambda: getattr(f, writer)(["a"] * 40)) == 40
+        assert f.count("a") == 15  # a 4-bit counter saturates at 15

@@ -174,3 +174,65 @@ def test_demo_subcommand_is_gone() -> None:
     )
     assert proc.returncode == 2 and "invalid choice: 'demo'" in proc.stderr
     assert importlib.util.find_spec("mmapbloom.demo") is None
+
+
+def test_fetch_errors_past_the_threshold_fail_the_demo(crawl_example, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The issue's own case (item 14): the site's process stays alive and its shutdown is
+    clean, but most fetches fail (pydoc stopped answering pages: 211 of 1,000 failed). That
+    is a failure, never "result OK". A local HTTP server links the root to 40 standard
+    library pages and answers each of them 500."""
+    import http.server
+    import threading
+
+    from tqdm import tqdm  # type: ignore[import-untyped]
+
+    monkeypatch.setattr(tqdm, "monitor_interval", 0)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802  (the http.server name)
+            if self.path == "/":
+                body = "".join(f'<a href="{name}.html">{name}</a>' for name in pages).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            else:
+                self.send_error(500)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    m = crawl_example
+    names = (n for n in sorted(sys.stdlib_module_names) if not n.startswith("_"))  # pages the demo follows
+    pages = [n for n in names if not m.is_skipped_url(f"http://127.0.0.1:1/{n}.html")][:40]
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+
+    class AliveServer:  # the PydocServer interface _run uses, for a server that never dies
+        stopped_cleanly = None
+        stop_note = ""
+
+        def start(self) -> str:
+            return f"http://127.0.0.1:{httpd.server_address[1]}/"
+
+        def alive(self) -> None:
+            return None
+
+        def answering(self, timeout: float = 10.0) -> None:
+            return None
+
+        def stop(self) -> None:
+            self.stopped_cleanly, self.stop_note = True, "cleanly"
+
+    args = m.build_parser().parse_args(
+        ["--no-progress", "--max-pages", "41", "--workers", "2", "--time-limit", "60", "--json"]
+    )
+    try:
+        status = m._run(args, AliveServer())
+    finally:
+        httpd.shutdown()
+    report = json.loads(capsys.readouterr().out)
+    assert status == 1 and report["ok"] is False, report
+    assert report["server_stopped_cleanly"] is True and report["fetch_errors"] >= 30, report
+    assert any("fetches failed" in p for p in report["problems"]), report["problems"]
