@@ -10,6 +10,10 @@ static int mb_bus_installed;
  * module, the int SIGBUS, and what it answered when the guard was last (re)armed. */
 PyCFunction mb_getsignal_fn;
 PyObject *mb_getsignal_self, *mb_sigbus_num, *mb_bus_seen;
+/* 1 while the remembered handler is a Python callable: the OS handler can then turn back
+ * into Python's trampoline with no change getsignal can show (the same function set again,
+ * faulthandler.disable() putting it back), so mb_guard_check asks sigaction on every op. */
+int mb_bus_python;
 static PyObject *mb_getsignal_obj;   /* the callable itself (kept alive; the fallback) */
 
 static void mb_bus_handler(int sig, siginfo_t *si, void *ctx)
@@ -91,6 +95,7 @@ static int remember_seen(void)
     }
     if ((cur = PyObject_CallOneArg(mb_getsignal_obj, mb_sigbus_num)) == NULL)
         return -1;
+    mb_bus_python = cur != Py_None && !PyLong_Check(cur) && PyCallable_Check(cur);
     Py_XSETREF(mb_bus_seen, cur);   /* a strong reference: its address is never reused */
     return 0;
 }

@@ -84,12 +84,14 @@ int mb_guard_install(void);
  * interpreter's handler table, about 20 instructions) and compares the answer with the one
  * remembered when the guard was last armed; only a change (signal.signal(SIGBUS, ...) ran
  * since) costs the sigaction query of mb_guard_install, which installs over the Python
- * handler and chains to it.  Not seen by this check: a handler set again to the very object
- * already remembered, or one installed by C code (sigaction): a batch chunk of 4096 keys
- * or more calls mb_guard_install instead, which re-arms over the former.  0, or -1 with an exception. */
+ * handler and chains to it.  While the remembered handler is a Python function, every check
+ * also makes that sigaction query (mb_bus_python): the same function set again, or put back
+ * by faulthandler.disable(), changes nothing getsignal shows.  Not seen by this check: a
+ * handler installed by C code (sigaction) over the default action or over the guard.  0, or -1 with an exception. */
 #if !defined(_WIN32) && (defined(__GNUC__) || defined(__clang__))
 extern PyCFunction mb_getsignal_fn;
 extern PyObject *mb_getsignal_self, *mb_sigbus_num, *mb_bus_seen;
+extern int mb_bus_python;
 PyObject *mb_guard_getsignal_slow(void);
 static inline int mb_guard_check(void)
 {
@@ -98,7 +100,12 @@ static inline int mb_guard_check(void)
     if (cur == NULL)
         return -1;
     Py_DECREF(cur);   /* the identity is compared only: mb_bus_seen holds its own reference */
-    return cur == mb_bus_seen ? 0 : mb_guard_install();
+    if (cur != mb_bus_seen)
+        return mb_guard_install();
+    /* A Python handler is remembered: Python's trampoline may be back under the same object
+     * (set again, or put back by faulthandler.disable()): one sigaction query re-arms over it.
+     * Only processes with a Python SIGBUS handler pay it (issue 29 item 7). */
+    return mb_bus_python ? mb_guard_install() : 0;
 }
 #else
 static inline int mb_guard_check(void)

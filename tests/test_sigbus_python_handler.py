@@ -162,12 +162,10 @@ def test_python_sigbus_handler_set_after_open_cuckoo_and_expiring(tmp_path: Any,
     assert run.returncode == 0 and "ok" in run.stdout, (run.returncode, run.stdout, run.stderr[-2000:])
 
 
-# Still open (issue 29 item 7, found by the audit; the guard is _guard.h / _guard.c): two
-# ways the OS handler becomes Python's C trampoline again while signal.getsignal(SIGBUS)
-# still returns the object the guard remembered, so mb_guard_check sees no change and a
-# per-item op on a truncated file retries its fault forever. Kept as strict xfails with the
-# exact reproduction: each spins (the child is killed after 10 s) until the guard is fixed,
-# and then fails here, to be turned into a plain test.
+# Issue 29 item 7, found by the audit: two ways the OS handler becomes Python's C trampoline
+# again while signal.getsignal(SIGBUS) still returns the object the guard remembered. Both
+# spun (the child was killed after 10 s) until mb_guard_check asked sigaction on every op
+# while a Python handler is remembered (_guard.h, mb_bus_python).
 SPIN = r"""
 import faulthandler, os, signal, sys, warnings
 warnings.simplefilter("ignore")
@@ -192,9 +190,8 @@ except LengthMismatchError:
 """
 
 
-@pytest.mark.xfail(strict=True, reason="open: the guard cannot see these changes (README 'Limits')")
 @pytest.mark.parametrize("case", ["same_handler_again", "faulthandler_disabled"])
-def test_open_per_item_spin_cases(tmp_path: Any, case: str) -> None:
+def test_handler_put_back_under_the_same_object_does_not_spin(tmp_path: Any, case: str) -> None:
     if os.environ.get("MMAPBLOOM_PURE") == "1":
         pytest.skip("the pure backend checks the size before each touch: no fault to spin on")
     path = os.path.join(tmp_path, "f.blm")
