@@ -30,6 +30,7 @@ _UNITS = [
     "pykeys",
     "columns",
     "lock",
+    "lockcall",
     "mutex",
     "guard",
     "lastpage",
