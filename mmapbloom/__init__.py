@@ -74,6 +74,7 @@ _LAZY = {
 if TYPE_CHECKING:
     from .config import BloomConfig
     from .counting import CountingBloomFilter
+    from .cuckoo import CuckooFilter
     from .expiring import ExpiringBloomFilter
     from .filter import BloomFilter
     from .hashing import (

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import math
 import os
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, TypeVar, Union
 
 
-from .keys import PathLike
+from .keys import Key, Keys, PathLike
 from . import format as fmt
 from . import opening, scans
 from .cuckoo_kernels import CuckooCells, CuckooPyHandle, Geometry, alt_index
@@ -358,8 +358,14 @@ class CuckooFilter(Lifecycle):
             return scans.read(self._storage, 0, len(self._storage.buf))
 
     def copy(self: C) -> C:
-        """An in-memory copy (a snapshot, see :meth:`to_bytes`)."""
+        """An in-memory copy (a snapshot, see :meth:`to_bytes`), independent of this filter
+        and of its file. ``copy.copy(f)`` and ``copy.deepcopy(f)`` return the same (never a
+        second handle on the file: use :meth:`open` for that)."""
         return type(self).from_bytes(self.to_bytes())
+
+    def _stdlib_copy(self: C, how: str) -> C:
+        """``copy.copy`` / ``copy.deepcopy``: :meth:`copy`, an independent in-memory filter."""
+        return self.copy()
 
     def write_lock(self) -> WriteLock:
         """The write lock as a context manager (writes inside re-enter it). Raises
@@ -388,7 +394,7 @@ class CuckooFilter(Lifecycle):
         return f"<{type(self).__name__} {where} buckets={n} b={b} f={f} {state}>"
 
     # -- per-item operations ---------------------------------------------------------------
-    def add(self, item: Any) -> bool:
+    def add(self, item: Key) -> bool:
         """Insert ``item`` (str, bytes-like or int, by :func:`~mmapbloom.hashing.encode_key`)
         unless its fingerprint is already in one of its two buckets: an atomic test-and-set
         across threads and processes (of several adding the same key at once, exactly one
@@ -402,7 +408,7 @@ class CuckooFilter(Lifecycle):
         """
         return self._h.add(item)
 
-    def might_contain(self, item: Any) -> bool:
+    def might_contain(self, item: Key) -> bool:
         """True if ``item`` may be present; False only if it certainly is not (never a
         false negative for a key added and not removed). No lock: at most 2b slot reads
         and the victim. Raises TypeError, FilterClosedError, LengthMismatchError."""
@@ -410,7 +416,7 @@ class CuckooFilter(Lifecycle):
 
     __contains__ = might_contain
 
-    def remove(self, item: Any) -> None:
+    def remove(self, item: Key) -> None:
         """Remove one matching fingerprint from the item's buckets (or the victim slot).
 
         Raises:
@@ -420,17 +426,17 @@ class CuckooFilter(Lifecycle):
         if not self._h.remove(item):
             raise KeyError(item)
 
-    def discard(self, item: Any) -> bool:
+    def discard(self, item: Key) -> bool:
         """Remove the item if a matching fingerprint is present; True if one was removed."""
         return self._h.remove(item)
 
-    def count(self, item: Any) -> int:
+    def count(self, item: Key) -> int:
         """Matching fingerprints in the item's two buckets (and the victim): 0 means
         certainly absent. No lock. Raises TypeError, FilterClosedError."""
         return self._h.count(item)
 
     # -- batches --------------------------------------------------------------------------------
-    def update(self, items: Iterable[Any]) -> int:
+    def update(self, items: Keys) -> int:
         """Insert many keys (a list, any iterable, a numpy array or an Arrow column; nulls
         never added), as sequential :meth:`add` calls; returns how many were inserted.
         The write lock is taken once per chunk of keys; every key is validated first.
@@ -440,9 +446,9 @@ class CuckooFilter(Lifecycle):
             committed, and the exception's ``committed_items`` says how many (every
             exception leaving a batch carries it). TypeError etc. as :meth:`add`.
         """
-        return self._h.add_many(items)
+        return self._h.add_many(items)  # type: ignore[arg-type]  # checked at run time
 
-    def add_many(self, items: Iterable[Any]) -> npt.NDArray[np.bool_]:
+    def add_many(self, items: Keys) -> npt.NDArray[np.bool_]:
         """As :meth:`update`, returning a ``bool`` array: True where the key was inserted."""
         try:
             batch = (
@@ -456,18 +462,18 @@ class CuckooFilter(Lifecycle):
         except TypeError:
             batch, n = items, None
         out = np.zeros(n or 0, dtype=np.bool_)
-        self._h.add_many(batch, out if n is not None else None)
+        self._h.add_many(batch, out if n is not None else None)  # type: ignore[arg-type]  # checked at run time
         return out
 
-    def contains_many(self, items: Iterable[Any]) -> npt.NDArray[np.bool_]:
+    def contains_many(self, items: Keys) -> npt.NDArray[np.bool_]:
         """Batch :meth:`might_contain`: a ``bool`` array (a null answers False). No lock."""
-        return self._h.contains_many(items)
+        return self._h.contains_many(items)  # type: ignore[arg-type]  # checked at run time
 
-    def remove_many(self, items: Iterable[Any]) -> int:
+    def remove_many(self, items: Keys) -> int:
         """Remove one matching fingerprint of every key that has one (absent keys are
         skipped, nulls ignored); returns how many were removed. Exceptions carry
         ``committed_items``. Raises as :meth:`remove`, never KeyError."""
-        return self._h.remove_many(items)
+        return self._h.remove_many(items)  # type: ignore[arg-type]  # checked at run time
 
     # -- statistics -------------------------------------------------------------------------------
     @property

@@ -73,10 +73,10 @@ import re
 import stat
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 
-from .keys import Item, PathLike
+from .keys import Item, Keys, PathLike
 from .batches import as_batch, encoded_keys
 from .config import BloomConfig, StrategyChoice, config_at_most, resolve_strategy
 from .directory import (
@@ -967,7 +967,7 @@ class ExpiringBloomFilter(Lifecycle):
             _, older = self._handles(self._view, now)
             return bool(writable.kernel_handle.add_unless(older, item))
 
-    def update(self, items: Iterable[Any]) -> int:
+    def update(self, items: Keys) -> int:
         """Add many keys; return how many were new. Equivalent to :meth:`add` on each in
         order (a duplicate within the batch is new once). Keys: an iterable of str,
         bytes-like and int, a numpy array or an Arrow column (nulls are never added).
@@ -985,7 +985,7 @@ class ExpiringBloomFilter(Lifecycle):
             if self._no_write:  # a refusal carries committed_items = 0 too (issue 29)
                 self._refuse_write()
             self._check_open()
-            keys: Any = items if _is_array(items) else encoded_keys(items)[0]
+            keys: Any = items if _is_array(items) else encoded_keys(items)[0]  # type: ignore[arg-type]  # checked at run time
             total = 0
             for start in range(0, len(keys), _CHUNK):
                 done[0] = 0
@@ -1062,7 +1062,7 @@ class ExpiringBloomFilter(Lifecycle):
 
     __contains__ = might_contain
 
-    def contains_many(self, items: Iterable[Any]) -> npt.NDArray[np.bool_]:
+    def contains_many(self, items: Keys) -> npt.NDArray[np.bool_]:
         """Vectorised :meth:`might_contain`: a ``bool`` array of the batch's length (nulls
         answer False). Each key is hashed once and probed in the live periods until one
         may hold it (``Handle.contains_many_any``; the GIL is released on the native
@@ -1072,7 +1072,7 @@ class ExpiringBloomFilter(Lifecycle):
         self._check_open()
         view = self._current()
         live = self._live(view, self._now())
-        batch = as_batch(items, live[0].kernel_module if live else None, query=True)
+        batch = as_batch(items, live[0].kernel_module if live else None, query=True)  # type: ignore[arg-type]  # checked at run time
         out = np.zeros(len(batch), dtype=np.bool_)
         if live:
             live[0].kernel_handle.contains_many_any([f.kernel_handle for f in live[1:]], batch, out)

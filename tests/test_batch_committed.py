@@ -48,7 +48,7 @@ def make(kind: str, path: str) -> Any:
 
 
 def reopen(kind: str, path: str) -> Any:
-    cls = {
+    cls: Any = {
         "bloom": BloomFilter,
         "counting": CountingBloomFilter,
         "scalable": ScalableBloomFilter,

@@ -1,6 +1,7 @@
 """``copy.copy`` and ``copy.deepcopy`` of every filter kind (issue 29, item 9): an
 independent in-memory filter, as ``f.copy()``, never a second handle on the same file; a
-scalable filter (no in-memory form) refuses them, naming ``open``."""
+cuckoo filter the same; the directory kinds (scalable, expiring: no in-memory form) refuse
+them, naming ``open``."""
 
 from __future__ import annotations
 
@@ -10,7 +11,16 @@ from typing import Any, Callable
 
 import pytest
 
-from mmapbloom import M3B2, BloomConfig, BloomFilter, CountingBloomFilter, FilterClosedError, ScalableBloomFilter
+from mmapbloom import (
+    M3B2,
+    BloomConfig,
+    BloomFilter,
+    CountingBloomFilter,
+    CuckooFilter,
+    ExpiringBloomFilter,
+    FilterClosedError,
+    ScalableBloomFilter,
+)
 
 COPIES: list[Callable[[Any], Any]] = [copy.copy, copy.deepcopy]
 
@@ -70,4 +80,41 @@ def test_scalable_filters_refuse_stdlib_copies(tmp_path: Path, how: Any) -> None
         with pytest.raises(TypeError, match=r"ScalableBloomFilter\.open\(path\)") as info:
             how(f)
         assert "second handle" in str(info.value) and str(tmp_path / "s") in str(info.value)
+        assert "a" in f
+
+
+@pytest.mark.parametrize("how", COPIES, ids=["copy", "deepcopy"])
+@pytest.mark.parametrize("where", ["file", "file-readonly", "memory"])
+def test_cuckoo_stdlib_copies_are_independent_in_memory_filters(tmp_path: Path, how: Any, where: str) -> None:
+    path = tmp_path / "f.ckf"
+    if where == "memory":
+        f = CuckooFilter(1000, 0.01)
+    else:
+        with CuckooFilter.create(path, 1000, 0.01) as w:
+            w.add("a")
+        f = CuckooFilter.open(path, readonly=where == "file-readonly")
+    with f:
+        if where == "memory":
+            f.add("a")
+        dup = how(f)
+        assert type(dup) is CuckooFilter and dup is not f
+        assert dup == f.copy() and "a" in dup
+        assert dup.add("x") and "x" not in f
+        if where == "file":
+            f.add("y")
+            assert "y" not in dup
+        dup.close()
+        assert "a" in f
+    if where != "memory":
+        with CuckooFilter.open(path) as again:
+            assert "x" not in again
+
+
+@pytest.mark.parametrize("how", COPIES, ids=["copy", "deepcopy"])
+def test_expiring_filters_refuse_stdlib_copies(tmp_path: Path, how: Any) -> None:
+    with ExpiringBloomFilter.create(tmp_path / "e", 60, 100, 0.01) as f:
+        f.add("a")
+        with pytest.raises(TypeError, match=r"ExpiringBloomFilter\.open\(path\)") as info:
+            how(f)
+        assert "second handle" in str(info.value)
         assert "a" in f

@@ -19,14 +19,16 @@ mypy_api = pytest.importorskip("mypy.api")
 SNIPPET = """
 from __future__ import annotations
 import numpy as np
-from mmapbloom import BloomConfig, BloomFilter, CountingBloomFilter, Key, Keys, ScalableBloomFilter
+from mmapbloom import BloomConfig, BloomFilter, CountingBloomFilter, CuckooFilter, ExpiringBloomFilter, Key, Keys, ScalableBloomFilter
 
-def use(f: BloomFilter, c: CountingBloomFilter, s: ScalableBloomFilter) -> None:
+def use(f: BloomFilter, c: CountingBloomFilter, s: ScalableBloomFilter, k4: CuckooFilter, e: ExpiringBloomFilter) -> None:
     f.add("a"); f.add(b"a"); f.add(bytearray(b"a")); f.add(memoryview(b"a")); f.add(1); f.add(np.int64(1))
     "a" in f; 1 in f; f.might_contain(b"x")
     f.update(["a", b"b", 3]); f.add_many(np.arange(3)); f.contains_many(np.array(["a"])); f.update(("a",))
     c.add("a"); c.remove("a"); c.discard(2); c.count(np.uint64(3)); c.update([b"x"])
     s.add("a"); s.might_contain(1); s.update(["a", 1]); s.contains_many(np.arange(2))
+    k4.add("a"); k4.remove(b"a"); k4.discard(1); k4.count(np.int64(2)); "a" in k4; k4.update(["a", 1]); k4.contains_many(np.arange(2)); k4.remove_many([b"x"])
+    e.add("a"); e.might_contain(1); "a" in e; e.update(["a", b"b"]); e.contains_many(np.arange(2))
     k: Key = "x"; ks: Keys = [k, 1]; f.update(ks)
     f.add(None)  # E
     f.add(1.5)  # E
@@ -41,6 +43,15 @@ def use(f: BloomFilter, c: CountingBloomFilter, s: ScalableBloomFilter) -> None:
     s.add(None)  # E
     s.update([None])  # E
     s.might_contain(1.5)  # E
+    k4.add(None)  # E
+    k4.update([None])  # E
+    k4.remove(1.5)  # E
+    None in k4  # E
+    k4.contains_many([1.5])  # E
+    e.add(None)  # E
+    e.update([None])  # E
+    e.contains_many([1.5])  # E
+    None in e  # E
 """
 
 
