@@ -100,6 +100,49 @@ static int remember_seen(void)
     return 0;
 }
 
+/* Python's own C signal handler (the "trampoline" signal.signal installs for a Python
+ * function), learned from SIGINT: while signal.getsignal(SIGINT) is a callable (the default
+ * KeyboardInterrupt handler or the user's), the interpreter has installed it there. */
+static void (*mb_py_trampoline)(int);
+
+static int learn_trampoline(void)
+{
+    struct sigaction intr;
+    PyObject *mod, *h;
+    int callable;
+    if (mb_py_trampoline != NULL)
+        return 0;
+    if (sigaction(SIGINT, NULL, &intr) != 0 || (intr.sa_flags & SA_SIGINFO) || intr.sa_handler == SIG_DFL ||
+        intr.sa_handler == SIG_IGN)
+        return 0;
+    if ((mod = PyImport_ImportModule("signal")) == NULL)
+        return -1;
+    h = PyObject_CallMethod(mod, "getsignal", "i", SIGINT);
+    Py_DECREF(mod);
+    if (h == NULL)
+        return -1;
+    callable = h != Py_None && !PyLong_Check(h) && PyCallable_Check(h);
+    Py_DECREF(h);
+    if (callable)
+        mb_py_trampoline = intr.sa_handler;
+    return 0;
+}
+
+/* 1 if the handler in *cur is Python's trampoline for a Python SIGBUS function (install
+ * over it), 0 if it is some other function (leave it), -1 with an exception.  When the
+ * trampoline cannot be learned (SIGINT not Python's), a Python function reported by
+ * signal.getsignal(SIGBUS) is taken as meaning the trampoline is there. */
+static int is_python_trampoline(const struct sigaction *cur)
+{
+    if (cur->sa_flags & SA_SIGINFO)
+        return 0;
+    if (learn_trampoline() < 0)
+        return -1;
+    if (mb_py_trampoline != NULL)
+        return cur->sa_handler == mb_py_trampoline;
+    return python_bus_handler();
+}
+
 /* _guard.h.  Also remembers signal.getsignal(SIGBUS) for mb_guard_check. */
 int mb_guard_install(void)
 {
@@ -126,8 +169,9 @@ static int mb_guard_arm(void)
             /* Issue 29 item 7: a Python-level handler (signal.signal(SIGBUS, fn)) only sets
              * a flag and returns, so a fault inside a guarded section would repeat forever.
              * Install over it and chain to it (faults outside the guard reach it as before).
-             * Any other function there (faulthandler) chains to this handler already. */
-            int py = python_bus_handler();
+             * Any other function there (faulthandler) chains to this handler already:
+             * installing over it would make each chain to the other. */
+            int py = is_python_trampoline(&cur);
             if (py < 0)
                 return -1;
             if (!py)

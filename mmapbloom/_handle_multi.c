@@ -566,7 +566,7 @@ static int word_moved(PyObject *obj, PyObject *expected)
 }
 
 const char mb_h_contains_any_doc[] = PyDoc_STR(
-"contains_any(others, key, word=None, expected=0, /)\n--\n\n"
+"contains_any(others, key, /) or contains_any(others, key, word, expected, /)\n\n"
 "True if the key may be present in self or in one of others (a list or tuple of open\n"
 "Handles of self's geometry); the key is hashed once.  No lock.  With word (a 4-byte\n"
 "buffer, e.g. a memoryview of a mapping): None, without probing, if the little-endian\n"

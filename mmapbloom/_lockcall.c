@@ -36,6 +36,8 @@ static PyObject *lc_vectorcall(PyObject *self, PyObject *const *args, size_t nar
     const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0)
         return PyErr_Format(PyExc_TypeError, "%s() takes no keyword arguments", c->is_exit ? "__exit__" : "__enter__");
+    if (c->owner == NULL)   /* never, as a bound method's __self__ (no tp_clear) */
+        return PyErr_Format(PyExc_SystemError, "%s() of a cleared lock", c->is_exit ? "__exit__" : "__enter__");
     if (c->is_exit)
         return mb_lock_exit(c->owner, args, nargs);
     if (nargs != 0)
@@ -77,12 +79,6 @@ static void lc_dealloc(LockCall *c)
 static int lc_traverse(LockCall *c, visitproc visit, void *arg)
 {
     Py_VISIT(c->owner);
-    return 0;
-}
-
-static int lc_clear(LockCall *c)
-{
-    Py_CLEAR(c->owner);
     return 0;
 }
 
@@ -133,7 +129,6 @@ static PyTypeObject LockCall_Type = {
     .tp_call = PyVectorcall_Call,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_traverse = (traverseproc)lc_traverse,
-    .tp_clear = (inquiry)lc_clear,
     .tp_getset = lc_getset,
 };
 

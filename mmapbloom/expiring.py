@@ -1051,7 +1051,12 @@ class ExpiringBloomFilter(Lifecycle):
             else:
                 newest, older = self._handles(view, now)
             if newest is not None:
-                found = newest.contains_any(older, item, word, view.word)
+                try:
+                    found = newest.contains_any(older, item, word, view.word)
+                except ValueError:  # the word released by a close() in another thread
+                    if not self.closed:
+                        raise  # a bad key (KeyEncodingError), a damaged period
+                    found = None  # _query_handles raises FilterClosedError
                 if found is not None:
                     return bool(found)
         newest, older = self._query_handles()

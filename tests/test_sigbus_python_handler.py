@@ -202,3 +202,43 @@ def test_handler_put_back_under_the_same_object_does_not_spin(tmp_path: Any, cas
     except subprocess.TimeoutExpired:
         pytest.fail("the op spun (no answer within 10 s)")
     assert run.returncode == 0 and "ok" in run.stdout, (run.returncode, run.stdout, run.stderr[-2000:])
+
+
+# Review finding: with a Python handler remembered, every op re-arms; faulthandler enabled
+# after the guard must then be left in place (it chains to the guard already). Installing
+# over it made the two chain to each other: a fault outside any guard printed faulthandler's
+# report about 150,000 times in 20 s. Now once, then CPython's own behaviour with a Python
+# SIGBUS handler (the fault repeats: the child is killed).
+FAULTHANDLER_AFTER = r"""
+import faulthandler, mmap, os, signal, sys, warnings
+warnings.simplefilter("ignore")
+from mmapbloom import BloomConfig, BloomFilter
+path = sys.argv[1]
+f = BloomFilter.create(path, BloomConfig.for_items(1000, 0.01))
+signal.signal(signal.SIGBUS, lambda *a: None)
+"a" in f
+faulthandler.enable()
+"a" in f                                   # re-arms: must not install over faulthandler
+other = path + ".other"
+with open(other, "wb") as out:
+    out.write(b"x" * 8192)
+fd = os.open(other, os.O_RDWR)
+mm = mmap.mmap(fd, 8192)
+os.ftruncate(fd, 0)
+print("touching", flush=True)
+mm[100]                                    # outside every guard
+"""
+
+
+def test_faulthandler_enabled_after_the_guard_is_not_chained_in_a_loop(tmp_path: Any) -> None:
+    if os.environ.get("MMAPBLOOM_PURE") == "1":
+        pytest.skip("the guard is the native backend's")
+    path = os.path.join(tmp_path, "f.blm")
+    try:
+        run = subprocess.run(
+            [sys.executable, "-c", FAULTHANDLER_AFTER, path], cwd=ROOT, capture_output=True, text=True, timeout=5
+        )
+        err = run.stderr
+    except subprocess.TimeoutExpired as exc:  # the fault repeats under the Python handler
+        err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+    assert err.count("Fatal Python error") <= 1, err[:2000]
