@@ -110,4 +110,4 @@ if grep -q -E "ERROR: AddressSanitizer|runtime error:|ERROR: LeakSanitizer|SUMMA
     exit 1
 fi
 if [[ $STATUS -ne 0 ]]; then echo "FAIL: tests exited with status $STATUS" >&2; exit "$STATUS"; fi
-echo "OK: the kernel, handle, key-reader and property tests (test_native, test_backends, test_strategies, test_handle, test_key_types, test_columns, test_truncated_file, test_cuckoo_native, test_cuckoo, test_handle_multi, test_cuckoo_lastpage) passed under ASan + UBSan with no sanitizer report"
+echo "OK: the kernel, handle, key-reader and property tests (test_native, test_backends, test_strategies, test_handle, test_key_types, test_columns, test_truncated_file, test_cuckoo_native, test_cuckoo, test_handle_multi, test_cuckoo_lastpage, test_locking_with_statement, test_call_path, test_expiring) passed under ASan + UBSan with no sanitizer report"
