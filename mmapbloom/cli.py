@@ -45,7 +45,6 @@ import argparse
 import dataclasses
 import errno
 import itertools
-import json
 import os
 import stat
 import sys
@@ -240,6 +239,8 @@ def _flush_stdout() -> None:
 
 def _emit_json(value: Any) -> None:
     """``--json``: the subcommand's figures as one JSON document on stdout."""
+    import json  # here, not at import: only --json needs it (issue 28 item 2)
+
     _echo(json.dumps(value, indent=2, allow_nan=False))
 
 

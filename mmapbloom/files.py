@@ -16,7 +16,6 @@ import contextlib
 import errno
 import os
 import re
-import shutil
 import stat
 import warnings
 from typing import Iterator, Optional, Union
@@ -307,6 +306,8 @@ def remove_stale_temporaries(directory: str) -> list[str]:
             now = os.lstat(path)
             if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
                 if is_dir:
+                    import shutil  # here, not at import: shutil pulls bz2 and lzma (issue 28 item 2)
+
                     shutil.rmtree(path, ignore_errors=True)
                 else:
                     os.unlink(path)

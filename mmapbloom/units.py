@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import sys
-from fractions import Fraction
 from typing import Any, Optional
 
 __all__ = [
@@ -40,6 +39,8 @@ def parse_count(text: str) -> int:
     if s and s[-1].lower() in _SUFFIXES:
         mult = _SUFFIXES[s[-1].lower()]
         s = s[:-1]
+    from fractions import Fraction  # here, not at import: check --key and info never parse (issue 28 item 2)
+
     try:
         value = Fraction(s) * mult
     except (ValueError, ZeroDivisionError):
@@ -67,6 +68,8 @@ def parse_duration(text: str) -> float:
     if s and s[-1] in _DURATION_UNITS:
         mult = _DURATION_UNITS[s[-1]]
         s = s[:-1]
+    from fractions import Fraction
+
     try:
         value = float(Fraction(s.strip()) * mult)
     except (ValueError, ZeroDivisionError, OverflowError):
@@ -85,6 +88,8 @@ def parse_fp_rate(text: str) -> float:
     >>> [parse_fp_rate(s) for s in ("1%", "0.1%", "0.01", "1e-3", "1/1000")]
     [0.01, 0.001, 0.01, 0.001, 0.001]
     """
+    from fractions import Fraction
+
     s = text.strip().replace("_", "")
     scale = Fraction(1)
     if s.endswith("%"):

@@ -173,3 +173,25 @@ def test_cli_info(files: dict[str, str], kind: str) -> None:
 def test_the_probe_sees_an_import(tmp_path: pathlib.Path) -> None:
     """The check above would fail if numpy were imported."""
     assert _probe("import numpy", "")["heavy"] == ["numpy"]
+
+
+@pytest.mark.parametrize("pure", BACKENDS)
+def test_cli_check_key_leaves_unused_stdlib_modules_alone(tmp_path: pathlib.Path, pure: str) -> None:
+    """``check --key`` parses no number and writes no JSON: fractions (and decimal under
+    it) and json are imported where they are used, not at the CLI's import. The probe
+    prints without importing json itself."""
+    light = ("fractions", "decimal", "json")
+    path = str(tmp_path / "a.blm")
+    with mmapbloom.BloomFilter.create(path, mmapbloom.BloomConfig.for_items(1000, 0.01)) as f:
+        f.add("a")  # check exits 0 (present)
+    probe = CLI + f"print('loaded:', *(m for m in {light!r} if m in sys.modules))\n"
+    out = subprocess.run(
+        [sys.executable, "-c", probe, "check", path, "--key", "a"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "MMAPBLOOM_PURE": pure},
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines()[-1].split() == ["loaded:"], out.stdout
