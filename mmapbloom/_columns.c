@@ -202,6 +202,24 @@ static void key_at(const mb_array *a, int64_t i, mb_key *key, char *scratch)
     }
 }
 
+/* The bytes per key when an array's keys are its values as stored, back to back (then a
+ * key points at its own bytes), else 0: fixed-size keys kept whole (no NUL stripping) and
+ * int64 / uint64 values on a little-endian host (an int key is its value mod 2^64,
+ * little-endian: key_at's scratch bytes are the value's own), without nulls or a
+ * dictionary. */
+static inline int64_t stride_of(const mb_array *a)
+{
+    if (a->validity != NULL || a->dict != NULL)
+        return 0;
+    if (a->kind == A_FIXED && !a->strip_nul)
+        return a->width;
+#if PY_LITTLE_ENDIAN
+    if (a->kind == A_INT && a->width == 8)
+        return 8;
+#endif
+    return 0;
+}
+
 void mb_column_fill(PyObject *col, Py_ssize_t start, Py_ssize_t n, mb_key *keys, char *scratch)
 {
     const ColumnObject *c = (const ColumnObject *)col;
@@ -216,10 +234,28 @@ void mb_column_fill(PyObject *col, Py_ssize_t start, Py_ssize_t n, mb_key *keys,
         else
             hi = mid;
     }
-    for (i = 0; i < n; i++, pos++) {
+    for (i = 0; i < n;) {
+        const mb_array *a;
+        int64_t j, run, r, stride;
         while (pos >= b->starts[lo + 1])
             lo++;
-        key_at(&b->chunks[2 * lo], pos - b->starts[lo], &keys[i], scratch + 8 * i);
+        a = &b->chunks[2 * lo];
+        j = pos - b->starts[lo];
+        run = b->starts[lo + 1] - pos;   /* the keys of this chunk from pos on */
+        if (run > n - i)
+            run = n - i;
+        if ((stride = stride_of(a)) > 0) {   /* the keys are the values themselves: point at them */
+            const char *p = (const char *)a->data + stride * (j + a->offset);
+            for (r = 0; r < run; r++) {
+                keys[i + r].ptr = p + stride * r;
+                keys[i + r].len = (Py_ssize_t)stride;
+            }
+        } else {
+            for (r = 0; r < run; r++)
+                key_at(a, j + r, &keys[i + r], scratch + 8 * (i + r));
+        }
+        i += (Py_ssize_t)run;
+        pos += run;
     }
 }
 

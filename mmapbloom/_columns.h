@@ -42,8 +42,10 @@ int mb_column_check(PyObject *o);
 Py_ssize_t mb_column_len(PyObject *col);
 
 /* keys[0..n) = the keys at [start, start + n) of the column (0 <= start, start + n <= len).
- * A null key gets ptr == NULL.  Integer keys are written as 8 bytes each into scratch (the
- * caller gives 8 * n bytes; keys point into it until the next call).  Needs no GIL (reads only
+ * A null key gets ptr == NULL.  Integer keys are their 8-byte little-endian values, written
+ * into scratch (the caller gives 8 * n bytes; keys point into it until the next call), except
+ * that a chunk whose keys are its values as stored (fixed-size, or int64 / uint64 on a
+ * little-endian host; no nulls, no dictionary) is pointed at in place.  Needs no GIL (reads only
  * the column's buffers, kept alive by the Column); never fails. */
 void mb_column_fill(PyObject *col, Py_ssize_t start, Py_ssize_t n, mb_key *keys, char *scratch);
 

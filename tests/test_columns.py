@@ -336,6 +336,40 @@ def test_columns_across_batch_chunks_equal_the_list(kind: Any) -> None:
     check_same_as_list(pa.array(ints, pa.int64()), ints, lambda: kind(cfg))
 
 
+def test_null_free_columns_read_in_place_equal_the_list() -> None:
+    """Chunks without nulls whose keys are their stored values (int64 / uint64, fixed-size
+    binary) are pointed at in place, not copied: sliced arrays (an Arrow offset), chunked
+    arrays whose chunk edges fall on and off the handle's CHUNK_KEYS boundaries, and a
+    chunk with nulls between two without give the list's bits and answers."""
+    n = 2 * CHUNK_KEYS + 3
+    ints = [i * 7919 - n for i in range(n)]
+    cfg = BloomConfig.for_items(n, 0.01)
+    i64 = pa.array(ints, pa.int64())
+    cases: list[tuple[Any, list[Any]]] = [
+        (i64, ints),
+        (i64.slice(5), ints[5:]),
+        (
+            pa.array([v % 2**64 for v in ints], pa.uint64()).slice(3, CHUNK_KEYS + 1),
+            [v % 2**64 for v in ints[3 : CHUNK_KEYS + 4]],
+        ),
+        (
+            pa.chunked_array([i64.slice(0, CHUNK_KEYS - 1), i64.slice(CHUNK_KEYS - 1, 2), i64.slice(CHUNK_KEYS + 1)]),
+            ints,
+        ),
+        (
+            pa.chunked_array([i64.slice(0, 10), pa.array([None, 4, None], pa.int64()), i64.slice(10)]),
+            ints[:10] + [None, 4, None] + ints[10:],
+        ),
+        (np.array(ints, dtype=np.int64)[7:], ints[7:]),
+    ]
+    fixed = [i.to_bytes(3, "little") for i in range(n)]
+    fsb = pa.array(fixed, pa.binary(3))
+    cases += [(fsb, fixed), (fsb.slice(CHUNK_KEYS - 2), fixed[CHUNK_KEYS - 2 :])]
+    for kind in (BloomFilter, CountingBloomFilter):
+        for batch, values in cases:
+            check_same_as_list(batch, values, lambda: kind(cfg))
+
+
 def test_refused_arrow_types_and_shapes() -> None:
     for make in MAKERS[:2]:
         f = make()

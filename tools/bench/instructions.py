@@ -25,9 +25,13 @@ of absent keys, ``add`` with the lock per call (a ``for`` loop over a fresh file
 ``add`` inside one ``write_lock()``, ``x in f`` loops (present, absent), and a bare
 ``flock(LOCK_EX | LOCK_NB)`` / ``flock(LOCK_UN)`` pair per key from a Python loop
 (``fcntl.flock`` on a file of its own; the peer for what the lock adds: the line under the
-table gives ("add, lock per call" - "add inside write_lock()") / "bare flock pair" in ns).
+table gives ("add, lock per call" - "add inside write_lock()") / "bare flock pair" in ns),
+``update int64`` (a numpy int64 array of distinct random ints into a fresh file), and
+``with write_lock(): pass`` pairs next to ``with threading.Lock(): pass`` pairs (the
+cheapest lock a ``with`` statement can take: the floor of the statement itself).
 abloom (``serializable=True``, in memory, no lock) answers with ``update``, its ``in`` loop
-for ``contains_many``, and its ``add`` for both ``add`` rows.
+for ``contains_many``, its ``add`` for both ``add`` rows, and ``update`` of the same ints
+as a list (it takes no array) for ``update int64``.
 """
 
 from __future__ import annotations
@@ -72,6 +76,9 @@ ROWS = (
     "x in f present",
     "x in f absent",
     "bare flock pair",
+    "update int64",
+    "with write_lock(): pass",
+    "with threading.Lock(): pass",
 )
 #: --strategies when not given: the default and a blocked one
 DEFAULT_STRATEGIES = "default,M3B2"
@@ -92,6 +99,19 @@ def _ops(
 ) -> list[tuple[str, Callable[[], Any], Callable[[], Any]]]:
     """(row, setup, op) triples; ``setup()`` returns the state ``op`` works on (via closure)."""
     state: dict[str, Any] = {}
+    import numpy as np
+
+    ints = np.random.default_rng(len(keys)).choice(1 << 62, len(keys), replace=False).astype(np.int64)
+    int_list = ints.tolist()
+
+    def thread_lock_pairs() -> None:
+        import threading
+
+        lock = threading.Lock()
+        for _ in keys:
+            with lock:
+                pass
+
     if lib == "abloom":
         import abloom
 
@@ -113,6 +133,7 @@ def _ops(
             ("add inside write_lock()", lambda: per_item("w"), lambda: add_each(state["w"], keys)),
             ("x in f present", lambda: None, lambda: contains_each(state["f"], keys)),
             ("x in f absent", lambda: None, lambda: contains_each(state["f"], absent)),
+            ("update int64", lambda: state.__setitem__("i", fresh()), lambda: state["i"].update(int_list)),
         ]
     import mmapbloom
     from mmapbloom import BloomConfig, BloomFilter
@@ -140,6 +161,16 @@ def _ops(
             for k in keys:
                 add(k)
 
+    def warm_ints() -> None:
+        replace("i")
+        state["i"].update(ints[:1])  # the array path's first-use imports go to setup, not to the row
+
+    def write_lock_pairs() -> None:
+        f = state["f"]
+        for _ in keys:
+            with f.write_lock():
+                pass
+
     def flock_pairs() -> None:
         import fcntl
 
@@ -160,6 +191,9 @@ def _ops(
         ("x in f present", lambda: None, lambda: contains_each(state["f"], keys)),
         ("x in f absent", lambda: None, lambda: contains_each(state["f"], absent)),
         ("bare flock pair", lambda: None, flock_pairs),
+        ("update int64", warm_ints, lambda: state["i"].update(ints)),
+        ("with write_lock(): pass", lambda: None, write_lock_pairs),
+        ("with threading.Lock(): pass", lambda: None, thread_lock_pairs),
     ]
 
 
