@@ -352,14 +352,17 @@ def test_interrupt_while_waiting_for_the_lock(backend: str) -> None:
             os.kill(os.getpid(), signal.SIGINT)
             release.wait(10)
 
+    keys = [f"k{i}" for i in range(1000)]  # built first: the signal must find update() waiting
     t = threading.Thread(target=holder)
+    gc.disable()  # a gc callback (hypothesis registers one) running at the signal would swallow it
     t.start()
     held.wait(10)
     try:
         with pytest.raises(KeyboardInterrupt) as info:
-            f.update([f"k{i}" for i in range(1000)])
+            f.update(keys)
         assert info.value.committed_items == 0  # type: ignore[attr-defined]
     finally:
+        gc.enable()
         release.set()
         t.join(10)
     assert f.items_added == 0 and not f._storage.lock.owned()
