@@ -37,6 +37,7 @@ as a list (it takes no array) for ``update int64``.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -45,6 +46,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import Any, Callable, Optional, Sequence
 
@@ -58,6 +60,7 @@ from tools.bench.measure import (
     callgrind_parts,
     child_env,
     contains_each,
+    lock_pairs,
     make_keys,
     time_update_writers,
 )  # noqa: E402
@@ -103,14 +106,8 @@ def _ops(
 
     ints = np.random.default_rng(len(keys)).choice(1 << 62, len(keys), replace=False).astype(np.int64)
     int_list = ints.tolist()
-
-    def thread_lock_pairs() -> None:
-        import threading
-
-        lock = threading.Lock()
-        for _ in keys:
-            with lock:
-                pass
+    # a C callable returning one threading.Lock, as f.write_lock returns f's lock
+    same_lock = itertools.repeat(threading.Lock()).__next__
 
     if lib == "abloom":
         import abloom
@@ -165,12 +162,6 @@ def _ops(
         replace("i")
         state["i"].update(ints[:1])  # the array path's first-use imports go to setup, not to the row
 
-    def write_lock_pairs() -> None:
-        f = state["f"]
-        for _ in keys:
-            with f.write_lock():
-                pass
-
     def flock_pairs() -> None:
         import fcntl
 
@@ -192,8 +183,8 @@ def _ops(
         ("x in f absent", lambda: None, lambda: contains_each(state["f"], absent)),
         ("bare flock pair", lambda: None, flock_pairs),
         ("update int64", warm_ints, lambda: state["i"].update(ints)),
-        ("with write_lock(): pass", lambda: None, write_lock_pairs),
-        ("with threading.Lock(): pass", lambda: None, thread_lock_pairs),
+        ("with write_lock(): pass", lambda: None, lambda: lock_pairs(state["f"].write_lock, keys)),
+        ("with threading.Lock(): pass", lambda: None, lambda: lock_pairs(same_lock, keys)),
     ]
 
 

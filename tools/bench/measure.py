@@ -152,6 +152,15 @@ def contains_each(f: Any, keys: list[str]) -> None:
         k in f  # noqa: B015
 
 
+def lock_pairs(lock: Callable[[], Any], keys: list[str]) -> None:
+    """``with lock(): pass`` once per key, from a Python loop: ``lock`` is ``f.write_lock``
+    (the lock+unlock pair rows) or a C callable returning one ``threading.Lock()``
+    (``itertools.repeat(lock).__next__``: the statement's floor, at the same call cost)."""
+    for _ in keys:
+        with lock():
+            pass
+
+
 def ns_per_key(fn: Callable[[], Any], n: int) -> float:
     """Run ``fn`` once; return its wall time in nanoseconds divided by ``n`` (the keys it
     handled)."""

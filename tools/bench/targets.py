@@ -37,7 +37,16 @@ if __package__ in (None, ""):  # run as a file path: make ``tools.bench`` import
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     __package__ = "tools.bench"
 
-from tools.bench.measure import ROOT, add_each, contains_each, make_keys, ns_per_key, time_update_writers, wall_seconds  # noqa: E402
+from tools.bench.measure import (  # noqa: E402
+    ROOT,
+    add_each,
+    contains_each,
+    lock_pairs,
+    make_keys,
+    ns_per_key,
+    time_update_writers,
+    wall_seconds,
+)
 
 
 def measure(a: argparse.Namespace) -> list[tuple[str, Optional[float], str, float]]:
@@ -87,12 +96,7 @@ def measure(a: argparse.Namespace) -> list[tuple[str, Optional[float], str, floa
             rec("add held", ns_per_key(functools.partial(add_each, f, keys), n))
         f.close()
 
-        def pairs(f: Any = built) -> None:
-            for _ in keys:
-                with f.write_lock():
-                    pass
-
-        rec("lock pair", ns_per_key(pairs, n))
+        rec("lock pair", ns_per_key(functools.partial(lock_pairs, built.write_lock, keys), n))
 
         def flocks() -> None:
             import fcntl
