@@ -26,16 +26,16 @@ def test_targets_benchmark_runs_and_reports_every_target() -> None:
         "contains_many present / abloom in loop",
         "add, lock per call / abloom add",
         "lock+unlock pair / flock pair (`with` statements)",
-        "lock+unlock pair / flock pair (inside add)",
+        "lock+unlock pair / flock pair (inside add",
         "4 writers / 1 writer wall",
         "fresh open+query / pybloomfiltermmap3",
         "check F --key k / python -c pass",
     ):
         assert row in out, out
     assert "no lost bit: True" in out
-    # the in-add row's peer ran on the file lock forced (MMAPBLOOM_LOCK=flock took effect)
-    (in_add,) = [line for line in out.splitlines() if "(inside add)" in line]
-    assert "missing" not in in_add, in_add
+    # the in-add row's peer ran on the file lock forced (MMAPBLOOM_LOCK=flock took effect);
+    # its ratio itself may be "missing" at this size under load (a noisy difference)
+    assert "(inside add; peer on flock: True)" in out, out
     import mmapbloom
 
     # Without --installed the working tree's mmapbloom; from an unpacked sdist (no package
