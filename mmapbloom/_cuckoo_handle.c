@@ -1,9 +1,11 @@
 /* mmapbloom/_cuckoo_handle.c: the cuckoo filter's native handle (interface in
  * _cuckoo_handle.h).  The same call shape as _handle.c's Handle, over _cuckoo.c's cells:
  *
- *   per item   hash the key (_pykeys.h), take the write lock (mb_lock_try, else
- *              mb_lock_wait), run insert / remove in a guarded section with the items word
- *              bumped inside it, release; lookups and counts are guarded and lock-free.
+ *   per item   hash the key (_pykeys.h), then insert / remove with the items word bumped,
+ *              under the write lock: inside write_lock() or on the uncontended mutex in
+ *              one guarded section with the lock (mb_lock_run), else take the lock
+ *              (mb_lock_try, else mb_lock_wait), write in a guarded section, release;
+ *              lookups and counts are guarded and lock-free.
  *   batches    resolve the keys once (every key validated before any slot changes), then
  *              per chunk of CK_CHUNK_KEYS keys (cuckoo_kernels.CHUNK_KEYS): hash outside
  *              the lock (GIL released from GIL_MIN_KEYS keys on), lock, test-and-set the
@@ -14,7 +16,8 @@
  * A file truncated inside the mapping's last page reads zeros there instead of faulting
  * (_lastpage.h): a per-item operation whose header words or buckets reach into the last
  * page checks the file's size first (one fstat), a write whose kick path or victim
- * re-homing moved fingerprints (the kick counter changed) checks it after, a batch
+ * re-homing moved fingerprints (the kick counter changed) checks it after (the lock
+ * released: the write stands or falls with the file's size either way), a batch
  * checks it once per call or chunk, and a write that had to wait for the lock checks it
  * after the wait (the holder may have truncated the file meanwhile), whatever it touches;
  * each raises LengthMismatchError (hooks.check_size).
@@ -284,27 +287,33 @@ static int ck_check_size(CkHandle *h)
 
 /* ---- guarded sections (_guard.h): every touch of the mapping ------------------------- */
 
-/* One write under the lock: op 0 insert (*res 0 present, 1 inserted, -1 full), op 1 remove
- * (*res 0 / 1).  0, or -1: the mapping faulted. */
-static int g_write(CkHandle *h, const mb_ck_key *k, int op, int *res, uint32_t *seq)
+/* One write under the lock, inside a guarded section: op 0 insert (res 0 present, 1
+ * inserted, -1 full), op 1 remove (res 0 / 1); moved 1 if fingerprints moved (a kick path, a
+ * re-homing). */
+typedef struct {
+    CkHandle *h;
+    const mb_ck_key *k;
+    int op, res;
+    uint32_t moved;
+} ck_write_t;
+
+static void ck_write_body(void *ctx)
 {
-    GUARD_DECL(gd);
-    GUARD_BEGIN(gd, h->image.buf, h->image.len)
-        return -1;
+    ck_write_t *w = ctx;
+    CkHandle *h = w->h;
+    uint32_t seq;
     MB_TOUCH_LAST(h->image.buf, h->image.len);
-    *seq = mb_ck_seq(&h->g);
-    if (op == 0) {
-        *res = mb_ck_insert(&h->g, k->i1, k->fp, k->r, h->path);
-        if (*res > 0)
+    seq = mb_ck_seq(&h->g);
+    if (w->op == 0) {
+        w->res = mb_ck_insert(&h->g, w->k->i1, w->k->fp, w->k->r, h->path);
+        if (w->res > 0)
             ck_bump(h, 1);
     } else {
-        *res = mb_ck_remove(&h->g, k->i1, k->fp);
-        if (*res > 0)
+        w->res = mb_ck_remove(&h->g, w->k->i1, w->k->fp);
+        if (w->res > 0)
             ck_bump(h, -1);
     }
-    *seq = (*seq != mb_ck_seq(&h->g)); /* 1: fingerprints moved (a kick path, a re-homing) */
-    GUARD_END();
-    return 0;
+    w->moved = seq != mb_ck_seq(&h->g);
 }
 
 /* op 0 lookup, op 1 count, into *res; 0, or -1 faulted. */
@@ -322,37 +331,45 @@ static int g_read(CkHandle *h, const mb_ck_key *k, int op, int *res)
 static PyObject *ck_write_one(CkHandle *h, PyObject *key, int op)
 {
     mb_ck_key k;
-    int state, res = 0;
-    uint32_t moved = 0;
+    ck_write_t w = {h, &k, op, 0, 0};
+    int state;
     if (h->closed || !h->writable)
         return ck_refuse(h, 1);
     if (ck_hash(h, key, &k) < 0)
         return NULL;
-    state = ck_lock(h);   /* checks closed after a wait; the fast path runs no Python */
+    if (h->closed)   /* the key's encoding ran Python: another thread may have closed */
+        return ck_refuse(h, 0);
+    if ((ck_in_last_page(h, &k) && ck_check_size(h) < 0) || mb_guard_rearm(1) < 0)
+        return NULL;
+    /* inside write_lock(), or the uncontended mutex: the lock and the write in one guarded
+     * section (no Python runs between the checks above and the write) */
+    state = mb_lock_run(h->lock, h->image.buf, h->image.len, ck_write_body, &w);
+    if (state == LOCK_FAULTED)
+        return ck_raise(h->faulted_hook);
     if (state < 0)
         return NULL;
-    if (h->closed) {      /* the key's encoding ran Python: another thread may have closed */
-        ck_unlock(h, state);
-        return ck_refuse(h, 0);
-    }
-    if ((ck_in_last_page(h, &k) && ck_check_size(h) < 0) || mb_guard_rearm(1) < 0) {
-        ck_unlock(h, state);
-        return NULL;
-    }
-    if (g_write(h, &k, op, &res, &moved) < 0) {
+    if (state == LOCK_SLOW) {
+        state = ck_lock(h);   /* checks closed and the size after a wait */
+        if (state < 0)
+            return NULL;
+        if (state == LOCK_TAKEN && mb_guard_rearm(1) < 0) {   /* taking it may have run Python */
+            ck_unlock(h, state);
+            return NULL;
+        }
+        if (mb_guard_run(h->image.buf, h->image.len, ck_write_body, &w) < 0) {
+            if (ck_unlock(h, state) < 0)
+                return NULL;
+            return ck_raise(h->faulted_hook);
+        }
         if (ck_unlock(h, state) < 0)
             return NULL;
-        return ck_raise(h->faulted_hook);
     }
-    if (moved && h->lp.size_fn != NULL && ck_check_size(h) < 0) { /* a path may reach the last page */
-        ck_unlock(h, state);
+    /* a path may have reached the last page: the write stands or falls with the file's size */
+    if (w.moved && h->lp.size_fn != NULL && ck_check_size(h) < 0)
         return NULL;
-    }
-    if (ck_unlock(h, state) < 0)
-        return NULL;
-    if (res < 0)
+    if (w.res < 0)
         return ck_raise(h->full_hook);
-    return PyBool_FromLong(res > 0);
+    return PyBool_FromLong(w.res > 0);
 }
 
 PyDoc_STRVAR(ck_add_doc, "add(key, /)\n--\n\n"

@@ -22,7 +22,9 @@ static void mb_bus_handler(int sig, siginfo_t *si, void *ctx)
     if (g != NULL) {
         if (si == NULL || si->si_code <= 0)
             return;   /* sent, not a fault: see above */
-        if ((const uint8_t *)si->si_addr >= g->lo && (const uint8_t *)si->si_addr < g->hi) {
+        const uint8_t *a = (const uint8_t *)si->si_addr;
+        if ((a >= g->lo && a < g->hi) || (a >= g->lo2 && a < g->hi2)) {
+            g->fault = a;
             mb_active = NULL;
             siglongjmp(g->env, 1);
         }
@@ -195,3 +197,14 @@ int mb_guard_install(void)
     return 0;
 }
 #endif
+
+/* body(ctx) in one guarded section over [base, base + len) (interface in _guard.h). */
+int mb_guard_run(const void *base, size_t len, void (*body)(void *), void *ctx)
+{
+    GUARD_DECL(gd);
+    GUARD_BEGIN(gd, base, len)
+        return -1;
+    body(ctx);
+    GUARD_END();
+    return 0;
+}

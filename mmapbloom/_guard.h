@@ -10,7 +10,8 @@
  *   - a thread-local pointer to the calling thread's active guard: a sigjmp_buf and the
  *     mapping's address range, set by GUARD_BEGIN (sigsetjmp(env, 0): no system call, no
  *     signal mask saved) and cleared by GUARD_END;
- *   - on a fault (si_code > 0) inside the active guard's range, the handler clears the
+ *   - on a fault (si_code > 0) inside the active guard's range (or second range: a section
+ *     over two mappings, GUARD_BEGIN2), the handler records the address, clears the
  *     guard and siglongjmps back to GUARD_BEGIN, which then answers "faulted"; the caller
  *     releases what the normal path releases (the thread lock and flock) and raises
  *     LengthMismatchError through the filter's `faulted` hook.  Any other SIGBUS (no guard in
@@ -20,8 +21,8 @@
  *
  * A guarded section calls no Python API and allocates nothing, so the jump never skips
  * interpreter or allocator state; it only reads and writes the cells and the items word.
- * Every guarded section is a function of its own (the g_* helpers of _handle.c, _handle_batch.c, _scans.c): no local of the
- * caller lives across the sigsetjmp.  SA_NODEFER keeps SIGBUS unblocked after the jump
+ * Every guarded section is a function of its own (mb_guard_run, the g_* helpers of _handle_batch.c, _scans.c, _mutex.c...):
+ * no local of the caller lives across the sigsetjmp.  SA_NODEFER keeps SIGBUS unblocked after the jump
  * (sigsetjmp(env, 0) restores no mask).  A SIGBUS *sent* (kill, raise: si_code <= 0)
  * while this thread is guarded is ignored: it is faulthandler re-raising a guarded fault
  * that it saw first (it was installed after this handler); the fault repeats and lands
@@ -132,7 +133,9 @@ static inline int mb_guard_rearm(Py_ssize_t keys)
 
 typedef struct {
     sigjmp_buf env;
-    const uint8_t *lo, *hi;   /* the guarded mapping [lo, hi) */
+    const uint8_t *lo, *hi;     /* the guarded mapping [lo, hi) */
+    const uint8_t *lo2, *hi2;   /* a second one (GUARD_BEGIN2), else both NULL */
+    const uint8_t *volatile fault;   /* set by the handler: the faulting address */
 } mb_guard;
 
 /* glibc: initial-exec, a plain thread-pointer-relative access with no __tls_get_addr
@@ -153,10 +156,24 @@ extern __thread mb_guard *volatile mb_active MB_TLS_MODEL;   /* this thread's ac
 #define GUARD_BEGIN(gd, base, len)                              \
     (gd).lo = (const uint8_t *)(base);                          \
     (gd).hi = (gd).lo + (len);                                  \
+    (gd).lo2 = (gd).hi2 = NULL;                                 \
+    GUARD_ARM(gd)
+/* The same over two mappings, [base, base + len) and [base2, base2 + len2) (one sigsetjmp
+ * for a write and the lock around it: mb_mutex_run); after a fault GUARD_FAULTED_IN tells
+ * which one faulted. */
+#define GUARD_BEGIN2(gd, base, len, base2, len2)                \
+    (gd).lo = (const uint8_t *)(base);                          \
+    (gd).hi = (gd).lo + (len);                                  \
+    (gd).lo2 = (const uint8_t *)(base2);                        \
+    (gd).hi2 = (gd).lo2 + (len2);                               \
+    GUARD_ARM(gd)
+#define GUARD_ARM(gd)                                           \
     if (sigsetjmp((gd).env, 0) == 0) {                          \
         mb_active = &(gd);                                      \
         __atomic_signal_fence(__ATOMIC_SEQ_CST);                \
     } else
+#define GUARD_FAULTED_IN(gd, base, len) \
+    ((gd).fault >= (const uint8_t *)(base) && (gd).fault < (const uint8_t *)(base) + (len))
 /* The fences keep every touch of the mapping between the two stores (a compiler barrier:
  * the handler runs in the same thread). */
 #define GUARD_END() (__atomic_signal_fence(__ATOMIC_SEQ_CST), mb_active = NULL)
@@ -170,8 +187,15 @@ extern __thread mb_guard *volatile mb_active MB_TLS_MODEL;   /* this thread's ac
 #endif
 #else
 #define GUARD_BEGIN(gd, base, len) if (0)
+#define GUARD_BEGIN2(gd, base, len, base2, len2) if (0)
+#define GUARD_FAULTED_IN(gd, base, len) 0
 #define GUARD_END() ((void)0)
 #define GUARD_DECL(gd) int gd = 0; (void)gd
 #endif
+
+/* body(ctx) in one guarded section over [base, base + len) of its own: body touches only
+ * that range, calls no Python API and allocates nothing.  0, or -1: the range faulted and
+ * body stopped there. */
+int mb_guard_run(const void *base, size_t len, void (*body)(void *), void *ctx);
 
 #endif /* MMAPBLOOM_GUARD_H */

@@ -3,9 +3,10 @@
  *
  * Handle binds one open filter: the image buffer (exported once), the cells, the items
  * word, m, k, strategy, cell width and the LockState.  A write takes the lock in C when it
- * is free (thread lock, flock(LOCK_EX | LOCK_NB)), sets the cells, bumps the items word and
- * unlocks, all with the GIL held; only a real wait calls WriteLock.acquire (Python, which
- * waits interruptibly).  A batch resolves its keys once (mb_key array, objects pinned),
+ * is free (thread lock, then the side file's mutex or flock(LOCK_EX | LOCK_NB)), sets the
+ * cells, bumps the items word and unlocks, all with the GIL held (on the mutex, and inside
+ * write_lock(), in one guarded section with the lock: mb_lock_run); only a real wait calls
+ * WriteLock.acquire (Python, which waits interruptibly).  A batch resolves its keys once (mb_key array, objects pinned),
  * hashes a chunk with the GIL released (large chunks), then locks, tests-and-sets the
  * chunk, bumps the counter once and unlocks.  Warnings are emitted through Python
  * callables after the lock is released.
@@ -299,26 +300,30 @@ static int h_in_last_page(const Handle *h, const uint64_t *pos, unsigned n, int 
 
 /* ---- guarded sections: every touch of the mapping (_guard.h) -------------- */
 
-/* The cells and items word of one write (the lock is held): op 0 adds (n = k positions),
- * op 1 removes (n distinct positions).  0, or -1: the mapping faulted. */
-static int g_write_one(Handle *h, const uint64_t *pos, unsigned n, int op, int *fresh, int *sat, int *removed,
-                       int *over, uint32_t *stored)
+/* One write's cells and items word (the lock is held), inside a guarded section: op 0 adds
+ * (n = k positions), op 1 removes (n distinct positions); the results into the struct. */
+typedef struct {
+    Handle *h;
+    const uint64_t *pos;
+    unsigned n;
+    int op, fresh, sat, removed, over;
+    uint32_t stored;
+} write_one_t;
+
+static void write_one_body(void *ctx)
 {
-    GUARD_DECL(gd);
-    GUARD_BEGIN(gd, h->image.buf, h->image.len)
-        return -1;
+    write_one_t *w = ctx;
+    Handle *h = w->h;
     TOUCH_LAST(h);
-    if (op == 0) {
-        *fresh = mb_cells_add(h->body, h->width, pos, n, sat);
-        if (*fresh)
-            *over = mb_h_items_bump(h, 1, stored);
+    if (w->op == 0) {
+        w->fresh = mb_cells_add(h->body, h->width, w->pos, w->n, &w->sat);
+        if (w->fresh)
+            w->over = mb_h_items_bump(h, 1, &w->stored);
     } else {
-        *removed = mb_cells_remove(h->body, h->width, pos, n);
-        if (*removed > 0)
-            *over = mb_h_items_bump(h, -1, stored);
+        w->removed = mb_cells_remove(h->body, h->width, w->pos, w->n);
+        if (w->removed > 0)
+            w->over = mb_h_items_bump(h, -1, &w->stored);
     }
-    GUARD_END();
-    return 0;
 }
 
 /* The probes of one query (pos has room for k; its head is computed): 1 present, 0
@@ -371,43 +376,56 @@ PyDoc_STRVAR(h_add_doc,
 "Add one key under the write lock; True if it was new (some bit was 0 / some counter was 0).\n"
 "Atomic across threads and processes; the items word is bumped under the same lock.");
 
-/* op: 0 add, 1 remove (counting) */
+/* op: 0 add, 1 remove (counting).  Inside this thread's write_lock(), and on the uncontended
+ * mutex-mode path, mb_lock_run writes in one guarded section with the lock; every other case
+ * (the file lock, a busy lock, the first acquire) takes the lock apart (mb_h_lock). */
 PyObject *mb_handle_write_one(Handle *h, PyObject *key, int op)
 {
     uint64_t small[SMALL_K], *pos;
-    int state, fresh = 0, sat = 0, over = 0, removed = 0;
-    uint32_t stored = 0;
-    unsigned n;
+    write_one_t w = {h, NULL, 0, op, 0, 0, 0, 0, 0};
+    int state;
     if (h->closed || !h->writable)
         return mb_h_refuse(h, 1);
     if ((pos = h_positions(h, key, small)) == NULL)
         return NULL;
-    n = h->width == 1 ? h->g.k : mb_cells_distinct(h->width, pos, h->g.k);   /* bits: no dedup */
-    if (h_in_last_page(h, pos, n, 1) && mb_h_check_size(h) < 0)
+    w.pos = pos;
+    w.n = h->width == 1 ? h->g.k : mb_cells_distinct(h->width, pos, h->g.k);   /* bits: no dedup */
+    if (h_in_last_page(h, pos, w.n, 1) && mb_h_check_size(h) < 0)
         goto fail;
-    state = mb_h_lock(h);
-    if (state < 0)
+    if (mb_guard_check() < 0)   /* a Python SIGBUS handler set since the last op: re-arm over it */
         goto fail;
-    if (mb_guard_check() < 0) {   /* a Python SIGBUS handler set since: re-arm over it */
-        if (state == LOCK_TAKEN)
-            mb_lock_release(h->lock);
-        goto fail;
-    }
-    if (g_write_one(h, pos, n, op, &fresh, &sat, &removed, &over, &stored) < 0) {
-        if (state == LOCK_TAKEN && mb_lock_release(h->lock) < 0)
-            goto fail;
+    state = mb_lock_run(h->lock, h->image.buf, h->image.len, write_one_body, &w);
+    if (state == LOCK_FAULTED) {
         mb_h_faulted(h);
         goto fail;
     }
-    if (state == LOCK_TAKEN && mb_lock_release(h->lock) < 0)
+    if (state < 0)
         goto fail;
+    if (state == LOCK_SLOW) {
+        state = mb_h_lock(h);
+        if (state < 0)
+            goto fail;
+        /* taking it may have run Python code (a wait runs signal handlers): check again */
+        if (state == LOCK_TAKEN && mb_guard_check() < 0) {
+            mb_lock_release(h->lock);
+            goto fail;
+        }
+        if (mb_guard_run(h->image.buf, h->image.len, write_one_body, &w) < 0) {
+            if (state == LOCK_TAKEN && mb_lock_release(h->lock) < 0)
+                goto fail;
+            mb_h_faulted(h);
+            goto fail;
+        }
+        if (state == LOCK_TAKEN && mb_lock_release(h->lock) < 0)
+            goto fail;
+    }
     if (pos != small)
         PyMem_Free(pos);
-    if ((over || sat) && mb_h_warn(h, over, stored, sat) < 0)
+    if ((w.over || w.sat) && mb_h_warn(h, w.over, w.stored, w.sat) < 0)
         return NULL;
     if (op == 0)
-        return PyBool_FromLong(fresh);
-    return PyLong_FromLong(removed);
+        return PyBool_FromLong(w.fresh);
+    return PyLong_FromLong(w.removed);
 fail:
     if (pos != small)
         PyMem_Free(pos);

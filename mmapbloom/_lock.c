@@ -2,6 +2,7 @@
 #include "_lock.h"
 #include "_lockcall.h"
 #include "_mutex.h"
+#include "_guard.h"
 
 #include <structmember.h>
 
@@ -470,6 +471,30 @@ int mb_lock_try(LockState *L)
     }
     L->depth = 1;
     return LOCK_TAKEN;
+}
+
+/* The uncontended write in mutex mode, in one guarded section (interface in _lock.h). */
+int mb_lock_run(LockState *L, const void *base, size_t len, void (*body)(void *), void *ctx)
+{
+    int r;
+    if (L->count > 0) {   /* inside this thread's own write_lock(): nothing to take */
+        if (L->owner == my_ident() && L->depth > 0)
+            return mb_guard_run(base, len, body, ctx) == 0 ? LOCK_HELD : LOCK_FAULTED;
+        return LOCK_SLOW;
+    }
+    if (L->mutex == NULL || L->closed || L->stale || L->pending)
+        return LOCK_SLOW;
+    if (!tl_try(L->tlock))
+        return LOCK_SLOW;
+    L->owner = my_ident();
+    L->count = 1;
+    L->depth = 1;
+    r = mb_mutex_run(L->mutex, base, len, body, ctx);
+    L->depth = 0;
+    L->owner = 0;
+    L->count = 0;
+    tl_release(L->tlock);
+    return r == 0 ? LOCK_TAKEN : r == 1 ? LOCK_SLOW : r == 2 ? LOCK_FAULTED : -1;
 }
 
 /* Release one level, as WriteLock.release (the flock goes with the outermost level). */

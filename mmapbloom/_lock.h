@@ -21,7 +21,7 @@ typedef struct mb_lock_state LockState;   /* fields private to _lock.c */
 /* The type mmapbloom.locking.WriteLock derives from (the module adds it as LockState). */
 extern PyTypeObject mb_LockState_Type;
 
-enum { LOCK_HELD = 0, LOCK_TAKEN = 1, LOCK_SLOW = 2 };
+enum { LOCK_HELD = 0, LOCK_TAKEN = 1, LOCK_SLOW = 2, LOCK_FAULTED = 3 };
 
 /* The uncontended path, with the GIL and no Python call (in mutex mode it also waits for a
  * hold of another process, GIL released, signal handlers run): LOCK_TAKEN (this call took the
@@ -29,6 +29,20 @@ enum { LOCK_HELD = 0, LOCK_TAKEN = 1, LOCK_SLOW = 2 };
  * inside its own write_lock(): nothing to take or release), LOCK_SLOW (a wait, a reopen or
  * the closed check is needed: call mb_lock_wait), -1 (OSError set). */
 int mb_lock_try(LockState *L);
+
+/* One write under the lock in one guarded section (issue 28: one sigsetjmp for the lock, the
+ * write and the unlock, not three), with the GIL and no Python call.  Inside this thread's
+ * own write_lock(): body(ctx) in a guarded section over [base, base + len); LOCK_HELD.  When
+ * the file uses the mutex, this thread holds no level of L and L's thread lock and the mutex
+ * are both free: take them, run body(ctx) and release both, in one guarded section over the
+ * side file and [base, base + len); LOCK_TAKEN (nothing held now).  body touches only that
+ * range (the filter's mapping), calls no Python API and allocates nothing (the rules of a
+ * guarded section, _guard.h).  Otherwise LOCK_SLOW (body did not run, nothing held: take the
+ * lock with mb_h_lock's path and write in a guarded section of the caller's),
+ * LOCK_FAULTED (body's range faulted, body stopped there; nothing held: the caller raises
+ * its fault error) or -1 (an exception set: the side file faulted, or a pthread error;
+ * nothing held). */
+int mb_lock_run(LockState *L, const void *base, size_t len, void (*body)(void *), void *ctx);
 
 /* 1 if the last LOCK_TAKEN of mb_lock_try waited for (or spun on) another process's hold
  * first, 0 if it found the lock free: the caller then re-checks what a holder may have

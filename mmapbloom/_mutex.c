@@ -210,6 +210,62 @@ int mb_mutex_unlock(PyObject *obj)
     return 0;
 }
 
+/* Guarded over the side file and the caller's mapping [base, base + len): trylock, and
+ * when taken body(ctx), then unlock.  Returns the trylock's pthread code (0: body ran and
+ * the unlock's code is in *urc), MB_FAULTED (the side file faulted: in the trylock or the
+ * unlock) or MB_BODY_FAULTED (body's mapping faulted: the mutex is still held).  No Python call. */
+#define MB_BODY_FAULTED (-2)
+static int g_mutex_run(unsigned char *map, const void *base, size_t len, void (*body)(void *), void *ctx, int *urc)
+{
+    GUARD_DECL(gd);
+    int rc;
+    GUARD_BEGIN2(gd, map, SIDE_SIZE, base, len)
+        return GUARD_FAULTED_IN(gd, map, SIDE_SIZE) ? MB_FAULTED : MB_BODY_FAULTED;
+    {
+        pthread_mutex_t *mx = (pthread_mutex_t *)(map + MUTEX_OFF);
+        rc = pthread_mutex_trylock(mx);
+        if (rc == EOWNERDEAD) {   /* as in g_mutex_op */
+            rc = pthread_mutex_consistent(mx);
+            if (rc == 0)
+                ((side_header *)map)->recoveries++;
+        }
+        if (rc == 0) {
+            body(ctx);
+            *urc = pthread_mutex_unlock(mx);
+        }
+    }
+    GUARD_END();
+    return rc;
+}
+
+int mb_mutex_run(PyObject *obj, const void *base, size_t len, void (*body)(void *), void *ctx)
+{
+    MutexObject *m = (MutexObject *)obj;
+    int rc, urc = 0;
+    if (unusable(m))
+        return -1;
+    /* held_here is not counted: between the trylock and the unlock no Python code runs and
+     * the GIL is kept, so no thread that reads it (with the GIL) can look meanwhile. */
+    rc = g_mutex_run(m->map, base, len, body, ctx, &urc);
+    if (rc == MB_BODY_FAULTED) {   /* the mutex is held: unlock it (its own guarded section) */
+        urc = g_mutex_op(m->map, OP_UNLOCK, 0.0);
+        if (urc == MB_FAULTED)
+            return fault_error(m);
+        rc = 2;
+    }
+    if ((rc == 0 || rc == 2) && urc != 0) {
+        errno = urc;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    if (rc == EBUSY)
+        return 1;
+    if (rc == 0 || rc == 2)
+        return rc;
+    /* MB_FAULTED, or a pthread error (ENOTRECOVERABLE...): as got_lock (rc is not 0 here) */
+    return got_lock(m, rc) == 1 ? 1 : -1;
+}
+
 int mb_mutex_wait_other(PyObject *obj)
 {
     MutexObject *m = (MutexObject *)obj;

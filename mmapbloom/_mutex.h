@@ -44,6 +44,13 @@ extern const char mb_mutex_supported_doc[];
 int mb_mutex_trylock(PyObject *m);
 /* 0 released, -1 OSError set (EPERM: not the owner). */
 int mb_mutex_unlock(PyObject *m);
+/* For _lock.c's mb_lock_run, with the GIL, no Python call: in ONE guarded section over the
+ * side file and [base, base + len), trylock m, and when taken run body(ctx) (which touches
+ * only that range, calls no Python API) and unlock (one sigsetjmp for the three, not three).
+ * 0 body ran (nothing held after), 1 busy (body not run, nothing held), 2 body's range
+ * faulted (body stopped there; unlocked, nothing held), -1 OSError or LengthMismatchError set
+ * (the side file faulted, or a pthread error; body may have run in full if the unlock failed). */
+int mb_mutex_run(PyObject *m, const void *base, size_t len, void (*body)(void *), void *ctx);
 /* When no thread of this process holds m (so the holder is another process, and this wait
  * can be neither a self-deadlock nor wait for a thread that needs the GIL): wait for it with
  * the GIL released, in 50 ms slices with signal handlers run between them.  0 taken, 1 not

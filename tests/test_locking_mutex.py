@@ -106,7 +106,7 @@ def test_sigkill_holder_loop(tmp_path: Any, mutex_mode: None) -> None:
     """100 holders SIGKILLed at random points of their adds: a waiter in another process
     never waits longer than the recovery, and no reported add is lost."""
     path = str(tmp_path / "f.blm")
-    BloomFilter.create(path, BloomConfig.for_items(300_000, 1e-3)).close()
+    BloomFilter.create(path, BloomConfig.for_items(2_000_000, 1e-3)).close()
     stop_r, stop_w = os.pipe()
     waiter = os.fork()
     if waiter == 0:  # adds all along, each with a 5 s timeout: a stuck lock fails it
