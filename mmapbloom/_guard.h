@@ -20,9 +20,11 @@
  *     one the process would have had without the guard.
  *
  * A guarded section calls no Python API and allocates nothing, so the jump never skips
- * interpreter or allocator state; it only reads and writes the cells and the items word.
- * Every guarded section is a function of its own (mb_guard_run, the g_* helpers of _handle_batch.c, _scans.c, _mutex.c...):
- * no local of the caller lives across the sigsetjmp.  SA_NODEFER keeps SIGBUS unblocked after the jump
+ * interpreter or allocator state; it only reads and writes the cells and the items word,
+ * and (_mutex.c) locks or unlocks the side file's mutex.  Every guarded section is a
+ * function of its own (mb_guard_run and the g_* helpers of _handle.c, _handle_batch.c,
+ * _handle_multi.c, _scans.c, _cuckoo_handle.c, _mutex.c): no local of the caller lives
+ * across the sigsetjmp.  SA_NODEFER keeps SIGBUS unblocked after the jump
  * (sigsetjmp(env, 0) restores no mask).  A SIGBUS *sent* (kill, raise: si_code <= 0)
  * while this thread is guarded is ignored: it is faulthandler re-raising a guarded fault
  * that it saw first (it was installed after this handler); the fault repeats and lands
@@ -178,10 +180,11 @@ extern __thread mb_guard *volatile mb_active MB_TLS_MODEL;   /* this thread's ac
  * the handler runs in the same thread). */
 #define GUARD_END() (__atomic_signal_fence(__ATOMIC_SEQ_CST), mb_active = NULL)
 #define GUARD_DECL(gd) mb_guard gd
-/* GCC's -Wclobbered flags the g_* helpers' parameters and locals as "might be clobbered
- * by longjmp": after the jump a helper reads none of them (it only returns -1), so no
- * value is indeterminate there (C11 7.13.2.1).  The only functions here that call
- * sigsetjmp are the g_* helpers. */
+/* GCC's -Wclobbered flags the guarded helpers' parameters and locals as "might be
+ * clobbered by longjmp": after the jump a helper reads none of them but parameters it never
+ * assigns and the guard's volatile fault field (it only returns), so no value it reads is
+ * indeterminate there (C11 7.13.2.1).  The only functions here that call sigsetjmp are
+ * those helpers (mb_guard_run, the g_* functions). */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wclobbered"
 #endif

@@ -158,6 +158,7 @@ struct mb_lock_state {
     PyObject *mutex;       /* WriteLock._mutex: the side file's Mutex in mutex mode (used instead of
                             * flock_fd), NULL: flock mode */
     char waited;           /* the last LOCK_TAKEN of mb_lock_try found the mutex busy first */
+    char seen_busy;        /* mb_lock_run found the mutex busy since the last mb_lock_try */
 };
 
 int mb_lock_waited(LockState *L)
@@ -434,7 +435,8 @@ int mb_lock_try(LockState *L)
         /* Another process's write holds it for about 100 ns: spin a little (a bounded number
          * of tries, about 2 us) before the slow path's futex wait, which costs microseconds. */
         int r = mb_mutex_trylock(L->mutex), spins;
-        L->waited = r == 1;
+        L->waited = r == 1 || L->seen_busy;
+        L->seen_busy = 0;
         for (spins = 0; r == 1 && spins < MB_LOCK_SPINS; spins++) {
             cpu_relax();
             r = mb_mutex_trylock(L->mutex);
@@ -486,14 +488,17 @@ int mb_lock_run(LockState *L, const void *base, size_t len, void (*body)(void *)
         return LOCK_SLOW;
     if (!tl_try(L->tlock))
         return LOCK_SLOW;
+    /* The thread lock's owner is set as mb_lock_try sets it; depth stays 0 (the file lock is
+     * not "held" for a re-entry: an error path below runs Python, and a signal handler's
+     * add there must take the slow path, not write as if inside write_lock()). */
     L->owner = my_ident();
     L->count = 1;
-    L->depth = 1;
     r = mb_mutex_run(L->mutex, base, len, body, ctx);
-    L->depth = 0;
     L->owner = 0;
     L->count = 0;
     tl_release(L->tlock);
+    if (r == 1)   /* busy: the slow path's take counts as after a wait (its size recheck) */
+        L->seen_busy = 1;
     return r == 0 ? LOCK_TAKEN : r == 1 ? LOCK_SLOW : r == 2 ? LOCK_FAULTED : -1;
 }
 

@@ -41,12 +41,13 @@ int mb_lock_try(LockState *L);
  * lock with mb_h_lock's path and write in a guarded section of the caller's),
  * LOCK_FAULTED (body's range faulted, body stopped there; nothing held: the caller raises
  * its fault error) or -1 (an exception set: the side file faulted, or a pthread error;
- * nothing held). */
+ * nothing held; when the unlock is what failed, body's write stands).  A busy mutex makes
+ * the next mb_lock_try report a wait (mb_lock_waited), so the caller's size recheck runs. */
 int mb_lock_run(LockState *L, const void *base, size_t len, void (*body)(void *), void *ctx);
 
 /* 1 if the last LOCK_TAKEN of mb_lock_try waited for (or spun on) another process's hold
- * first, 0 if it found the lock free: the caller then re-checks what a holder may have
- * changed meanwhile (the file's size). */
+ * first, or followed an mb_lock_run that found the mutex busy; 0 if it found the lock free:
+ * the caller then re-checks what a holder may have changed meanwhile (the file's size). */
 int mb_lock_waited(LockState *L);
 
 /* Release one level taken by mb_lock_try / mb_lock_wait, as WriteLock.release; -1 with OSError. */

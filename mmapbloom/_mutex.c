@@ -662,6 +662,17 @@ int mb_mutex_wait_other(PyObject *m)
     return 1;
 }
 
+int mb_mutex_run(PyObject *m, const void *base, size_t len, void (*body)(void *), void *ctx)
+{
+    (void)m;
+    (void)base;
+    (void)len;
+    (void)body;
+    (void)ctx;
+    PyErr_SetString(PyExc_OSError, "no robust mutexes in this build");
+    return -1;
+}
+
 PyObject *mb_mutex_supported(PyObject *module, PyObject *arg)
 {
     (void)module;

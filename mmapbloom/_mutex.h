@@ -48,8 +48,9 @@ int mb_mutex_unlock(PyObject *m);
  * side file and [base, base + len), trylock m, and when taken run body(ctx) (which touches
  * only that range, calls no Python API) and unlock (one sigsetjmp for the three, not three).
  * 0 body ran (nothing held after), 1 busy (body not run, nothing held), 2 body's range
- * faulted (body stopped there; unlocked, nothing held), -1 OSError or LengthMismatchError set
- * (the side file faulted, or a pthread error; body may have run in full if the unlock failed). */
+ * faulted (body stopped there; unlocked, nothing held), -1 with an exception set and nothing
+ * held: LengthMismatchError (the side file faulted, now or before), ValueError (unmapped),
+ * OSError (a pthread error; if the unlock is what failed, body ran in full). */
 int mb_mutex_run(PyObject *m, const void *base, size_t len, void (*body)(void *), void *ctx);
 /* When no thread of this process holds m (so the holder is another process, and this wait
  * can be neither a self-deadlock nor wait for a thread that needs the GIL): wait for it with

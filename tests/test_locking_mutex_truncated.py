@@ -89,18 +89,23 @@ FILE_SCRIPT = r"""
 import os, sys
 sys.path.insert(0, {root!r})
 from mmapbloom import BloomConfig, BloomFilter, CountingBloomFilter, CuckooFilter, LengthMismatchError
+from mmapbloom import ScalableBloomFilter
 d = {tmp!r}
-def make(name):
-    path = os.path.join(d, name)
+def make(name, op):
+    path = os.path.join(d, name + "-" + op)
     if name == "cuckoo":
         return path, CuckooFilter.create(path, 100_000, 0.01)
+    if name == "scalable":  # its add writes the newest layer through that layer's handle
+        return os.path.join(path, "layer-0000.blm"), ScalableBloomFilter.create(path, capacity=100_000, fp_rate=0.01)
     cls = BloomFilter if name == "plain" else CountingBloomFilter
     return path, cls.create(path, BloomConfig.for_items(100_000, 0.01))
-for name, op in [("plain", "add"), ("counting", "add"), ("counting", "remove"), ("cuckoo", "add"), ("cuckoo", "remove")]:
-    path, f = make(name + "-" + op)
+cases = [("plain", "add"), ("counting", "add"), ("counting", "remove"), ("cuckoo", "add"), ("cuckoo", "remove"),
+         ("scalable", "add")]
+for name, op in cases:
+    path, f = make(name, op)
     f.add("a")
     f.add("b")  # the lock's mode is chosen (the first acquire took the slow path)
-    lock = f._storage.lock
+    lock = (f._layers[0] if name == "scalable" else f)._storage.lock
     assert lock.mode == "mutex", lock.mode
     os.truncate(path, 100)
     for held in (False, True):
