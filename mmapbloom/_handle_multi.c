@@ -541,7 +541,7 @@ static int g_load_word(const uint8_t *p, uint32_t *word)
     return 0;
 }
 
-/* contains_any's watch: 1 if the word viewed by obj (a 4-byte buffer: the expiring
+/* contains_any's and add_unless's watch: 1 if the word viewed by obj (a 4-byte buffer: the expiring
  * filter's committed generation, through a read-only mapping of its lock file) is not
  * `expected` or cannot be read (a truncated file: the caller re-reads it with pread, which
  * raises), 0 if it is, -1 raised. */
@@ -557,7 +557,7 @@ static int word_moved(PyObject *obj, PyObject *expected)
         return -1;
     if (b.len != 4 || ((uintptr_t)b.buf & 3) != 0) {
         PyBuffer_Release(&b);
-        PyErr_SetString(PyExc_ValueError, "contains_any(): the watched word must be 4 aligned bytes");
+        PyErr_SetString(PyExc_ValueError, "the watched word must be 4 aligned bytes");
         return -1;
     }
     moved = g_load_word(b.buf, &word) < 0 || word != want;
@@ -626,10 +626,14 @@ static int g_add_one(Handle *h, const uint64_t *pos, unsigned n, int *fresh, int
 }
 
 const char mb_h_add_unless_doc[] = PyDoc_STR(
-"add_unless(others, key, /)\n--\n\n"
+"add_unless(others, key, /) or add_unless(others, key, word, expected, /)\n\n"
 "Under self's write lock: False if one of others (a list or tuple of open Handles of self's\n"
 "geometry) may hold the key (nothing written), else add it to self: True if it was new\n"
-"there.  The key is hashed once; atomic with respect to every writer of self.");
+"there.  The key is hashed once; atomic with respect to every writer of self.  With word\n"
+"(a 4-byte buffer, e.g. a memoryview of a mapping): None, with nothing written and no lock\n"
+"taken, if the little-endian word it views is not expected or cannot be read (read first,\n"
+"under the SIGBUS guard; the caller keeps the word from moving meanwhile, e.g. by holding\n"
+"the lock whose holders alone change it).");
 
 PyObject *mb_h_add_unless(Handle *h, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -639,8 +643,8 @@ PyObject *mb_h_add_unless(Handle *h, PyObject *const *args, Py_ssize_t nargs)
     uint32_t stored = 0;
     uint64_t top;
     unsigned n;
-    if (nargs != 2)
-        return PyErr_Format(PyExc_TypeError, "add_unless() takes 2 arguments (%zd given)", nargs);
+    if (nargs != 2 && nargs != 4)
+        return PyErr_Format(PyExc_TypeError, "add_unless() takes 2 or 4 arguments (%zd given)", nargs);
     if (h->closed || !h->writable)
         return mb_h_refuse(h, 1);
     if (get_others(h, args[0], &fast) < 0)
@@ -653,6 +657,15 @@ PyObject *mb_h_add_unless(Handle *h, PyObject *const *args, Py_ssize_t nargs)
     }
     if (others_open(fast) < 0)
         goto done;
+    if (nargs == 4 && args[2] != Py_None) {   /* the word first: a moved one writes nothing */
+        const int moved = mb_guard_rearm(1) < 0 ? -1 : word_moved(args[2], args[3]);
+        if (moved < 0)
+            goto done;
+        if (moved) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+    }
     if ((pos = room(h, small)) == NULL)
         goto done;
     mb_positions(&h->g, hv, pos);

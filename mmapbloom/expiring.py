@@ -942,10 +942,14 @@ class ExpiringBloomFilter(Lifecycle):
 
         Cost: a lock-free pre-check on this handle's last view (a clock read, one hash,
         the live periods probed in C by ``Handle.contains_any``; no ``pread``: a key found
-        is answered False without the lock), then under the lock one ``pread``, a clock
-        read and ``Handle.add_unless`` (one hash,
-        the older live periods probed and the newest tested-and-set in C), one lock
-        pair for the directory and one for the period file.
+        is answered False without the lock), then under the lock a clock read and
+        ``Handle.add_unless`` (one hash, the older live periods probed and the newest
+        tested-and-set in C), one lock pair for the directory and one for the period
+        file. The committed generation is read on the native backend through the lock
+        file's mapping inside that C call, under the SIGBUS guard; a word that moved (a
+        rotation by another process since this handle's view), a view to rotate or a
+        read-only newest period take the ``pread`` path (the pure backend always does:
+        one ``pread``).
 
         Raises TypeError, ReadOnlyFilterError, FilterClosedError, ConfigError (the clock
         returned a non-number), OSError (a rotation failed: nothing was added)."""
@@ -962,6 +966,26 @@ class ExpiringBloomFilter(Lifecycle):
         elif newest.contains_any(older, item):
             return False
         with self._lock:
+            word = self._word
+            view = self._view
+            if word is not None and view.generation == view.word and view.numbers:
+                # Native: the generation read through the lock file's mapping inside the C
+                # call instead of a pread (half of an add's cost). Under the lock no other
+                # writer can move it; a word that moved before the lock was taken (another
+                # process rotated) writes nothing and answers None: the pread path below
+                # then reloads the view.
+                now = self._now()
+                newest_filter = view.filters[-1]
+                if now <= view.numbers[-1] and not newest_filter.readonly:
+                    _, older = self._handles(view, now)
+                    try:
+                        new = newest_filter.kernel_handle.add_unless(older, item, word, view.word)
+                    except ValueError:  # the word released by a close() in another thread
+                        if not self.closed:
+                            raise  # a bad key (KeyEncodingError), a damaged period
+                        new = None  # _locked_view raises FilterClosedError
+                    if new is not None:
+                        return bool(new)
             view, now = self._locked_view()
             writable = self._writable_newest(view)
             _, older = self._handles(self._view, now)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from mmapbloom import (
+    BloomFilter,
     ConfigError,
     ConfigMismatchError,
     ExpiringBloomFilter,
@@ -492,11 +493,13 @@ def test_add_precheck_reads_no_word_and_a_stale_handle_decides_under_the_lock(tm
 
 @pytest.mark.parametrize("size", [0, 4, 10])
 def test_in_on_a_truncated_lock_file_raises_manifest_error(tmp_path, size) -> None:  # type: ignore[no-untyped-def]
-    """The generation word is read through a mapping (native) or a pread (pure): a lock
-    file truncated under the handle is ManifestError, never SIGBUS (0 bytes: the mapped
-    page is past the end of the file). A truncation that leaves the word's bytes as they
-    were (10 bytes: the rest of a small generation reads as zeros) still answers from the
-    committed view on the native backend; writes, check() and verify() raise."""
+    """The generation word is read through a mapping (native ``in`` and ``add``) or a
+    pread (pure, batches, rotations): a lock file truncated under the handle is
+    ManifestError, never SIGBUS (0 bytes: the mapped page is past the end of the file). A
+    truncation that leaves the word's bytes as they were (10 bytes: the rest of a small
+    generation reads as zeros) still answers from the committed view on the native
+    backend, and its ``add`` writes the current period that view lists; batches, a
+    rotation, check() and verify() raise."""
     clock = Clock(0.5)
     with make(tmp_path, clock) as f:
         assert f.add("a") and "a" in f
@@ -504,14 +507,20 @@ def test_in_on_a_truncated_lock_file_raises_manifest_error(tmp_path, size) -> No
         if size < 10 or f._word is None:
             with pytest.raises(ManifestError):
                 "a" in f  # noqa: B015
+            with pytest.raises(ManifestError):
+                f.add("b")
         else:
             assert "a" in f and "zz" not in f
+            assert f.add("b") and "b" in f and not f.add("b")
         with pytest.raises(ManifestError):
             f.contains_many(["a"])
         with pytest.raises(ManifestError):
-            f.add("b")
+            f.update(["c"])
         with pytest.raises(ManifestError):
             f.check()
+        clock.t += f.window  # a new period: the rotation reads the word with pread
+        with pytest.raises(ManifestError):
+            f.add("d")
 
 
 def test_in_reads_the_word_through_the_mapping_and_sees_other_handles_rotations(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -536,6 +545,43 @@ def test_in_reads_the_word_through_the_mapping_and_sees_other_handles_rotations(
             assert (f"k{step - K - 1}" in r) is False or step - K - 1 < 0
         monkeypatch.undo()
     assert r._word is None and a._word is None  # closed: the mappings are released
+
+
+def test_add_after_another_handles_rotation_writes_the_newest_period(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``add`` reads the word through the mapping under the lock (native): a handle whose
+    view predates another process's rotation, and whose own clock is still in the old
+    period, must not write the old period from that view; the moved word sends it to the
+    pread path, which reloads the view and writes the newest period (the clock went back
+    for it)."""
+    slow, fast = Clock(0.5), Clock(P + 0.5)
+    with make(tmp_path, slow) as a, ExpiringBloomFilter.open(a.path, clock=fast) as b:
+        assert a.add("k0")  # a's view: period 0 alone
+        assert b.add("k1")  # b rotates: period 1 is the newest, the word moved
+        assert list(a._view.numbers) == [0]
+        assert a.add("k2")
+        periods = {}
+        for n in (0, 1):
+            with BloomFilter.open(a._period_path(n), readonly=True) as period:
+                periods[n] = ("k2" in period, "k0" in period, "k1" in period)
+        assert periods == {0: (False, True, False), 1: (True, False, True)}, periods
+        assert not b.add("k2") and not a.add("k2")  # exact-once across the two handles
+
+
+def test_add_unless_watch_argument_is_checked(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with make(tmp_path, Clock(0.5)) as f:
+        f.add("a")
+        if f._word is None:
+            pytest.skip("the word is watched through a mapping on the native backend only")
+        newest = f._view.filters[-1].kernel_handle
+        assert newest.add_unless((), "b", f._word, f._view.word + 1) is None  # moved: nothing written
+        assert "b" not in f
+        assert newest.add_unless((), "b", f._word, f._view.word) is True
+        assert newest.add_unless((), "b", None, 0) is False
+        with pytest.raises(ValueError, match="4 aligned bytes"):
+            newest.add_unless((), "c", b"abc", 0)
+        with pytest.raises(TypeError):
+            newest.add_unless((), "c", f._word)
+        assert "c" not in f
 
 
 def test_contains_any_watch_argument_is_checked(tmp_path) -> None:  # type: ignore[no-untyped-def]
