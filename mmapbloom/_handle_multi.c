@@ -599,6 +599,12 @@ PyObject *mb_h_contains_any(Handle *h, PyObject *const *args, Py_ssize_t nargs)
             Py_DECREF(fast);
             Py_RETURN_NONE;
         }
+        if (h->closed) {   /* the buffer's export may have run Python */
+            mb_h_refuse(h, 0);
+            goto done;
+        }
+        if (others_open(fast) < 0)
+            goto done;
     }
     /* busy: a close by another thread while a size check runs Python defers the unmap */
     h->busy++;
@@ -663,6 +669,10 @@ PyObject *mb_h_add_unless(Handle *h, PyObject *const *args, Py_ssize_t nargs)
             goto done;
         if (moved) {
             result = Py_NewRef(Py_None);
+            goto done;
+        }
+        if (h->closed || !h->writable) {   /* the buffer's export may have run Python */
+            mb_h_refuse(h, 1);
             goto done;
         }
     }

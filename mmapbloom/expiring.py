@@ -952,7 +952,8 @@ class ExpiringBloomFilter(Lifecycle):
         one ``pread``).
 
         Raises TypeError, ReadOnlyFilterError, FilterClosedError, ConfigError (the clock
-        returned a non-number), OSError (a rotation failed: nothing was added)."""
+        returned a non-number), ManifestError (the lock file or manifest damaged under the
+        handle), OSError (a rotation failed: nothing was added)."""
         if self._no_write:
             self._refuse_write()
         # The lock-free pre-check asks this handle's last committed view, without reading
@@ -970,20 +971,17 @@ class ExpiringBloomFilter(Lifecycle):
             view = self._view
             if word is not None and view.generation == view.word and view.numbers:
                 # Native: the generation read through the lock file's mapping inside the C
-                # call instead of a pread (half of an add's cost). Under the lock no other
-                # writer can move it; a word that moved before the lock was taken (another
-                # process rotated) writes nothing and answers None: the pread path below
-                # then reloads the view.
+                # call instead of a pread (half of an add's cost), for a committed view only
+                # (a killed writer's published manifest is committed on the pread path).
+                # Under the lock no other writer can move it; a word that moved before the
+                # lock was taken (another process rotated) writes nothing and answers None:
+                # the pread path below then reloads the view. No close() can release the
+                # word meanwhile: close takes this lock's thread lock too.
                 now = self._now()
                 newest_filter = view.filters[-1]
                 if now <= view.numbers[-1] and not newest_filter.readonly:
                     _, older = self._handles(view, now)
-                    try:
-                        new = newest_filter.kernel_handle.add_unless(older, item, word, view.word)
-                    except ValueError:  # the word released by a close() in another thread
-                        if not self.closed:
-                            raise  # a bad key (KeyEncodingError), a damaged period
-                        new = None  # _locked_view raises FilterClosedError
+                    new = newest_filter.kernel_handle.add_unless(older, item, word, view.word)
                     if new is not None:
                         return bool(new)
             view, now = self._locked_view()

@@ -567,6 +567,37 @@ def test_add_after_another_handles_rotation_writes_the_newest_period(tmp_path) -
         assert not b.add("k2") and not a.add("k2")  # exact-once across the two handles
 
 
+class _Killed(Exception):
+    """A writer "killed" at a rotation stage (raised from expiring._ROTATE_HOOK)."""
+
+
+def test_add_on_a_view_with_an_uncommitted_manifest_commits_it_first(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A writer killed after publishing a rotation's manifest, before storing the word,
+    leaves a manifest one generation ahead of the word. A handle that loads that view must
+    commit it before it adds (the pread path: the native fast path is for committed views
+    only), or a reader that follows the committed word misses the key: a false negative
+    inside the window."""
+    clock = Clock(0.5)
+    with make(tmp_path, clock) as w, ExpiringBloomFilter.open(w.path, readonly=True, clock=clock) as r:
+        assert w.add("a") and "a" in r
+        clock.t = P + 0.5
+
+        def killed_after_publishing(stage: str, n: int) -> None:
+            if stage == "manifest-published":
+                raise _Killed
+
+        expiring._ROTATE_HOOK = killed_after_publishing
+        try:
+            with pytest.raises(_Killed):
+                w.add("x")
+        finally:
+            expiring._ROTATE_HOOK = None
+        with ExpiringBloomFilter.open(w.path, clock=clock) as a:
+            assert a._view.generation == a._view.word + 1  # the published, uncommitted manifest
+            assert a.add("k")
+            assert "k" in r and "a" in r
+
+
 def test_add_unless_watch_argument_is_checked(tmp_path) -> None:  # type: ignore[no-untyped-def]
     with make(tmp_path, Clock(0.5)) as f:
         f.add("a")
