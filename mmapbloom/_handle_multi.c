@@ -663,19 +663,6 @@ PyObject *mb_h_add_unless(Handle *h, PyObject *const *args, Py_ssize_t nargs)
     }
     if (others_open(fast) < 0)
         goto done;
-    if (nargs == 4 && args[2] != Py_None) {   /* the word first: a moved one writes nothing */
-        const int moved = mb_guard_rearm(1) < 0 ? -1 : word_moved(args[2], args[3]);
-        if (moved < 0)
-            goto done;
-        if (moved) {
-            result = Py_NewRef(Py_None);
-            goto done;
-        }
-        if (h->closed || !h->writable) {   /* the buffer's export may have run Python */
-            mb_h_refuse(h, 1);
-            goto done;
-        }
-    }
     if ((pos = room(h, small)) == NULL)
         goto done;
     mb_positions(&h->g, hv, pos);
@@ -687,6 +674,19 @@ PyObject *mb_h_add_unless(Handle *h, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     if (mb_guard_rearm(1) < 0)
         goto done;
+    if (nargs == 4 && args[2] != Py_None) {   /* the word before the lock: a moved one writes nothing */
+        const int moved = word_moved(args[2], args[3]);
+        if (moved < 0)
+            goto done;
+        if (moved) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+        if (h->closed || !h->writable) {   /* the buffer's export may have run Python */
+            mb_h_refuse(h, 1);
+            goto done;
+        }
+    }
     state = mb_h_lock(h);
     if (state < 0)
         goto done;

@@ -95,6 +95,19 @@ static int lock_slice(pthread_mutex_t *mx, double seconds)
 enum { OP_TRY, OP_UNLOCK, OP_SLICE };
 #define MB_FAULTED (-1)
 
+/* Inside a guarded section over `map`: a lock call's code rc, with EOWNERDEAD (the holder
+ * died holding it: bits before counts, as after a SIGKILL of a flock holder) made consistent
+ * and counted: 0 then, or consistent's error. */
+static int recovered(unsigned char *map, pthread_mutex_t *mx, int rc)
+{
+    if (rc == EOWNERDEAD) {
+        rc = pthread_mutex_consistent(mx);
+        if (rc == 0)
+            ((side_header *)map)->recoveries++;
+    }
+    return rc;
+}
+
 /* Guarded: one operation on the mutex of `map` (a slice of `slice` seconds for OP_SLICE, with
  * the GIL released by the caller).  Returns the pthread code (EOWNERDEAD already made
  * consistent and counted: 0 then, or consistent's error), or MB_FAULTED.  No Python call. */
@@ -107,11 +120,7 @@ static int g_mutex_op(unsigned char *map, int op, double slice)
     {
         pthread_mutex_t *mx = (pthread_mutex_t *)(map + MUTEX_OFF);
         rc = op == OP_TRY ? pthread_mutex_trylock(mx) : op == OP_UNLOCK ? pthread_mutex_unlock(mx) : lock_slice(mx, slice);
-        if (rc == EOWNERDEAD) {   /* the holder died holding it: bits before counts (as after a SIGKILL of a flock holder) */
-            rc = pthread_mutex_consistent(mx);
-            if (rc == 0)
-                ((side_header *)map)->recoveries++;
-        }
+        rc = recovered(map, mx, rc);
     }
     GUARD_END();
     return rc;
@@ -223,12 +232,7 @@ static int g_mutex_run(unsigned char *map, const void *base, size_t len, void (*
         return GUARD_FAULTED_IN(gd, map, SIDE_SIZE) ? MB_FAULTED : MB_BODY_FAULTED;
     {
         pthread_mutex_t *mx = (pthread_mutex_t *)(map + MUTEX_OFF);
-        rc = pthread_mutex_trylock(mx);
-        if (rc == EOWNERDEAD) {   /* as in g_mutex_op */
-            rc = pthread_mutex_consistent(mx);
-            if (rc == 0)
-                ((side_header *)map)->recoveries++;
-        }
+        rc = recovered(map, mx, pthread_mutex_trylock(mx));
         if (rc == 0) {
             body(ctx);
             *urc = pthread_mutex_unlock(mx);
@@ -247,23 +251,21 @@ int mb_mutex_run(PyObject *obj, const void *base, size_t len, void (*body)(void 
     /* held_here is not counted: between the trylock and the unlock no Python code runs and
      * the GIL is kept, so no thread that reads it (with the GIL) can look meanwhile. */
     rc = g_mutex_run(m->map, base, len, body, ctx, &urc);
+    if (rc == EBUSY)
+        return 1;
     if (rc == MB_BODY_FAULTED) {   /* the mutex is held: unlock it (its own guarded section) */
         urc = g_mutex_op(m->map, OP_UNLOCK, 0.0);
         if (urc == MB_FAULTED)
             return fault_error(m);
-        rc = 2;
+    } else if (rc != 0) {   /* MB_FAULTED, or a pthread error (ENOTRECOVERABLE...): as got_lock */
+        return got_lock(m, rc) == 1 ? 1 : -1;
     }
-    if ((rc == 0 || rc == 2) && urc != 0) {
+    if (urc != 0) {   /* the unlock failed */
         errno = urc;
         PyErr_SetFromErrno(PyExc_OSError);
         return -1;
     }
-    if (rc == EBUSY)
-        return 1;
-    if (rc == 0 || rc == 2)
-        return rc;
-    /* MB_FAULTED, or a pthread error (ENOTRECOVERABLE...): as got_lock (rc is not 0 here) */
-    return got_lock(m, rc) == 1 ? 1 : -1;
+    return rc == MB_BODY_FAULTED ? 2 : 0;
 }
 
 int mb_mutex_wait_other(PyObject *obj)

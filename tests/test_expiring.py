@@ -598,33 +598,36 @@ def test_add_on_a_view_with_an_uncommitted_manifest_commits_it_first(tmp_path) -
             assert "k" in r and "a" in r
 
 
-def test_add_unless_watch_argument_is_checked(tmp_path) -> None:  # type: ignore[no-untyped-def]
+@pytest.fixture
+def watched(tmp_path):  # type: ignore[no-untyped-def]
+    """(filter holding "a", its newest period's kernel handle), on the native backend only:
+    the one whose generation word is watched through a mapping."""
     with make(tmp_path, Clock(0.5)) as f:
         f.add("a")
         if f._word is None:
             pytest.skip("the word is watched through a mapping on the native backend only")
-        newest = f._view.filters[-1].kernel_handle
-        assert newest.add_unless((), "b", f._word, f._view.word + 1) is None  # moved: nothing written
-        assert "b" not in f
-        assert newest.add_unless((), "b", f._word, f._view.word) is True
-        assert newest.add_unless((), "b", None, 0) is False
-        with pytest.raises(ValueError, match="4 aligned bytes"):
-            newest.add_unless((), "c", b"abc", 0)
-        with pytest.raises(TypeError):
-            newest.add_unless((), "c", f._word)
-        assert "c" not in f
+        yield f, f._view.filters[-1].kernel_handle
 
 
-def test_contains_any_watch_argument_is_checked(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    with make(tmp_path, Clock(0.5)) as f:
-        f.add("a")
-        if f._word is None:
-            pytest.skip("the word is watched through a mapping on the native backend only")
-        newest = f._view.filters[-1].kernel_handle
-        assert newest.contains_any((), "a", f._word, f._view.word) is True
-        assert newest.contains_any((), "a", f._word, f._view.word + 1) is None  # moved: no answer
-        assert newest.contains_any((), "a", None, 0) is True
-        with pytest.raises(ValueError, match="4 aligned bytes"):
-            newest.contains_any((), "a", b"abc", 0)
-        with pytest.raises(TypeError):
-            newest.contains_any((), "a", f._word)
+def test_add_unless_watch_argument_is_checked(watched) -> None:  # type: ignore[no-untyped-def]
+    f, newest = watched
+    assert newest.add_unless((), "b", f._word, f._view.word + 1) is None  # moved: nothing written
+    assert "b" not in f
+    assert newest.add_unless((), "b", f._word, f._view.word) is True
+    assert newest.add_unless((), "b", None, 0) is False
+    with pytest.raises(ValueError, match="4 aligned bytes"):
+        newest.add_unless((), "c", b"abc", 0)
+    with pytest.raises(TypeError):
+        newest.add_unless((), "c", f._word)
+    assert "c" not in f
+
+
+def test_contains_any_watch_argument_is_checked(watched) -> None:  # type: ignore[no-untyped-def]
+    f, newest = watched
+    assert newest.contains_any((), "a", f._word, f._view.word) is True
+    assert newest.contains_any((), "a", f._word, f._view.word + 1) is None  # moved: no answer
+    assert newest.contains_any((), "a", None, 0) is True
+    with pytest.raises(ValueError, match="4 aligned bytes"):
+        newest.contains_any((), "a", b"abc", 0)
+    with pytest.raises(TypeError):
+        newest.contains_any((), "a", f._word)

@@ -73,11 +73,12 @@ cp mmapbloom/*.py mmapbloom/*.c mmapbloom/*.h "$WORK/src/mmapbloom/"
         | grep -v -e "_BetaConfiguration" -e "warnings.warn(msg, _BetaConfiguration)" || true
 )
 cp mmapbloom/*.py mmapbloom/*.pyi "$WORK/run/mmapbloom/"
-cp tests/__init__.py tests/conftest.py tests/test_native.py tests/test_backends.py tests/test_strategies.py \
-    tests/test_handle.py tests/test_key_types.py tests/test_columns.py tests/test_truncated_file.py \
-    tests/test_cuckoo_native.py tests/test_cuckoo.py tests/test_handle_multi.py tests/test_cuckoo_lastpage.py \
-    tests/test_locking_with_statement.py tests/test_call_path.py tests/test_expiring.py \
-    tests/test_locking_mutex.py tests/test_locking_mutex_truncated.py "$WORK/run/tests/"
+TESTS=(test_native test_backends test_strategies test_handle test_key_types test_columns test_truncated_file
+    test_cuckoo_native test_cuckoo test_handle_multi test_cuckoo_lastpage test_locking_with_statement
+    test_call_path test_expiring test_locking_mutex test_locking_mutex_truncated)
+TEST_FILES=("${TESTS[@]/#/tests/}")
+TEST_FILES=("${TEST_FILES[@]/%/.py}")
+cp tests/__init__.py tests/conftest.py "${TEST_FILES[@]}" "$WORK/run/tests/"
 cp -r tests/golden "$WORK/run/tests/"
 SO=$(ls "$WORK"/run/mmapbloom/_kernels*.so 2>/dev/null || true)
 if [[ -z "$SO" ]]; then echo "FAIL: the sanitizer build produced no extension" >&2; exit 1; fi
@@ -103,7 +104,7 @@ set +e
     && env LD_PRELOAD="$LIBASAN" PYTHONMALLOC=malloc PYTHONDONTWRITEBYTECODE=1 \
         ASAN_OPTIONS="$ASAN_OPTS" \
         UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
-        "$PYTHON" -m pytest -q -p no:cacheprovider --capture=sys --rootdir "$WORK/run" tests/test_native.py tests/test_backends.py tests/test_strategies.py tests/test_handle.py tests/test_key_types.py tests/test_columns.py tests/test_truncated_file.py tests/test_cuckoo_native.py tests/test_cuckoo.py tests/test_handle_multi.py tests/test_cuckoo_lastpage.py tests/test_locking_with_statement.py tests/test_call_path.py tests/test_expiring.py tests/test_locking_mutex.py tests/test_locking_mutex_truncated.py "$@"
+        "$PYTHON" -m pytest -q -p no:cacheprovider --capture=sys --rootdir "$WORK/run" "${TEST_FILES[@]}" "$@"
 ) 2>&1 | tee "$LOG"
 STATUS=${PIPESTATUS[0]}
 set -e
@@ -112,4 +113,4 @@ if grep -q -E "ERROR: AddressSanitizer|runtime error:|ERROR: LeakSanitizer|SUMMA
     exit 1
 fi
 if [[ $STATUS -ne 0 ]]; then echo "FAIL: tests exited with status $STATUS" >&2; exit "$STATUS"; fi
-echo "OK: the kernel, handle, key-reader and property tests (test_native, test_backends, test_strategies, test_handle, test_key_types, test_columns, test_truncated_file, test_cuckoo_native, test_cuckoo, test_handle_multi, test_cuckoo_lastpage, test_locking_with_statement, test_call_path, test_expiring, test_locking_mutex, test_locking_mutex_truncated) passed under ASan + UBSan with no sanitizer report"
+echo "OK: the kernel, handle, key-reader and property tests (${TESTS[*]}) passed under ASan + UBSan with no sanitizer report"
