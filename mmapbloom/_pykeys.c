@@ -176,6 +176,36 @@ int mb_hash_object(PyObject *o, uint64_t h[2])
  * ptr == NULL: never added, never found. */
 
 
+/* Keys this far ahead of the one a pass over a large batch's objects reads (the resolve
+ * loop, unpin) are prefetched: each object is a cache miss of its own once the batch is
+ * larger than the caches, and these loops do little else a key. */
+#define OBJ_AHEAD 16
+
+/* Drop the batch's tuple.  Its items are released here first, the object KEY_AHEAD keys
+ * on prefetched (tupledealloc would take each one's cache miss in turn), when this is the
+ * tuple's only reference (one it made, never the caller's tuple); it is untracked first,
+ * so no code a deallocation runs can reach it half cleared. */
+static void unpin(PyObject *tuple)
+{
+    Py_ssize_t i, n;
+    if (tuple == NULL)
+        return;
+    if (Py_REFCNT(tuple) == 1) {
+        n = PyTuple_GET_SIZE(tuple);
+        PyObject_GC_UnTrack(tuple);
+        for (i = 0; i < n; i++) {
+            PyObject *o = PyTuple_GET_ITEM(tuple, i);
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(MMB_NO_PREFETCH)
+            if (i + OBJ_AHEAD < n)
+                __builtin_prefetch(PyTuple_GET_ITEM(tuple, i + OBJ_AHEAD), 1, 3);
+#endif
+            PyTuple_SET_ITEM(tuple, i, NULL);
+            Py_XDECREF(o);
+        }
+    }
+    Py_DECREF(tuple);
+}
+
 void mb_keys_end(keyset *ks)
 {
     while (ks->nviews > 0)
@@ -183,7 +213,7 @@ void mb_keys_end(keyset *ks)
     PyMem_Free(ks->views);
     PyMem_Free(ks->refs);
     PyMem_Free(ks->scratch);
-    Py_XDECREF(ks->tuple);
+    unpin(ks->tuple);
     Py_XDECREF(ks->column);
     Py_XDECREF(ks->owned);
     Py_XDECREF(ks->encode);
@@ -208,6 +238,14 @@ const mb_key *mb_keys_chunk(keyset *ks, Py_ssize_t start, Py_ssize_t c)
 }
 
 static int keys_from_python(keyset *ks, PyObject *keys, int copy_mutable);
+
+/* Pin the items [from, n) of list into tuple (the rest of a list snapshot; the list has not
+ * changed since the snapshot began). */
+static void pin_rest(PyObject *tuple, PyObject *list, Py_ssize_t from)
+{
+    for (; from < PyTuple_GET_SIZE(tuple); from++)
+        PyTuple_SET_ITEM(tuple, from, Py_NewRef(PyList_GET_ITEM(list, from)));
+}
 
 /* Any batch: a Column (read in place by chunks) or a Python iterable (keys_from_python;
  * copy_mutable: an add batch, whose bytearray / memoryview keys are copied). */
@@ -279,10 +317,12 @@ static int key_owned(keyset *ks, PyObject *o, mb_key *r)
  * caller changes any cell.  str and bytes are read in place, an exact int is encoded here
  * (int_key_bytes), a contiguous bytearray / memoryview is read in place by a query and
  * copied by an add batch (copy_mutable), anything else is encode_key's bytes (key_owned).
- * A list is copied to a tuple so it cannot change under a GIL-released stage. */
+ * A list is snapshot into a tuple (its items pinned) so it cannot change under a
+ * GIL-released stage. */
 static int keys_from_python(keyset *ks, PyObject *keys, int copy_mutable)
 {
     Py_ssize_t i, cap = 0;
+    PyObject *list = NULL;   /* a list whose items the loop pins into ks->tuple as it reads them */
     ks->refs = NULL;
     ks->views = NULL;
     ks->nviews = 0;
@@ -294,7 +334,18 @@ static int keys_from_python(keyset *ks, PyObject *keys, int copy_mutable)
         Py_INCREF(keys);
         ks->tuple = keys;
     } else if (PyList_CheckExact(keys)) {
-        ks->tuple = PyList_AsTuple(keys);
+        /* The snapshot is taken by the resolve loop itself (one pass over the keys'
+         * objects, not PyList_AsTuple's and then this loop's: each is a cache miss a key
+         * in a large batch).  Until key_owned runs Python code (pin_rest first), no code
+         * runs that could change the list. */
+        const Py_ssize_t n = PyList_GET_SIZE(keys);
+        ks->tuple = PyTuple_New(n);
+        if (ks->tuple != NULL && PyList_GET_SIZE(keys) != n)   /* a collection the allocation ran changed it */
+            Py_SETREF(ks->tuple, PyList_AsTuple(keys));
+        else if (ks->tuple != NULL) {
+            PyObject_GC_UnTrack(ks->tuple);   /* never seen half filled (nothing else refers to it) */
+            list = keys;
+        }
     } else {
         ks->tuple = PySequence_Tuple(keys);
     }
@@ -307,11 +358,18 @@ static int keys_from_python(keyset *ks, PyObject *keys, int copy_mutable)
         goto fail;
     }
     for (i = 0; i < ks->n; i++) {
-        PyObject *o = PyTuple_GET_ITEM(ks->tuple, i);
+        PyObject *o;
         mb_key *r = &ks->refs[i];
+        if (list != NULL) {
+            o = Py_NewRef(PyList_GET_ITEM(list, i));
+            PyTuple_SET_ITEM(ks->tuple, i, o);
+        } else {
+            o = PyTuple_GET_ITEM(ks->tuple, i);
+        }
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(MMB_NO_PREFETCH)
-        if (i + KEY_AHEAD < ks->n)   /* the object header this loop reads a few keys on */
-            __builtin_prefetch(PyTuple_GET_ITEM(ks->tuple, i + KEY_AHEAD), 0, 3);
+        if (i + OBJ_AHEAD < ks->n)   /* the object header this loop reads a few keys on */
+            __builtin_prefetch(list != NULL ? PyList_GET_ITEM(list, i + OBJ_AHEAD)
+                                            : PyTuple_GET_ITEM(ks->tuple, i + OBJ_AHEAD), 1, 3);
 #endif
         if (PyUnicode_Check(o) || PyBytes_Check(o)) {
             if (resolve_key(o, r, NULL) < 0)   /* takes no buffer for these */
@@ -341,8 +399,13 @@ static int keys_from_python(keyset *ks, PyObject *keys, int copy_mutable)
             if (got < 0)
                 goto fail;
             ks->nviews += got;
-        } else if (key_owned(ks, o, r) < 0) {
-            goto fail;
+        } else {
+            if (list != NULL) {   /* key_owned may run Python code, which may change the list */
+                pin_rest(ks->tuple, list, i + 1);
+                list = NULL;
+            }
+            if (key_owned(ks, o, r) < 0)
+                goto fail;
         }
     }
     return 0;
