@@ -322,9 +322,9 @@ static void query_blocked(const uint8_t *body, const geom *g, const mb_key *keys
 /* The query loop run without the GIL: out[i] = key i may be present.  width 1 = Bloom
  * body, else a counting body of that width (present = every cell non-zero).  ring has
  * room for AHEAD * k positions (row i % AHEAD holds key i's positions).  Three paths:
- * a body of at most DIRECT_BYTES (it fits in the cache) is probed key by key
- * (probe_direct); blocked Bloom bits take query_blocked; the rest the three-stage
- * pipeline of _cells.h. */
+ * a body of at most DIRECT_BYTES (BLOCK_DIRECT_BYTES for blocked Bloom bits: it fits in
+ * the cache) is probed key by key (probe_direct); blocked Bloom bits take query_blocked;
+ * the rest the three-stage pipeline of _cells.h. */
 void mb_cells_query(const uint8_t *body, int width, const geom *g, const mb_key *keys, size_t n, uint64_t *ring,
                     uint8_t *out)
 {
@@ -333,7 +333,8 @@ void mb_cells_query(const uint8_t *body, int width, const geom *g, const mb_key 
     uint8_t maybe[AHEAD];   /* head test passed, by ring row */
     uint64_t hs[AHEAD][2];  /* hash halves, by ring row */
     size_t i;
-    if (mb_body_bytes(g->m, width) <= DIRECT_BYTES) {
+    const int blocked_bits = width == 1 && STRATEGY_BLOCKED(g->strategy);
+    if (mb_body_bytes(g->m, width) <= (blocked_bits ? BLOCK_DIRECT_BYTES : DIRECT_BYTES)) {
         for (i = 0; i < n; i++) {
             uint64_t h[2];
             if (keys[i].ptr == NULL) {
@@ -347,7 +348,7 @@ void mb_cells_query(const uint8_t *body, int width, const geom *g, const mb_key 
         }
         return;
     }
-    if (width == 1 && STRATEGY_BLOCKED(g->strategy)) {
+    if (blocked_bits) {
         query_blocked(body, g, keys, n, out);
         return;
     }
@@ -506,7 +507,7 @@ Py_ssize_t mb_cells_commit(uint8_t *body, int width, const geom *g, const mb_key
     size_t i;
     unsigned j;
     if (width == 1 && STRATEGY_BLOCKED(g->strategy)) {
-        const int ahead = mb_body_bytes(g->m, 1) > DIRECT_BYTES;   /* else it fits in the cache */
+        const int ahead = mb_body_bytes(g->m, 1) > BLOCK_DIRECT_BYTES;   /* else it fits in the cache */
         for (i = 0; ahead && i < n && i < AHEAD; i++)
             if (refs[i].ptr != NULL)
                 PREFETCH_BLOCK(PREFETCH_W, body, rows[2 * i]);

@@ -21,8 +21,9 @@ native = kernels.native_module()
 needs_native = pytest.mark.skipif(native is None, reason="the compiled kernel is not in use")
 
 STRATEGIES = ["M3KM", "M3MX", "M3BL", "M3M2", "M3B2"]
-#: num_bits below and above the direct path's 2 MiB Bloom body (8 * 2**21 bits)
-SIZES = [512 * 97, 512 * 40_000]
+#: num_bits of a Bloom body under the direct paths' bounds, between the blocked one
+#: (256 KiB) and the other (2 MiB), and above both (_cells.h)
+SIZES = [512 * 97, 512 * 8_000, 512 * 40_000]
 
 
 def _pure(f: Any) -> Any:
