@@ -75,7 +75,8 @@ cp mmapbloom/*.py mmapbloom/*.c mmapbloom/*.h "$WORK/src/mmapbloom/"
 cp mmapbloom/*.py mmapbloom/*.pyi "$WORK/run/mmapbloom/"
 TESTS=(test_native test_backends test_strategies test_handle test_key_types test_columns test_truncated_file
     test_cuckoo_native test_cuckoo test_handle_multi test_cuckoo_lastpage test_locking_with_statement
-    test_call_path test_expiring test_locking_mutex test_locking_mutex_truncated)
+    test_call_path test_expiring test_locking_mutex test_locking_mutex_truncated test_batch_list_snapshot
+    test_staging)
 TEST_FILES=("${TESTS[@]/#/tests/}")
 TEST_FILES=("${TEST_FILES[@]/%/.py}")
 cp tests/__init__.py tests/conftest.py "${TEST_FILES[@]}" "$WORK/run/tests/"
