@@ -181,29 +181,23 @@ int mb_hash_object(PyObject *o, uint64_t h[2])
  * larger than the caches, and these loops do little else a key. */
 #define OBJ_AHEAD 16
 
-/* Drop the batch's tuple.  Its items are released here first, the object KEY_AHEAD keys
- * on prefetched (tupledealloc would take each one's cache miss in turn), when this is the
- * tuple's only reference (one it made, never the caller's tuple); it is untracked first,
- * so no code a deallocation runs can reach it half cleared. */
-static void unpin(PyObject *tuple)
+/* Release the references the batch's loop took to a list's items (ks->pins), the object
+ * OBJ_AHEAD keys on prefetched (each is a cache miss of its own in a large batch). */
+static void unpin(keyset *ks)
 {
-    Py_ssize_t i, n;
-    if (tuple == NULL)
-        return;
-    if (Py_REFCNT(tuple) == 1) {
-        n = PyTuple_GET_SIZE(tuple);
-        PyObject_GC_UnTrack(tuple);
-        for (i = 0; i < n; i++) {
-            PyObject *o = PyTuple_GET_ITEM(tuple, i);
+    Py_ssize_t i;
+    PyObject **pins = ks->pins;
+    const Py_ssize_t n = ks->npins;
+    ks->pins = NULL;   /* a deallocation below may run Python code: nothing here is reachable then */
+    ks->npins = 0;
+    for (i = 0; i < n; i++) {
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(MMB_NO_PREFETCH)
-            if (i + OBJ_AHEAD < n)
-                __builtin_prefetch(PyTuple_GET_ITEM(tuple, i + OBJ_AHEAD), 1, 3);
+        if (i + OBJ_AHEAD < n)
+            __builtin_prefetch(pins[i + OBJ_AHEAD], 1, 3);
 #endif
-            PyTuple_SET_ITEM(tuple, i, NULL);
-            Py_XDECREF(o);
-        }
+        Py_DECREF(pins[i]);
     }
-    Py_DECREF(tuple);
+    PyMem_Free(pins);
 }
 
 void mb_keys_end(keyset *ks)
@@ -213,7 +207,8 @@ void mb_keys_end(keyset *ks)
     PyMem_Free(ks->views);
     PyMem_Free(ks->refs);
     PyMem_Free(ks->scratch);
-    unpin(ks->tuple);
+    unpin(ks);
+    Py_XDECREF(ks->tuple);
     Py_XDECREF(ks->column);
     Py_XDECREF(ks->owned);
     Py_XDECREF(ks->encode);
@@ -239,12 +234,13 @@ const mb_key *mb_keys_chunk(keyset *ks, Py_ssize_t start, Py_ssize_t c)
 
 static int keys_from_python(keyset *ks, PyObject *keys, int copy_mutable);
 
-/* Pin the items [from, n) of list into tuple (the rest of a list snapshot; the list has not
- * changed since the snapshot began). */
-static void pin_rest(PyObject *tuple, PyObject *list, Py_ssize_t from)
+/* Pin the items [from, n) of list (the rest of the snapshot the batch's loop is taking; the
+ * list has not changed since it began). */
+static void pin_rest(keyset *ks, PyObject *list, Py_ssize_t from)
 {
-    for (; from < PyTuple_GET_SIZE(tuple); from++)
-        PyTuple_SET_ITEM(tuple, from, Py_NewRef(PyList_GET_ITEM(list, from)));
+    for (; from < ks->n; from++)
+        ks->pins[from] = Py_NewRef(PyList_GET_ITEM(list, from));
+    ks->npins = ks->n;
 }
 
 /* Any batch: a Column (read in place by chunks) or a Python iterable (keys_from_python;
@@ -255,6 +251,8 @@ int mb_keys_begin(keyset *ks, PyObject *keys, int copy_mutable)
     if (!mb_column_check(keys))
         return keys_from_python(ks, keys, copy_mutable);
     ks->tuple = NULL;
+    ks->pins = NULL;
+    ks->npins = 0;
     ks->views = NULL;
     ks->owned = NULL;
     ks->encode = NULL;
@@ -317,12 +315,16 @@ static int key_owned(keyset *ks, PyObject *o, mb_key *r)
  * caller changes any cell.  str and bytes are read in place, an exact int is encoded here
  * (int_key_bytes), a contiguous bytearray / memoryview is read in place by a query and
  * copied by an add batch (copy_mutable), anything else is encode_key's bytes (key_owned).
- * A list is snapshot into a tuple (its items pinned) so it cannot change under a
- * GIL-released stage. */
+ * A list's items are pinned as they are read (ks->pins), a tuple is pinned whole and any
+ * other iterable made a tuple, so no key can go away under a GIL-released stage. */
 static int keys_from_python(keyset *ks, PyObject *keys, int copy_mutable)
 {
     Py_ssize_t i, cap = 0;
-    PyObject *list = NULL;   /* a list whose items the loop pins into ks->tuple as it reads them */
+    PyObject *list = NULL;   /* a list whose items the loop pins (ks->pins) as it reads them */
+    PyObject **items;        /* where the loop reads item i */
+    ks->tuple = NULL;
+    ks->pins = NULL;
+    ks->npins = 0;
     ks->refs = NULL;
     ks->views = NULL;
     ks->nviews = 0;
@@ -330,47 +332,49 @@ static int keys_from_python(keyset *ks, PyObject *keys, int copy_mutable)
     ks->scratch = NULL;
     ks->owned = NULL;
     ks->encode = NULL;
-    if (PyTuple_CheckExact(keys)) {
-        Py_INCREF(keys);
-        ks->tuple = keys;
-    } else if (PyList_CheckExact(keys)) {
-        /* The snapshot is taken by the resolve loop itself (one pass over the keys'
-         * objects, not PyList_AsTuple's and then this loop's: each is a cache miss a key
-         * in a large batch).  Until key_owned runs Python code (pin_rest first), no code
-         * runs that could change the list. */
-        const Py_ssize_t n = PyList_GET_SIZE(keys);
-        ks->tuple = PyTuple_New(n);
-        if (ks->tuple != NULL && PyList_GET_SIZE(keys) != n)   /* a collection the allocation ran changed it */
-            Py_SETREF(ks->tuple, PyList_AsTuple(keys));
-        else if (ks->tuple != NULL) {
-            PyObject_GC_UnTrack(ks->tuple);   /* never seen half filled (nothing else refers to it) */
-            list = keys;
+    if (PyList_CheckExact(keys)) {
+        /* The snapshot is taken by this loop itself, each item pinned as it is read: one
+         * pass over the keys' objects, not PyList_AsTuple's and then this loop's (each a
+         * cache miss a key in a large batch).  No code that could change the list runs
+         * until key_owned (pin_rest first); PyMem_Malloc runs none. */
+        list = keys;
+        ks->n = PyList_GET_SIZE(keys);
+        if ((ks->pins = PyMem_Malloc((size_t)(ks->n ? ks->n : 1) * sizeof *ks->pins)) == NULL) {
+            PyErr_NoMemory();
+            return -1;
         }
+        items = PySequence_Fast_ITEMS(keys);
     } else {
-        ks->tuple = PySequence_Tuple(keys);
+        if (PyTuple_CheckExact(keys)) {
+            Py_INCREF(keys);
+            ks->tuple = keys;
+        } else if ((ks->tuple = PySequence_Tuple(keys)) == NULL) {
+            return -1;
+        }
+        ks->n = PyTuple_GET_SIZE(ks->tuple);
+        items = PySequence_Fast_ITEMS(ks->tuple);
     }
-    if (ks->tuple == NULL)
-        return -1;
-    ks->n = PyTuple_GET_SIZE(ks->tuple);
     ks->refs = PyMem_Malloc((size_t)(ks->n ? ks->n : 1) * sizeof *ks->refs);
     if (ks->refs == NULL) {
         PyErr_NoMemory();
         goto fail;
     }
     for (i = 0; i < ks->n; i++) {
-        PyObject *o;
+        PyObject *o = items[i];
         mb_key *r = &ks->refs[i];
         if (list != NULL) {
-            o = Py_NewRef(PyList_GET_ITEM(list, i));
-            PyTuple_SET_ITEM(ks->tuple, i, o);
-        } else {
-            o = PyTuple_GET_ITEM(ks->tuple, i);
+            ks->pins[i] = Py_NewRef(o);
+            ks->npins = i + 1;
         }
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(MMB_NO_PREFETCH)
-        if (i + OBJ_AHEAD < ks->n)   /* the object header this loop reads a few keys on */
-            __builtin_prefetch(list != NULL ? PyList_GET_ITEM(list, i + OBJ_AHEAD)
-                                            : PyTuple_GET_ITEM(ks->tuple, i + OBJ_AHEAD), 1, 3);
+        if (i + OBJ_AHEAD < ks->n)   /* the object header this loop reads a few keys on (and pins) */
+            __builtin_prefetch(items[i + OBJ_AHEAD], 1, 3);
 #endif
+        if (PyUnicode_CheckExact(o) && PyUnicode_IS_COMPACT_ASCII(o)) {   /* the common key, inline */
+            r->ptr = (const char *)PyUnicode_DATA(o);
+            r->len = PyUnicode_GET_LENGTH(o);
+            continue;
+        }
         if (PyUnicode_Check(o) || PyBytes_Check(o)) {
             if (resolve_key(o, r, NULL) < 0)   /* takes no buffer for these */
                 goto fail;
@@ -401,7 +405,8 @@ static int keys_from_python(keyset *ks, PyObject *keys, int copy_mutable)
             ks->nviews += got;
         } else {
             if (list != NULL) {   /* key_owned may run Python code, which may change the list */
-                pin_rest(ks->tuple, list, i + 1);
+                pin_rest(ks, list, i + 1);
+                items = ks->pins;
                 list = NULL;
             }
             if (key_owned(ks, o, r) < 0)

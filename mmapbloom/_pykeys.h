@@ -23,7 +23,9 @@ int mb_hash_object(PyObject *o, uint64_t h[2]);
  * Column at a time through mb_keys_chunk); ptr == NULL is a null key.  Fields are private
  * to _pykeys.c but for n and column (NULL unless the batch is a Column). */
 typedef struct {
-    PyObject *tuple;
+    PyObject *tuple;    /* the batch as a tuple (pinned whole), or NULL */
+    PyObject **pins;    /* a list's items, one reference each (npins of them), or NULL */
+    Py_ssize_t npins;
     PyObject *column;
     PyObject *owned;    /* list of bytes objects refs point into, or NULL */
     PyObject *encode;   /* mmapbloom.hashing.encode_key, looked up once a batch, or NULL */
