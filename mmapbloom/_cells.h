@@ -16,9 +16,10 @@
  * positions; the commit computes the positions of key i + AHEAD into an L1 ring of AHEAD
  * rows and prefetches them before key i is written (blocked Bloom bits: the key's block,
  * its bits computed as they are set; a Bloom body of at most DIRECT_BYTES, which fits
- * in the cache, is set key by key without the ring).  Queries: a body of at most
- * DIRECT_BYTES is probed key by key; blocked Bloom bits prefetch the block of key
- * i + AHEAD and test key i; the rest run in three stages:
+ * in the cache, is set key by key without the ring, blocked Bloom bits without the block
+ * prefetch up to BLOCK_DIRECT_BYTES).  Queries: a body of at most DIRECT_BYTES
+ * (BLOCK_DIRECT_BYTES for blocked Bloom bits) is probed key by key; blocked Bloom bits
+ * prefetch the block of key i + AHEAD and test key i; the rest run in three stages:
  *   i + AHEAD      hash, positions, prefetch the first QUERY_PREFETCH positions;
  *   i + AHEAD / 2  test those; a key that fails is known absent (most absent keys stop
  *                  here), otherwise prefetch its other positions;

@@ -235,12 +235,14 @@ const mb_key *mb_keys_chunk(keyset *ks, Py_ssize_t start, Py_ssize_t c)
 static int keys_from_python(keyset *ks, PyObject *keys, int copy_mutable);
 
 /* Pin the items [from, n) of list (the rest of the snapshot the batch's loop is taking; the
- * list has not changed since it began). */
-static void pin_rest(keyset *ks, PyObject *list, Py_ssize_t from)
+ * list has not changed since it began), before the loop runs code that could change it.
+ * Returns the pins, where the loop then reads the items. */
+static PyObject **pin_rest(keyset *ks, PyObject *list, Py_ssize_t from)
 {
     for (; from < ks->n; from++)
         ks->pins[from] = Py_NewRef(PyList_GET_ITEM(list, from));
     ks->npins = ks->n;
+    return ks->pins;
 }
 
 /* Any batch: a Column (read in place by chunks) or a Python iterable (keys_from_python;
@@ -335,8 +337,11 @@ static int keys_from_python(keyset *ks, PyObject *keys, int copy_mutable)
     if (PyList_CheckExact(keys)) {
         /* The snapshot is taken by this loop itself, each item pinned as it is read: one
          * pass over the keys' objects, not PyList_AsTuple's and then this loop's (each a
-         * cache miss a key in a large batch).  No code that could change the list runs
-         * until key_owned (pin_rest first); PyMem_Malloc runs none. */
+         * cache miss a key in a large batch).  Until pin_rest, the loop runs no code that
+         * could change the list: str, bytes, exact ints, exact bytearrays and memoryviews
+         * are read in C (PyMem_* allocations run no collection); a bytearray subclass's
+         * buffer (__buffer__, Python 3.12) and key_owned's encode_key are Python code, so
+         * they come after pin_rest; an error's encode_key call only precedes the exit. */
         list = keys;
         ks->n = PyList_GET_SIZE(keys);
         if ((ks->pins = PyMem_Malloc((size_t)(ks->n ? ks->n : 1) * sizeof *ks->pins)) == NULL) {
@@ -389,6 +394,10 @@ static int keys_from_python(keyset *ks, PyObject *keys, int copy_mutable)
             r->len = 8;
         } else if (!copy_mutable && is_fast_key(o)) {   /* a query reads it in place, pinned */
             int got;
+            if (list != NULL && !PyByteArray_CheckExact(o) && !PyMemoryView_Check(o)) {
+                items = pin_rest(ks, list, i + 1);   /* a subclass's buffer may be Python code */
+                list = NULL;
+            }
             if (ks->nviews == cap) {
                 Py_ssize_t more_cap = cap ? cap * 2 : 4;
                 Py_buffer *more = PyMem_Realloc(ks->views, (size_t)more_cap * sizeof *ks->views);
@@ -405,8 +414,7 @@ static int keys_from_python(keyset *ks, PyObject *keys, int copy_mutable)
             ks->nviews += got;
         } else {
             if (list != NULL) {   /* key_owned may run Python code, which may change the list */
-                pin_rest(ks, list, i + 1);
-                items = ks->pins;
+                items = pin_rest(ks, list, i + 1);
                 list = NULL;
             }
             if (key_owned(ks, o, r) < 0)

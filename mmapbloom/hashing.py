@@ -208,7 +208,7 @@ def encode_keys(items: Iterable[object]) -> list[bytes]:
         return list(seq)
     # encode_key may run an item's own code (__index__), which may change a list: encode the
     # batch as it was when the call began, as the compiled batch reader does
-    return list(map(encode_key, tuple(seq) if type(seq) is list else seq))
+    return list(map(encode_key, tuple(seq) if isinstance(seq, list) else seq))
 
 
 def kernel_keys(items: Iterable[object]) -> list[Any]:

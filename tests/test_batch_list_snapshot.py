@@ -103,3 +103,49 @@ def test_a_failing_key_after_a_clearing_key_raises_and_leaks_nothing(f: Any) -> 
         f.update(batch)
     assert batch == []
     assert [sys.getrefcount(k) for k in keys] == before
+
+
+@pytest.mark.parametrize("bad", [2**64, "lone \ud800 surrogate"], ids=["int-overflow", "surrogate"])
+def test_a_bad_key_before_any_python_code_runs_releases_the_pins(f: Any, bad: Any) -> None:
+    """The batch fails in mid-list, before the rest of the list was pinned: the keys read so
+    far are released, none of the others is touched."""
+    keys = fresh_keys("mid")
+    before = [sys.getrefcount(k) for k in keys]
+    batch: list[Any] = keys[: N // 2] + [bad] + keys[N // 2 :]
+    with pytest.raises((OverflowError, ValueError)):
+        f.update(batch)
+    with pytest.raises((OverflowError, ValueError)):
+        f.contains_many(batch)
+    del batch
+    assert [sys.getrefcount(k) for k in keys] == before
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="__buffer__ is Python code from 3.12 on (PEP 688)")
+def test_a_bytearray_subclass_whose_buffer_empties_the_list(f: Any) -> None:
+    """A query reads a bytearray in place; a subclass's ``__buffer__`` is Python code, so the
+    rest of the list is pinned before it runs."""
+
+    class Emptying(bytearray):
+        def __buffer__(self, flags: int) -> memoryview:
+            victim.clear()
+            return super().__buffer__(flags)
+
+    head, tail = fresh_keys("bhead"), fresh_keys("btail")
+    f.update(head + tail + [b"abc"])
+    victim: list[Any] = head + [Emptying(b"abc")] + tail
+    del head, tail
+    got = f.contains_many(victim)
+    assert victim == []
+    assert len(got) == 2 * N + 1 and got.all()
+
+
+def test_encode_keys_encodes_a_list_subclass_as_it_was() -> None:
+    from mmapbloom.hashing import encode_keys
+
+    class Keys(list):  # type: ignore[type-arg]
+        pass
+
+    batch = Keys(["a", None, "b", "c"])
+    batch[1] = Clearing(1, batch)
+    assert encode_keys(batch) == [b"a", (1).to_bytes(8, "little"), b"b", b"c"]
+    assert batch == []
