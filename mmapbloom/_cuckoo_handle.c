@@ -564,7 +564,7 @@ static PyObject *ck_write_many(CkHandle *h, PyObject *keys, PyObject *out_obj, i
     done = ck_write_keys(h, &ks, have_out ? out.buf : NULL, insert);
     if (have_out)
         PyBuffer_Release(&out);
-    mb_keys_end(&ks);
+    done = mb_keys_end_written(&ks, done, ks.n);
     return done < 0 ? NULL : PyLong_FromSsize_t(done);
 }
 

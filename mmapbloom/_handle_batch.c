@@ -174,7 +174,7 @@ PyObject *mb_h_add_many(Handle *h, PyObject *const *args, Py_ssize_t nargs)
     fresh = h_add_keys(h, &ks, have_out ? out.buf : NULL);
     if (have_out)
         PyBuffer_Release(&out);
-    mb_keys_end(&ks);
+    fresh = mb_keys_end_written(&ks, fresh, ks.n);
     return fresh < 0 ? NULL : PyLong_FromSsize_t(fresh);
 refused:
     mb_note_committed(0);

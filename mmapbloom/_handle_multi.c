@@ -326,7 +326,7 @@ PyObject *mb_h_add_many_unless(Handle *h, PyObject *const *args, Py_ssize_t narg
     mb_h_leave(h);
     if (have_out)
         PyBuffer_Release(&out);
-    mb_keys_end(&ks);
+    fresh = mb_keys_end_written(&ks, fresh, ks.n);
     Py_DECREF(fast);
     return fresh < 0 ? NULL : PyLong_FromSsize_t(fresh);
 refused:

@@ -221,6 +221,16 @@ void mb_keys_end(keyset *ks)
     ks->encode = NULL;
 }
 
+Py_ssize_t mb_keys_end_written(keyset *ks, Py_ssize_t done, Py_ssize_t committed)
+{
+    mb_keys_end(ks);
+    if (done >= 0 && PyErr_CheckSignals() < 0) {
+        mb_note_committed(committed);
+        return -1;
+    }
+    return done;
+}
+
 /* The keys [start, start + c) of the batch (c <= MB_CHUNK_KEYS for a column): a column
  * chunk is filled now (no GIL needed, never fails), valid until the next call. */
 const mb_key *mb_keys_chunk(keyset *ks, Py_ssize_t start, Py_ssize_t c)

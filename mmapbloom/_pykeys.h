@@ -47,6 +47,13 @@ const mb_key *mb_keys_chunk(keyset *ks, Py_ssize_t start, Py_ssize_t c);
 /* Release everything the batch pinned. */
 void mb_keys_end(keyset *ks);
 
+/* A batch writer's end: mb_keys_end, then the signal handlers of signals that arrived while
+ * the batch was released (a large batch's release takes milliseconds, after the writer's
+ * last check between chunks), so that their exception leaves the writer carrying
+ * committed_items (the whole batch: `committed`), as every exception out of a batch writer
+ * does.  done < 0 (the writer failed): mb_keys_end only.  Returns done, or -1. */
+Py_ssize_t mb_keys_end_written(keyset *ks, Py_ssize_t done, Py_ssize_t committed);
+
 /* Every exception leaving a batch writer says how far it got: set committed_items on the
  * exception in flight (normalised; kept as it was if the attribute cannot be set). */
 void mb_note_committed(Py_ssize_t committed);

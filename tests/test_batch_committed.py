@@ -9,7 +9,9 @@ filter and of a read-only one."""
 from __future__ import annotations
 
 import os
+import random
 import signal
+import sys
 import threading
 import time
 from typing import Any, Callable
@@ -24,6 +26,7 @@ from mmapbloom import (
     CuckooFilter,
     ExpiringBloomFilter,
     ScalableBloomFilter,
+    kernels,
 )
 
 BAD_BATCHES = {
@@ -34,17 +37,17 @@ BAD_BATCHES = {
 }
 
 
-def make(kind: str, path: str) -> Any:
-    config = BloomConfig(num_bits=1 << 16, num_hashes=3)
+def make(kind: str, path: str, capacity: int = 1000) -> Any:
+    config = BloomConfig(num_bits=1 << 16, num_hashes=3) if capacity == 1000 else BloomConfig.for_items(capacity, 0.01)
     if kind == "bloom":
         return BloomFilter.create(path, config)
     if kind == "counting":
         return CountingBloomFilter.create(path, config)
     if kind == "scalable":
-        return ScalableBloomFilter.create(path, capacity=1000, fp_rate=0.01)
+        return ScalableBloomFilter.create(path, capacity=capacity, fp_rate=0.01)
     if kind == "cuckoo":
-        return CuckooFilter.create(path, capacity=1000, fp_rate=0.01)
-    return ExpiringBloomFilter.create(path, window=3600, capacity=1000, fp_rate=0.01)
+        return CuckooFilter.create(path, capacity=capacity, fp_rate=0.01)
+    return ExpiringBloomFilter.create(path, window=3600, capacity=capacity, fp_rate=0.01)
 
 
 def reopen(kind: str, path: str) -> Any:
@@ -190,3 +193,47 @@ def test_saturation_warning_made_an_error_carries_committed_items(tmp_path: Any,
             warnings.simplefilter("error", SaturationWarning)
             assert committed(lambda: getattr(f, writer)(["a"] * 40)) == 40
         assert f.count("a") == 15  # a 4-bit counter saturates at 15
+
+
+@pytest.mark.parametrize(("kind", "writer"), CASES)
+def test_interrupt_at_the_end_of_a_batch_carries_committed_items(tmp_path: Any, kind: str, writer: str) -> None:
+    """A signal that lands while a large batch is released (after the writer's last check
+    between chunks; the release of 100k pinned keys takes milliseconds) still leaves the
+    writer carrying committed_items, not from the caller's next line. Timers aimed at the
+    last part of the batch; before the fix about 1 interrupt in 3 lacked committed_items."""
+    native = kernels.native_module() is not None  # the pure backend: fewer keys (the same windows, in Python)
+    keys = [f"end-{i}-" + "z" * (i % 30) for i in range(100_000 if native else 4_000)]
+    durations = []
+    for i in range(3):
+        with make(kind, str(tmp_path / f"warm{i}"), len(keys)) as f:
+            if writer == "remove_many":
+                f.update(keys)
+            t0 = time.perf_counter()
+            getattr(f, writer)(keys)
+            durations.append(time.perf_counter() - t0)
+    full = sorted(durations)[1]
+    rng = random.Random(5)
+    here = sys._getframe().f_code
+    previous = signal.signal(signal.SIGALRM, signal.default_int_handler)
+    interrupts = 0
+    try:
+        for i in range(25 if native else 8):
+            with make(kind, str(tmp_path / f"f{i}"), len(keys)) as f:
+                if writer == "remove_many":
+                    f.update(keys)
+                try:
+                    signal.setitimer(signal.ITIMER_REAL, full * rng.uniform(0.6, 1.05))
+                    getattr(f, writer)(keys)
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+                except KeyboardInterrupt as exc:
+                    tb = exc.__traceback__
+                    while tb is not None and tb.tb_next is not None:
+                        tb = tb.tb_next
+                    if tb is not None and tb.tb_frame.f_code is here:
+                        continue  # landed here, after the writer returned: not the writer's exception
+                    interrupts += 1
+                    assert hasattr(exc, "committed_items"), f"interrupt {interrupts} of {i + 1}"
+                    assert 0 <= exc.committed_items <= len(keys)  # type: ignore[attr-defined]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
