@@ -350,7 +350,7 @@ static int keys_from_python(keyset *ks, PyObject *keys, int copy_mutable)
          * cache miss a key in a large batch).  Until pin_rest, the loop runs no code that
          * could change the list: str, bytes, exact ints, exact bytearrays and memoryviews
          * are read in C (PyMem_* allocations run no collection); a bytearray subclass's
-         * buffer (__buffer__, Python 3.12) and key_owned's encode_key are Python code, so
+         * buffer (__buffer__, from Python 3.12 on) and key_owned's encode_key are Python code, so
          * they come after pin_rest; an error's encode_key call only precedes the exit. */
         list = keys;
         ks->n = PyList_GET_SIZE(keys);
