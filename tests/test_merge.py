@@ -332,8 +332,14 @@ def test_sigkill_leaves_no_torn_output(tmp_path) -> None:  # type: ignore[no-unt
     old_bytes = BloomFilter(cfg).to_bytes()  # an empty filter of the same shape
     complete = old_bytes[:HS] + expected.tobytes()  # items added 0 + 0 + ... = 0
 
-    outcomes = []
-    for trial in range(6):
+    # Kill delays after the temporary output appears, for the first trials; later trials
+    # (run only until two kills have landed while writing, one per mode) kill at once. On a
+    # loaded machine a 32 MiB merge can end within the first delays (CI once got 1 of 6).
+    delays = [0, 0, 0.01, 0.03, 0.06, 0.1]
+    outcomes: list[str] = []
+    while len(outcomes) < 6 or not _landed_in_both_modes(outcomes):
+        trial = len(outcomes)
+        assert trial < 30, f"no two kills landed while the merge was writing: {outcomes}"
         replace = trial % 2 == 1
         out = str(tmp_path / f"out-{trial}.blm")
         if replace:
@@ -350,7 +356,7 @@ def test_sigkill_leaves_no_torn_output(tmp_path) -> None:  # type: ignore[no-unt
                 break
             if not replace and os.path.exists(out):
                 break  # an implementation writing OUT in place: kill it now
-        time.sleep([0, 0, 0.01, 0.03, 0.06, 0.1][trial])  # land the kills at different points
+        time.sleep(delays[trial] if trial < len(delays) else 0)  # land the kills at different points
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
         found = open(out, "rb").read() if os.path.exists(out) else None
@@ -370,10 +376,17 @@ def test_sigkill_leaves_no_torn_output(tmp_path) -> None:  # type: ignore[no-unt
             if name.startswith(prefix):
                 assert name.endswith(".tmp")
                 os.unlink(tmp_path / name)
-    assert sum(o.endswith("killed while writing") for o in outcomes) >= 2, outcomes
     assert sorted(os.listdir(tmp_path)) == sorted(
-        [os.path.basename(s) for s in shards] + [f"out-{t}.blm" for t in range(6) if t % 2 or "complete" in outcomes[t]]
+        [os.path.basename(s) for s in shards]
+        + [f"out-{t}.blm" for t in range(len(outcomes)) if t % 2 or "complete" in outcomes[t]]
     )
+
+
+def _landed_in_both_modes(outcomes: list[str]) -> bool:
+    """True once a kill landed while writing both a new output (even trials, "absent") and
+    a replacement (odd trials, "old")."""
+    landed = [t % 2 for t, o in enumerate(outcomes) if o.endswith("killed while writing")]
+    return 0 in landed and 1 in landed
 
 
 def test_into_while_another_process_adds(tmp_path) -> None:  # type: ignore[no-untyped-def]
