@@ -50,15 +50,15 @@ static void mb_bus_handler(int sig, siginfo_t *si, void *ctx)
     }
 }
 
-/* 1 if signal.getsignal(SIGBUS) is a Python callable (a handler set by signal.signal),
+/* 1 if signal.getsignal(sig) is a Python callable (a handler set by signal.signal),
  * 0 if not, -1 with an exception. */
-static int python_bus_handler(void)
+static int python_handler(int sig)
 {
     PyObject *mod = PyImport_ImportModule("signal"), *h;
     int py;
     if (mod == NULL)
         return -1;
-    h = PyObject_CallMethod(mod, "getsignal", "i", SIGBUS);
+    h = PyObject_CallMethod(mod, "getsignal", "i", sig);
     Py_DECREF(mod);
     if (h == NULL)
         return -1;
@@ -130,10 +130,31 @@ static int learn_trampoline(void)
     return 0;
 }
 
+/* Without the trampoline learned from SIGINT (a process started with SIGINT ignored:
+ * nohup, a background job of a script, a daemon): tell it from a fatal-error handler by the
+ * other fatal signals.  faulthandler.enable() puts one C function on SIGSEGV, SIGFPE,
+ * SIGABRT, SIGILL and SIGBUS; the trampoline is on a signal only where signal.getsignal
+ * reports a Python callable.  1 if fn is the trampoline (learned), 0 if it is another
+ * function, -1 with an exception.  fn on none of them: taken as the trampoline when
+ * signal.getsignal(SIGBUS) reports a Python callable, as before. */
+static int trampoline_by_fatal_signals(void (*fn)(int))
+{
+    static const int fatal[] = {SIGSEGV, SIGFPE, SIGABRT, SIGILL};
+    for (size_t i = 0; i < sizeof fatal / sizeof fatal[0]; i++) {
+        struct sigaction other;
+        int py;
+        if (sigaction(fatal[i], NULL, &other) != 0 || (other.sa_flags & SA_SIGINFO) || other.sa_handler != fn)
+            continue;
+        if ((py = python_handler(fatal[i])) <= 0)
+            return py;   /* fn is on a fatal signal Python does not handle: faulthandler's */
+        mb_py_trampoline = fn;
+        return 1;
+    }
+    return python_handler(SIGBUS);
+}
+
 /* 1 if the handler in *cur is Python's trampoline for a Python SIGBUS function (install
- * over it), 0 if it is some other function (leave it), -1 with an exception.  When the
- * trampoline cannot be learned (SIGINT not Python's), a Python function reported by
- * signal.getsignal(SIGBUS) is taken as meaning the trampoline is there. */
+ * over it), 0 if it is some other function (leave it), -1 with an exception. */
 static int is_python_trampoline(const struct sigaction *cur)
 {
     if (cur->sa_flags & SA_SIGINFO)
@@ -142,7 +163,7 @@ static int is_python_trampoline(const struct sigaction *cur)
         return -1;
     if (mb_py_trampoline != NULL)
         return cur->sa_handler == mb_py_trampoline;
-    return python_bus_handler();
+    return trampoline_by_fatal_signals(cur->sa_handler);
 }
 
 /* _guard.h.  Also remembers signal.getsignal(SIGBUS) for mb_guard_check. */

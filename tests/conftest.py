@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from typing import Any
 
@@ -13,6 +14,16 @@ import pytest
 # 3.12+). The tests need no BLAS threads (child processes inherit this too).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+# A suite started with signals ignored (nohup ignores SIGHUP; a background job of a
+# non-interactive shell ignores SIGINT and SIGQUIT) would pass that on to every child
+# process, and mmapbloom rightly leaves an ignored signal ignored (mmapbloom.termination):
+# the tests of interrupts and clean-up on a signal would then test nothing. They run with
+# the default dispositions (children inherit SIG_DFL), however the suite was started.
+for _name in ("SIGINT", "SIGHUP", "SIGQUIT", "SIGTERM"):
+    _sig = getattr(signal, _name, None)
+    if _sig is not None and signal.getsignal(_sig) == signal.SIG_IGN:
+        signal.signal(_sig, signal.default_int_handler if _name == "SIGINT" else signal.SIG_DFL)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:

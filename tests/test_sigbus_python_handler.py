@@ -17,6 +17,24 @@ from tests.conftest import ROOT
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGBUS"), reason="needs SIGBUS (POSIX)")
 
+# The guard tells Python's C trampoline from other SIGBUS handlers (faulthandler's) by the
+# trampoline learned from SIGINT. A process started with SIGINT ignored (nohup, a background
+# job of a script, a daemon) has none there: it is then told by the fatal signals
+# faulthandler also handles. Every child below runs both ways (CI run in the background
+# found faulthandler and the guard chained to each other).
+SIGINT_STATES = ["python", "ignored"]
+
+
+def run_child(script: str, args: list[str], sigint: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` in a child Python with SIGINT as ``sigint`` says ("python": the
+    default KeyboardInterrupt handler; "ignored": SIG_IGN before mmapbloom is imported)."""
+    if sigint == "ignored":
+        script = "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)\n" + script
+    return subprocess.run(
+        [sys.executable, "-c", script, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
 CHILD = r"""
 import os, signal, sys, warnings
 warnings.simplefilter("ignore")
@@ -42,12 +60,11 @@ print("ok")
 
 
 @pytest.mark.parametrize("when", ["before", "reopen"])
-def test_python_sigbus_handler_does_not_make_ops_spin(tmp_path: Any, when: str) -> None:
+@pytest.mark.parametrize("sigint", SIGINT_STATES)
+def test_python_sigbus_handler_does_not_make_ops_spin(tmp_path: Any, when: str, sigint: str) -> None:
     path = os.path.join(tmp_path, "f.blm")
     try:
-        run = subprocess.run(
-            [sys.executable, "-c", CHILD, path, when], cwd=ROOT, capture_output=True, text=True, timeout=30
-        )
+        run = run_child(CHILD, [path, when], sigint, 30)
     except subprocess.TimeoutExpired:
         pytest.fail("a per-item op spun (no answer within 30 s)")
     assert run.returncode == 0 and "ok" in run.stdout, (run.returncode, run.stdout, run.stderr[-2000:])
@@ -101,12 +118,11 @@ print("ok", seen)
 
 
 @pytest.mark.parametrize("kind", ["plain", "counting"])
-def test_python_sigbus_handler_set_after_open_does_not_make_ops_spin(tmp_path: Any, kind: str) -> None:
+@pytest.mark.parametrize("sigint", SIGINT_STATES)
+def test_python_sigbus_handler_set_after_open_does_not_make_ops_spin(tmp_path: Any, kind: str, sigint: str) -> None:
     path = os.path.join(tmp_path, "f.blm")
     try:
-        run = subprocess.run(
-            [sys.executable, "-c", AFTER, path, kind], cwd=ROOT, capture_output=True, text=True, timeout=30
-        )
+        run = run_child(AFTER, [path, kind], sigint, 30)
     except subprocess.TimeoutExpired:
         pytest.fail("an op spun (no answer within 30 s)")
     assert run.returncode == 0 and "ok [2]" in run.stdout, (run.returncode, run.stdout, run.stderr[-2000:])
@@ -151,12 +167,11 @@ print("ok")
 
 
 @pytest.mark.parametrize("kind", ["cuckoo", "expiring"])
-def test_python_sigbus_handler_set_after_open_cuckoo_and_expiring(tmp_path: Any, kind: str) -> None:
+@pytest.mark.parametrize("sigint", SIGINT_STATES)
+def test_python_sigbus_handler_set_after_open_cuckoo_and_expiring(tmp_path: Any, kind: str, sigint: str) -> None:
     path = os.path.join(tmp_path, "f.ckf" if kind == "cuckoo" else "exp")
     try:
-        run = subprocess.run(
-            [sys.executable, "-c", AFTER_KINDS, path, kind], cwd=ROOT, capture_output=True, text=True, timeout=30
-        )
+        run = run_child(AFTER_KINDS, [path, kind], sigint, 30)
     except subprocess.TimeoutExpired:
         pytest.fail("an op spun (no answer within 30 s)")
     assert run.returncode == 0 and "ok" in run.stdout, (run.returncode, run.stdout, run.stderr[-2000:])
@@ -177,6 +192,9 @@ if case == "same_handler_again":
     signal.signal(signal.SIGBUS, handler)
     "x" in f                               # the guard re-arms over handler, remembers it
     signal.signal(signal.SIGBUS, handler)  # the same object again: the trampoline is back
+elif case == "faulthandler_before":      # the trampoline over faulthandler: install over it
+    faulthandler.enable()
+    signal.signal(signal.SIGBUS, handler)
 else:  # "faulthandler_disabled"
     signal.signal(signal.SIGBUS, handler)
     faulthandler.enable()
@@ -190,15 +208,14 @@ except LengthMismatchError:
 """
 
 
-@pytest.mark.parametrize("case", ["same_handler_again", "faulthandler_disabled"])
-def test_handler_put_back_under_the_same_object_does_not_spin(tmp_path: Any, case: str) -> None:
+@pytest.mark.parametrize("case", ["same_handler_again", "faulthandler_before", "faulthandler_disabled"])
+@pytest.mark.parametrize("sigint", SIGINT_STATES)
+def test_handler_put_back_under_the_same_object_does_not_spin(tmp_path: Any, case: str, sigint: str) -> None:
     if os.environ.get("MMAPBLOOM_PURE") == "1":
         pytest.skip("the pure backend checks the size before each touch: no fault to spin on")
     path = os.path.join(tmp_path, "f.blm")
     try:
-        run = subprocess.run(
-            [sys.executable, "-c", SPIN, path, case], cwd=ROOT, capture_output=True, text=True, timeout=10
-        )
+        run = run_child(SPIN, [path, case], sigint, 10)
     except subprocess.TimeoutExpired:
         pytest.fail("the op spun (no answer within 10 s)")
     assert run.returncode == 0 and "ok" in run.stdout, (run.returncode, run.stdout, run.stderr[-2000:])
@@ -230,14 +247,13 @@ mm[100]                                    # outside every guard
 """
 
 
-def test_faulthandler_enabled_after_the_guard_is_not_chained_in_a_loop(tmp_path: Any) -> None:
+@pytest.mark.parametrize("sigint", SIGINT_STATES)
+def test_faulthandler_enabled_after_the_guard_is_not_chained_in_a_loop(tmp_path: Any, sigint: str) -> None:
     if os.environ.get("MMAPBLOOM_PURE") == "1":
         pytest.skip("the guard is the native backend's")
     path = os.path.join(tmp_path, "f.blm")
     try:
-        run = subprocess.run(
-            [sys.executable, "-c", FAULTHANDLER_AFTER, path], cwd=ROOT, capture_output=True, text=True, timeout=5
-        )
+        run = run_child(FAULTHANDLER_AFTER, [path], sigint, 5)
         err = run.stderr
     except subprocess.TimeoutExpired as exc:  # the fault repeats under the Python handler
         err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
