@@ -134,9 +134,10 @@ static int learn_trampoline(void)
  * nohup, a background job of a script, a daemon): tell it from a fatal-error handler by the
  * other fatal signals.  faulthandler.enable() puts one C function on SIGSEGV, SIGFPE,
  * SIGABRT, SIGILL and SIGBUS; the trampoline is on a signal only where signal.getsignal
- * reports a Python callable.  1 if fn is the trampoline (learned), 0 if it is another
- * function, -1 with an exception.  fn on none of them: taken as the trampoline when
- * signal.getsignal(SIGBUS) reports a Python callable, as before. */
+ * reports a Python callable.  1 if fn is taken as the trampoline, 0 if it is another
+ * function, -1 with an exception.  fn on none of them, or only where Python has a handler
+ * too (faulthandler enabled after that handler: ambiguous, so not learned): the trampoline
+ * when signal.getsignal(SIGBUS) reports a Python callable, as before. */
 static int trampoline_by_fatal_signals(void (*fn)(int))
 {
     static const int fatal[] = {SIGSEGV, SIGFPE, SIGABRT, SIGILL};
@@ -147,8 +148,6 @@ static int trampoline_by_fatal_signals(void (*fn)(int))
             continue;
         if ((py = python_handler(fatal[i])) <= 0)
             return py;   /* fn is on a fatal signal Python does not handle: faulthandler's */
-        mb_py_trampoline = fn;
-        return 1;
     }
     return python_handler(SIGBUS);
 }
