@@ -6,7 +6,8 @@
 # tests/test_strategies.py, tests/test_handle.py (the native handle, use after close, a
 # handle outliving its filter, close during batches in other threads),
 # tests/test_key_types.py, tests/test_columns.py (the key and column readers) and
-# tests/test_truncated_file.py (the SIGBUS guard, in child processes that inherit the
+# tests/test_truncated_file.py and tests/test_sigbus_python_handler.py (the SIGBUS guard,
+# with Python handlers and faulthandler too, in child processes that inherit the
 # preloaded runtime), and the cuckoo, multi-handle (expiring), write_lock(), `with lock:`
 # and robust-mutex tests (tests/test_locking_mutex*.py: the lock and the write in one
 # guarded section, a side file or filter file truncated under it, SIGKILLed holders).
@@ -76,7 +77,7 @@ cp mmapbloom/*.py mmapbloom/*.pyi "$WORK/run/mmapbloom/"
 TESTS=(test_native test_backends test_strategies test_handle test_key_types test_columns test_truncated_file
     test_cuckoo_native test_cuckoo test_handle_multi test_cuckoo_lastpage test_locking_with_statement
     test_call_path test_expiring test_locking_mutex test_locking_mutex_truncated test_batch_list_snapshot
-    test_staging)
+    test_staging test_sigbus_python_handler)
 TEST_FILES=("${TESTS[@]/#/tests/}")
 TEST_FILES=("${TEST_FILES[@]/%/.py}")
 cp tests/__init__.py tests/conftest.py "${TEST_FILES[@]}" "$WORK/run/tests/"
